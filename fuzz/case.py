@@ -1,0 +1,435 @@
+"""Parity cases as plain data.
+
+A :class:`Case` fully determines one parity run: the model tree, the device
+mesh, the per-module parallel plan, the training settings, the seed, the world
+size and the (reference, system under test) pair.  It round-trips through JSON
+(with a ``schema`` version) and :meth:`Case.validate` raises :class:`CaseError`
+naming the offending field.
+
+This module imports neither torch nor hypothesis: cases are data, and the
+strategies, the builder and the executor are the only places that give them
+meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Union
+
+SCHEMA = 1
+
+
+class CaseError(ValueError):
+    """A case (or its JSON) is malformed.  ``field`` is a dotted path into the case."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+# --------------------------------------------------------------------------- model
+
+#: Leaf kinds and the widths they need.  Containers hold ``children``.
+LEAF_KINDS = ("linear", "act", "layernorm", "mlp", "attention")
+CONTAINER_KINDS = ("seq", "block", "residual", "twice")
+ACTIVATIONS = ("relu", "gelu", "tanh", "silu")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One module of the model body.
+
+    The input width of a node is implied by what feeds it; only what a kind
+    needs beyond that is stored:
+
+    - ``linear``: ``out`` features, ``bias``.
+    - ``act``: ``fn``, one of :data:`ACTIVATIONS`.
+    - ``layernorm``: nothing (normalises the incoming width).
+    - ``mlp``: ``hidden`` width of a Linear-GELU-Linear block (width-preserving).
+    - ``attention``: ``heads`` of a small self-attention block (width-preserving;
+      the incoming width must be divisible by ``heads``).
+    - ``seq``: an ``nn.Sequential`` of ``children`` (children named 0, 1, ...).
+    - ``block``: a generic module whose named children run in order.
+    - ``residual``: ``x + child(x)`` over its single child (width-preserving).
+    - ``twice``: ``child(child(x))``: one module called twice in a forward.
+    """
+
+    kind: str
+    children: tuple[Node, ...] = ()
+    out: int = 0
+    bias: bool = True
+    fn: str = ""
+    hidden: int = 0
+    heads: int = 0
+
+    def walk(self, path: str) -> Iterator[tuple[str, Node]]:
+        """Yield ``(module path, node)`` pairs, this node first (pre-order)."""
+        yield path, self
+        for name, child in zip(child_names(self), self.children):
+            yield from child.walk(f"{path}.{name}")
+
+    def has_params(self) -> bool:
+        return any(n.kind in ("linear", "layernorm", "mlp", "attention") for _, n in self.walk(""))
+
+    def out_width(self, width: int) -> int:
+        if self.kind == "linear":
+            return self.out
+        if self.kind in ("seq", "block"):
+            for child in self.children:
+                width = child.out_width(width)
+        return width
+
+
+def child_names(node: Node) -> list[str]:
+    """Attribute names the builder gives a node's children (stable: they form module paths)."""
+    if node.kind == "seq":
+        return [str(i) for i in range(len(node.children))]
+    if node.kind == "block":
+        return [f"{c.kind}{i}" for i, c in enumerate(node.children)]
+    if node.kind in ("residual", "twice"):
+        return ["inner"]
+    return []
+
+
+#: Submodule names inside the leaf blocks the builder creates.
+LEAF_SUBMODULES = {"mlp": ("fc1", "fc2"), "attention": ("q", "k", "v", "o")}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The whole model: an input stage, the body tree, and an optional head.
+
+    ``input="dense"`` feeds ``(batch, seq, in_dim)`` floats straight to the body.
+    ``input="embedding"`` feeds ``(batch, seq)`` token ids through
+    ``inp = Embedding(vocab, in_dim)`` and ends in ``head = Linear(out, vocab)``;
+    with ``tie_head`` the head shares the embedding weight (the body must then
+    end at width ``in_dim``).
+    """
+
+    body: Node
+    input: str = "dense"
+    in_dim: int = 4
+    vocab: int = 0
+    tie_head: bool = False
+
+    def module_paths(self) -> list[tuple[str, str]]:
+        """``(path, kind)`` of every module of the built model, root (``""``) first."""
+        out = [("", "root")]
+        if self.input == "embedding":
+            out.append(("inp", "embedding"))
+        for path, node in self.body.walk("body"):
+            out.append((path, node.kind))
+            for sub in LEAF_SUBMODULES.get(node.kind, ()):
+                out.append((f"{path}.{sub}", "linear"))
+        if self.input == "embedding":
+            out.append(("head", "linear"))
+        return out
+
+
+# --------------------------------------------------------------------------- parallelism
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """Device mesh shape and dimension names (1-D: ``("shard",)``)."""
+
+    shape: tuple[int, ...]
+    names: tuple[str, ...] = ("shard",)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class Wrap:
+    """``fully_shard`` applied to the module at ``path`` (``""`` is the root)."""
+
+    path: str
+    reshard_after_forward: Union[bool, int] = True
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """Which modules get which parallel API; applied children before parents."""
+
+    wraps: tuple[Wrap, ...] = (Wrap(""),)
+
+
+# --------------------------------------------------------------------------- training
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+ZERO_GRAD_MODES = ("none", "zeros", "alternate")
+LOSSES = ("sum", "mean")
+DTYPES = ("float64", "float32")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Training loop settings.
+
+    ``zero_grad``: ``none`` = ``set_to_none=True`` every step, ``zeros`` =
+    ``set_to_none=False``, ``alternate`` = as PyTorch's tests do
+    (``set_to_none=(step % 2 == 0)``).  Inputs differ per rank unless
+    ``same_input``.
+    """
+
+    steps: int = 1
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    foreach: bool = False
+    zero_grad: str = "none"
+    batch: int = 1
+    seq_len: int = 1
+    loss: str = "sum"
+    dtype: str = "float64"
+    same_input: bool = False
+
+
+# --------------------------------------------------------------------------- case
+
+
+@dataclass(frozen=True)
+class Case:
+    """One parity case: run ``reference`` and ``system`` on ``world_size`` ranks and compare.
+
+    ``system`` and ``reference`` name registered systems (``fsdp2``, ``ddp``) or
+    give an importable ``module:attribute``.
+    """
+
+    seed: int
+    world_size: int
+    model: ModelSpec
+    mesh: MeshSpec
+    plan: PlanSpec = field(default_factory=PlanSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    reference: str = "ddp"
+    system: str = "fsdp2"
+    schema: int = SCHEMA
+
+    # ---- JSON
+    def to_dict(self) -> dict:
+        return _to_jsonable(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Case:
+        case = _from_jsonable(cls, data, "")
+        if case.schema != SCHEMA:
+            raise CaseError("schema", f"unsupported schema {case.schema} (this parityfuzz reads {SCHEMA})")
+        return case
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CaseError("", f"not valid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    def case_id(self) -> str:
+        """Stable content hash (16 hex digits) of the canonical JSON."""
+        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    # ---- validation
+    def validate(self) -> Case:
+        """Raise :class:`CaseError` naming the first offending field; return self."""
+        _check(self.schema == SCHEMA, "schema", f"must be {SCHEMA}")
+        _check(0 <= self.seed < 2**32, "seed", f"must be in [0, 2**32), got {self.seed}")
+        _check(self.world_size >= 1, "world_size", f"must be >= 1, got {self.world_size}")
+        _check(bool(self.reference), "reference", "must name a system")
+        _check(bool(self.system), "system", "must name a system")
+        _validate_model(self.model)
+        _validate_mesh(self.mesh, self.world_size)
+        _validate_plan(self.plan, self.model, self.mesh)
+        _validate_train(self.train)
+        return self
+
+    def features(self) -> frozenset[str]:
+        """Feature tags of this case (for coverage counts and Hypothesis ``event()``)."""
+        tags = {f"ws={self.world_size}", f"opt={self.train.optimizer}", f"dtype={self.train.dtype}",
+                f"loss={self.train.loss}", f"zero_grad={self.train.zero_grad}", f"input={self.model.input}"}
+        if self.train.foreach:
+            tags.add("foreach")
+        if self.model.tie_head:
+            tags.add("tied")
+        kinds = {node.kind for _, node in self.model.body.walk("body")}
+        tags.update(f"has:{k}" for k in kinds if k not in ("seq", "act", "linear"))
+        if any(node.kind == "linear" and node.out % self.world_size for _, node in self.model.body.walk("body")):
+            tags.add("uneven_shard")
+        wrapped = [w for w in self.plan.wraps if w.path]
+        tags.add(f"wrapped={min(len(wrapped), 3)}{'+' if len(wrapped) > 3 else ''}")
+        for w in self.plan.wraps:
+            raf = w.reshard_after_forward
+            tags.add("reshard=int" if not isinstance(raf, bool) else f"reshard={raf}")
+        return frozenset(tags)
+
+
+def _check(ok: bool, field_path: str, message: str) -> None:
+    if not ok:
+        raise CaseError(field_path, message)
+
+
+def _validate_model(m: ModelSpec) -> None:
+    _check(m.input in ("dense", "embedding"), "model.input", f"must be 'dense' or 'embedding', got {m.input!r}")
+    _check(m.in_dim >= 1, "model.in_dim", f"must be >= 1, got {m.in_dim}")
+    if m.input == "embedding":
+        _check(m.vocab >= 1, "model.vocab", f"must be >= 1 for an embedding input, got {m.vocab}")
+    else:
+        _check(m.vocab == 0, "model.vocab", "only an embedding input has a vocabulary")
+        _check(not m.tie_head, "model.tie_head", "only an embedding input has a head to tie")
+    out = _validate_node(m.body, m.in_dim, "model.body")
+    _check(m.input == "embedding" or m.body.has_params(), "model.body",
+           "a dense model needs at least one module with parameters (DDP refuses a model without)")
+    if m.tie_head:
+        _check(out == m.in_dim, "model.tie_head",
+               f"a tied head needs the body to end at width in_dim={m.in_dim}, it ends at {out}")
+
+
+def _validate_node(node: Node, width: int, where: str) -> int:
+    k = node.kind
+    _check(k in LEAF_KINDS + CONTAINER_KINDS, f"{where}.kind",
+           f"unknown kind {k!r} (known: {', '.join(LEAF_KINDS + CONTAINER_KINDS)})")
+    if k in LEAF_KINDS:
+        _check(not node.children, f"{where}.children", f"a {k} has no children")
+    if k == "linear":
+        _check(node.out >= 1, f"{where}.out", f"must be >= 1, got {node.out}")
+        return node.out
+    if k == "act":
+        _check(node.fn in ACTIVATIONS, f"{where}.fn", f"must be one of {ACTIVATIONS}, got {node.fn!r}")
+    elif k == "mlp":
+        _check(node.hidden >= 1, f"{where}.hidden", f"must be >= 1, got {node.hidden}")
+    elif k == "attention":
+        _check(node.heads >= 1 and width % node.heads == 0, f"{where}.heads",
+               f"must be >= 1 and divide the incoming width {width}, got {node.heads}")
+    elif k in ("seq", "block"):
+        _check(len(node.children) >= 1, f"{where}.children", f"a {k} needs at least one child")
+        for i, child in enumerate(node.children):
+            width = _validate_node(child, width, f"{where}.children[{i}]")
+    elif k in ("residual", "twice"):
+        _check(len(node.children) == 1, f"{where}.children", f"a {k} has exactly one child")
+        out = _validate_node(node.children[0], width, f"{where}.children[0]")
+        _check(out == width, f"{where}.children[0]", f"a {k} child must keep the width {width}, it gives {out}")
+    return width
+
+
+def _validate_mesh(mesh: MeshSpec, world_size: int) -> None:
+    _check(len(mesh.shape) == len(mesh.names) and len(mesh.shape) >= 1, "mesh.names",
+           f"need one name per mesh dimension, got shape {list(mesh.shape)} and names {list(mesh.names)}")
+    _check(all(s >= 1 for s in mesh.shape), "mesh.shape", f"sizes must be >= 1, got {list(mesh.shape)}")
+    _check(mesh.size == world_size, "mesh.shape",
+           f"mesh {list(mesh.shape)} has {mesh.size} ranks but world_size is {world_size}")
+    _check(mesh.names == ("shard",), "mesh.names", f"only 1-D ('shard',) meshes are supported, got {list(mesh.names)}")
+
+
+def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:
+    kinds = dict(model.module_paths())
+    seen = set()
+    shard_size = mesh.shape[-1]
+    for i, w in enumerate(plan.wraps):
+        where = f"plan.wraps[{i}]"
+        _check(w.path in kinds, f"{where}.path", f"no module at path {w.path!r}")
+        _check(w.path not in seen, f"{where}.path", f"module {w.path!r} is wrapped twice")
+        seen.add(w.path)
+        raf = w.reshard_after_forward
+        if not isinstance(raf, bool):
+            _check(1 < raf < shard_size and shard_size % raf == 0, f"{where}.reshard_after_forward",
+                   f"an int must be a non-trivial divisor of the shard group size {shard_size}, got {raf}")
+        if model.tie_head:
+            _check(w.path not in ("inp", "head"), f"{where}.path",
+                   "tied embedding/head weights must stay in one group: do not wrap 'inp' or 'head' alone")
+    _check("" in seen, "plan.wraps", "the root ('') must be wrapped")
+
+
+def _validate_train(t: TrainSpec) -> None:
+    _check(1 <= t.steps <= 50, "train.steps", f"must be in [1, 50], got {t.steps}")
+    _check(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {t.optimizer!r}")
+    _check(0 < t.lr <= 1, "train.lr", f"must be in (0, 1], got {t.lr}")
+    _check(t.zero_grad in ZERO_GRAD_MODES, "train.zero_grad", f"must be one of {ZERO_GRAD_MODES}, got {t.zero_grad!r}")
+    _check(t.batch >= 1, "train.batch", f"must be >= 1, got {t.batch}")
+    _check(t.seq_len >= 1, "train.seq_len", f"must be >= 1, got {t.seq_len}")
+    _check(t.loss in LOSSES, "train.loss", f"must be one of {LOSSES}, got {t.loss!r}")
+    _check(t.dtype in DTYPES, "train.dtype", f"must be one of {DTYPES}, got {t.dtype!r}")
+
+
+# --------------------------------------------------------------------------- strict JSON mapping
+
+
+def _to_jsonable(obj: Any) -> Any:
+    """Dataclasses become dicts without fields left at their defaults (readable corpus files)."""
+    if dataclasses.is_dataclass(obj):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            if f.name != "schema" and default is not dataclasses.MISSING and value == default \
+                    and type(value) is type(default):
+                continue
+            out[f.name] = _to_jsonable(value)
+        return out
+    if isinstance(obj, tuple):
+        return [_to_jsonable(v) for v in obj]
+    return obj
+
+
+def _from_jsonable(tp: Any, data: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise CaseError(where, f"expected an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(tp)
+        names = {f.name for f in dataclasses.fields(tp)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise CaseError(_join(where, unknown[0]), f"unknown field (known: {', '.join(sorted(names))})")
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in data:
+                kwargs[f.name] = _from_jsonable(hints[f.name], data[f.name], _join(where, f.name))
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise CaseError(_join(where, f.name), "missing required field")
+        return tp(**kwargs)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(data, list):
+            raise CaseError(where, f"expected a list, got {type(data).__name__}")
+        return tuple(_from_jsonable(args[0], v, f"{where}[{i}]") for i, v in enumerate(data))
+    if origin in (Union, types.UnionType):
+        # Union[bool, int]: bool first so that JSON true stays a bool.
+        for arg in typing.get_args(tp):
+            if _scalar_ok(arg, data):
+                return data
+        names = " or ".join(a.__name__ for a in typing.get_args(tp))
+        raise CaseError(where, f"expected {names}, got {json.dumps(data)}")
+    if _scalar_ok(tp, data):
+        return float(data) if tp is float else data
+    raise CaseError(where, f"expected {tp.__name__}, got {json.dumps(data)}")
+
+
+def _scalar_ok(tp: Any, data: Any) -> bool:
+    if tp is bool:
+        return isinstance(data, bool)
+    if tp is int:
+        return isinstance(data, int) and not isinstance(data, bool)
+    if tp is float:
+        return isinstance(data, (int, float)) and not isinstance(data, bool)
+    if tp is str:
+        return isinstance(data, str)
+    return False
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name

@@ -1,0 +1,33 @@
+"""Whole parity cases, composed from the per-concern strategies.
+
+Shrinking follows each part's own order: world size 2, seed 0, the smallest
+model tree, only the root wrapped, default training settings.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from fuzz.case import Case
+from strategies.meshes import meshes, world_sizes
+from strategies.models import models
+from strategies.training import training
+from strategies.wrapping import plans
+
+
+@st.composite
+def cases(draw, allowed_world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "fsdp2",
+          reference: str = "ddp", max_depth: int = 2, max_steps: int = 10) -> Case:
+    ws = draw(world_sizes(allowed_world_sizes))
+    mesh = draw(meshes(ws))
+    model = draw(models(max_depth))
+    return Case(
+        seed=draw(st.integers(0, 2**16)),
+        world_size=ws,
+        model=model,
+        mesh=mesh,
+        plan=draw(plans(model, mesh)),
+        train=draw(training(max_steps)),
+        reference=reference,
+        system=system,
+    ).validate()
