@@ -1,0 +1,154 @@
+"""Build what a case describes: the ``nn.Module`` and each rank's inputs.
+
+Every rank builds the same initial weights (seeded from ``case.seed``); inputs
+differ per rank and step (unless ``train.same_input``) and never depend on the
+global RNG, so the reference and the system under test see identical data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fuzz.case import Case, ModelSpec, Node, child_names
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+_ACTS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
+
+
+class Block(nn.Module):
+    """A generic module whose named children run in registration order."""
+
+    def __init__(self, named: list[tuple[str, nn.Module]]):
+        super().__init__()
+        for name, mod in named:
+            self.add_module(name, mod)
+
+    def forward(self, x):
+        for mod in self.children():
+            x = mod(x)
+        return x
+
+
+class Residual(nn.Module):
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return x + self.inner(x)
+
+
+class Twice(nn.Module):
+    """Calls the same child twice in one forward."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(self.inner(x))
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(width, hidden)
+        self.fc2 = nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Attention(nn.Module):
+    """Small multi-head self-attention over ``(batch, seq, width)``, written out by hand."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x):
+        b, s, w = x.shape
+        h, d = self.heads, w // self.heads
+
+        def split(t):
+            return t.view(b, s, h, d).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1)
+        return self.o((att @ v).transpose(1, 2).reshape(b, s, w))
+
+
+class Net(nn.Module):
+    """The root: optional embedding ``inp``, the ``body`` tree, optional ``head``."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        if spec.input == "embedding":
+            self.inp = nn.Embedding(spec.vocab, spec.in_dim)
+        self.body = build_node(spec.body, spec.in_dim)
+        if spec.input == "embedding":
+            out = spec.body.out_width(spec.in_dim)
+            self.head = nn.Linear(out, spec.vocab, bias=not spec.tie_head)
+            if spec.tie_head:
+                self.head.weight = self.inp.weight
+
+    def forward(self, x):
+        if hasattr(self, "inp"):
+            x = self.inp(x)
+        x = self.body(x)
+        if hasattr(self, "head"):
+            x = self.head(x)
+        return x
+
+
+def build_node(node: Node, width: int) -> nn.Module:
+    k = node.kind
+    if k == "linear":
+        return nn.Linear(width, node.out, bias=node.bias)
+    if k == "act":
+        return _ACTS[node.fn]()
+    if k == "layernorm":
+        return nn.LayerNorm(width)
+    if k == "mlp":
+        return MLP(width, node.hidden)
+    if k == "attention":
+        return Attention(width, node.heads)
+    mods = []
+    for child in node.children:
+        mods.append(build_node(child, width))
+        width = child.out_width(width)
+    if k == "seq":
+        return nn.Sequential(*mods)
+    if k == "block":
+        return Block(list(zip(child_names(node), mods)))
+    if k == "residual":
+        return Residual(mods[0])
+    if k == "twice":
+        return Twice(mods[0])
+    raise ValueError(f"unknown node kind {k!r}")
+
+
+def build_model(case: Case) -> nn.Module:
+    """The initial model, identical on every rank for a given case."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seed)
+        model = Net(case.model)
+    return model.to(DTYPES[case.train.dtype])
+
+
+def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """This rank's input for ``step`` (independent of any global RNG state)."""
+    t = case.train
+    g = torch.Generator().manual_seed((case.seed * 1_000_003 + (0 if t.same_input else rank + 1) * 7919 + step) % 2**63)
+    shape = (t.batch, t.seq_len)
+    if case.model.input == "embedding":
+        x = torch.randint(0, case.model.vocab, shape, generator=g)
+    else:
+        x = torch.randn(shape + (case.model.in_dim,), generator=g, dtype=torch.float64).to(DTYPES[t.dtype])
+    return x.to(device)

@@ -1,0 +1,59 @@
+"""Runs cases on persistent rank processes: one pool per world size, spawned once, reused.
+
+CPU + gloo by default; CUDA + NCCL when the machine has at least
+``world_size`` GPUs.  A pool that saw an error, a crash or a hang is torn down
+and respawned on its next use.
+"""
+
+from __future__ import annotations
+
+from fuzz.case import Case
+from fuzz.executor.pool import PoolStartError, RankOutcome, RankPool
+
+
+def auto_backend(world_size: int) -> str:
+    import torch
+
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+
+
+def default_timeout(case: Case) -> float:
+    """Seconds a case may take: generous for its size on a slow 2-core machine."""
+    return 30.0 + 1.0 * case.train.steps * case.world_size
+
+
+class Executor:
+    def __init__(self, backend: str = "auto", timeout_s: float | None = None):
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.pools: dict[int, RankPool] = {}
+        self.restarts = 0
+
+    def pool(self, world_size: int) -> RankPool:
+        pool = self.pools.get(world_size)
+        if pool is not None and pool.broken:
+            pool.close()
+            self.restarts += 1
+            pool = None
+        if pool is None:
+            backend = auto_backend(world_size) if self.backend == "auto" else self.backend
+            pool = self.pools[world_size] = RankPool(world_size, backend)
+        return pool
+
+    def run(self, case: Case, timeout_s: float | None = None) -> list[RankOutcome]:
+        timeout = timeout_s or self.timeout_s or default_timeout(case)
+        return self.pool(case.world_size).run(case.to_json(), timeout)
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["Executor", "PoolStartError", "RankOutcome", "RankPool", "auto_backend", "default_timeout"]

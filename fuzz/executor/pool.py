@@ -1,0 +1,177 @@
+"""A pool of persistent rank processes for one world size."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from fuzz.executor.worker import worker_main
+
+#: After one rank fails, how long the others get to answer before they count as hung.
+ERROR_GRACE_S = 5.0
+
+
+class PoolStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class RankOutcome:
+    """What one rank did with one case.
+
+    ``status``: ``ok`` (``result`` holds its traces), ``error`` (``error`` holds
+    role/type/message/traceback), ``crash`` (the process died: ``exitcode``,
+    negative for a signal) or ``hang`` (no answer in time).  ``log`` is the tail
+    of the rank's output for crashes and hangs (stack dumps included).
+    """
+
+    rank: int
+    status: str
+    result: object = None
+    error: dict = field(default_factory=dict)
+    exitcode: int | None = None
+    log: str = ""
+
+
+def _tail(path: str, limit: int = 6000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class RankPool:
+    """``world_size`` rank processes joined in one process group, reused across cases.
+
+    After any outcome other than ``ok`` the pool is ``broken`` (its process
+    group may be wedged) and must be closed and replaced.
+    """
+
+    def __init__(self, world_size: int, backend: str, start_timeout_s: float = 120.0, pg_timeout_s: float = 300.0):
+        self.world_size = world_size
+        self.backend = backend
+        self.broken = False
+        self.dir = tempfile.mkdtemp(prefix=f"parityfuzz-ws{world_size}-")
+        ctx = mp.get_context("spawn")
+        self.conns, self.procs, self.logs = [], [], []
+        store = os.path.join(self.dir, "store")
+        try:
+            for r in range(world_size):
+                parent, child = ctx.Pipe()
+                log = os.path.join(self.dir, f"rank{r}.log")
+                p = ctx.Process(target=worker_main, name=f"parityfuzz-rank{r}", daemon=True,
+                                args=(r, world_size, store, child, backend, log, os.getpid(), pg_timeout_s))
+                p.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(p)
+                self.logs.append(log)
+            self._await_ready(start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for r, conn in enumerate(self.conns):
+            left = deadline - time.monotonic()
+            if left <= 0 or not conn.poll(left):
+                raise PoolStartError(f"rank {r} of {self.world_size} did not start in {timeout:.0f}s:\n{_tail(self.logs[r])}")
+            try:
+                conn.recv()
+            except EOFError:
+                raise PoolStartError(f"rank {r} died while starting:\n{_tail(self.logs[r])}") from None
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def run(self, payload: str, timeout_s: float) -> list[RankOutcome]:
+        """Send one case (JSON) to every rank and collect their outcomes."""
+        assert not self.broken, "a broken pool must be replaced"
+        for conn in self.conns:
+            conn.send(("run", payload))
+        deadline = time.monotonic() + timeout_s
+        outcomes: dict[int, RankOutcome] = {}
+        pending = set(range(self.world_size))
+        first_failure_at = None
+        while pending:
+            limit = deadline if first_failure_at is None else min(deadline, first_failure_at + ERROR_GRACE_S)
+            handles = {self.conns[r]: r for r in pending}
+            handles.update({self.procs[r].sentinel: r for r in pending})
+            ready = wait(list(handles), timeout=max(0.0, limit - time.monotonic()))
+            if not ready:
+                break
+            for r in {handles[h] for h in ready} & pending:
+                outcome = self._collect(r)
+                if outcome is None:
+                    continue
+                outcomes[r] = outcome
+                pending.discard(r)
+                if outcome.status != "ok" and first_failure_at is None:
+                    first_failure_at = time.monotonic()
+        for r in pending:
+            outcomes[r] = RankOutcome(r, "hang")
+        if any(o.status != "ok" for o in outcomes.values()):
+            self.broken = True
+            self._dump_stacks(pending)
+            for o in outcomes.values():
+                if o.status in ("crash", "hang"):
+                    o.log = _tail(self.logs[o.rank])
+        return [outcomes[r] for r in range(self.world_size)]
+
+    def _collect(self, r: int) -> RankOutcome | None:
+        conn, proc = self.conns[r], self.procs[r]
+        if conn.poll():
+            try:
+                kind, body = conn.recv()
+            except (EOFError, OSError):
+                pass  # the rank died; report it below
+            else:
+                return RankOutcome(r, "ok", result=body) if kind == "ok" else RankOutcome(r, "error", error=body)
+        if proc.is_alive():
+            return None
+        proc.join()
+        return RankOutcome(r, "crash", exitcode=proc.exitcode)
+
+    def _dump_stacks(self, ranks) -> None:
+        for r in ranks:
+            if self.procs[r].is_alive():
+                try:
+                    os.kill(self.procs[r].pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+        if ranks:
+            time.sleep(0.3)
+
+    def close(self, graceful: bool = True) -> None:
+        """Stop every rank: ask politely when healthy, then SIGTERM, then SIGKILL."""
+        if graceful and not self.broken:
+            for conn in self.conns:
+                try:
+                    conn.send(("stop",))
+                except (OSError, ValueError):
+                    pass
+            for p in self.procs:
+                p.join(3.0)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(2.0)
+            if p.is_alive():
+                p.kill()
+                p.join(2.0)
+        for conn in self.conns:
+            conn.close()
+        self.conns, self.procs = [], []
+        shutil.rmtree(self.dir, ignore_errors=True)

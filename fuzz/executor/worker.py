@@ -1,0 +1,93 @@
+"""The rank process: joins the process group once, then runs cases until told to stop.
+
+Output goes to a per-rank log file (truncated at each case) so the driver can
+show a crashed or hung rank's last words; ``faulthandler`` dumps every
+thread's stack there on SIGUSR1 and on fatal signals.  A rank exits on its own
+when its driver dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:  # Linux: the kernel kills us the moment the driver dies.
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+    def watch():  # Elsewhere (and as a backstop): poll for re-parenting.
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(70)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="parityfuzz-parent-watch", daemon=True).start()
+
+
+def _redirect_output(log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+
+
+def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
+                parent_pid: int, pg_timeout_s: float) -> None:
+    _die_with_parent(parent_pid)
+    _redirect_output(log_path)
+    import torch
+    import torch.distributed as dist
+
+    from fuzz.case import Case
+    from fuzz.systems import RankContext
+    from fuzz.train import run_system
+
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    store = dist.FileStore(store_path, world_size)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=pg_timeout_s))
+    ctx = RankContext(rank=rank, world_size=world_size, device=device)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg[0] == "stop":
+            break
+        os.truncate(log_path, 0)
+        case = Case.from_json(msg[1])
+        traces, role = {}, "reference"
+        try:
+            for role in ("reference", "system"):
+                traces[role] = run_system(case, role, ctx)
+        except BaseException as e:  # noqa: BLE001 - any failure is a verdict, reported as data
+            conn.send(("error", {"role": role, "type": type(e).__name__, "message": str(e)[:2000],
+                                 "traceback": traceback.format_exc()}))
+            continue
+        conn.send(("ok", traces))
+    try:
+        dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip interpreter teardown (gloo threads can abort it)

@@ -1,0 +1,37 @@
+"""Systems: ways to train a case's model, all behind one interface.
+
+A reference (``ddp``) and systems under test (``fsdp2``) subclass
+:class:`~fuzz.systems.base.System`.  A case names its systems by registry name
+or as an importable ``module:attribute`` (test-only faulty systems and user
+plug-ins use the latter).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from fuzz.systems.base import RankContext, System
+
+REGISTRY: dict[str, str] = {
+    "ddp": "fuzz.systems.ddp:DDPSystem",
+    "fsdp2": "fuzz.systems.fsdp2:FSDP2System",
+}
+
+
+def resolve(name: str) -> type[System]:
+    """The System class a case names; raises ``ValueError`` naming it if unknown."""
+    target = REGISTRY.get(name, name)
+    if ":" not in target:
+        raise ValueError(f"unknown system {name!r} (registered: {', '.join(sorted(REGISTRY))}; "
+                         "or give module:attribute)")
+    module, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"cannot load system {name!r}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, System)):
+        raise ValueError(f"system {name!r} is not a parityfuzz System subclass")
+    return cls
+
+
+__all__ = ["REGISTRY", "RankContext", "System", "resolve"]

@@ -1,0 +1,97 @@
+"""The interface every system implements, and what they share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from fuzz.case import Case, TrainSpec
+
+
+@dataclass
+class RankContext:
+    """What a rank process offers a system: its place in the world and cached meshes."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    _meshes: dict = field(default_factory=dict)
+
+    def mesh(self, shape: tuple[int, ...], names: tuple[str, ...]):
+        """A device mesh of this shape, created once per rank process (creating meshes leaks groups)."""
+        key = (tuple(shape), tuple(names))
+        if key not in self._meshes:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self._meshes[key] = init_device_mesh(self.device.type, tuple(shape), mesh_dim_names=tuple(names))
+        return self._meshes[key]
+
+
+def make_optimizer(train: TrainSpec, params) -> torch.optim.Optimizer:
+    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
+    return cls(params, lr=train.lr, foreach=train.foreach)
+
+
+def full(t: torch.Tensor | None) -> torch.Tensor | None:
+    """The unsharded value of a (possibly DTensor) tensor.  A collective for DTensors."""
+    if t is None:
+        return None
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return t.detach()
+
+
+class System:
+    """One way to train a case's model.
+
+    The trainer calls, per step: :meth:`zero_grad`, :meth:`forward_backward`,
+    :meth:`gradients`, :meth:`optimizer_step`, :meth:`parameters`.  Subclasses
+    usually only override :meth:`wrap`; :meth:`gradients` and
+    :meth:`parameters` return full (unsharded) tensors keyed by the original
+    module's parameter names, and are collectives every rank must call.
+    """
+
+    name = "base"
+
+    def __init__(self, case: Case, ctx: RankContext):
+        self.case = case
+        self.ctx = ctx
+
+    # -- set-up
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """Apply the parallel API to ``model``; return the module to call."""
+        raise NotImplementedError
+
+    def inner(self) -> nn.Module:
+        """The module whose parameter names are the case's names (unwrapped)."""
+        return self.model
+
+    def setup(self, model: nn.Module) -> None:
+        self.model = self.wrap(model.to(self.ctx.device))
+        self.optim = make_optimizer(self.case.train, self.inner().parameters())
+
+    # -- one step
+    def zero_grad(self, step: int) -> None:
+        mode = self.case.train.zero_grad
+        self.optim.zero_grad(set_to_none=(mode == "none") or (mode == "alternate" and step % 2 == 0))
+
+    def loss(self, out: torch.Tensor) -> torch.Tensor:
+        return out.sum() if self.case.train.loss == "sum" else out.mean()
+
+    def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
+        loss = self.loss(self.model(batch))
+        loss.backward()
+        return loss.detach()
+
+    def gradients(self) -> dict[str, torch.Tensor | None]:
+        return {n: full(p.grad) for n, p in self.inner().named_parameters()}
+
+    def optimizer_step(self) -> None:
+        self.optim.step()
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        return {n: full(p) for n, p in self.inner().named_parameters()}

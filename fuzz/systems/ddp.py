@@ -1,0 +1,19 @@
+"""The reference: plain DistributedDataParallel over all ranks."""
+
+from __future__ import annotations
+
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from fuzz.systems.base import System
+
+
+class DDPSystem(System):
+    name = "ddp"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        return DDP(model, device_ids=device_ids)
+
+    def inner(self) -> nn.Module:
+        return self.model.module
