@@ -1,0 +1,280 @@
+"""The fuzz loop: Hypothesis draws cases until the budget is spent, shrinks failures, records them.
+
+Hypothesis has no wall-clock budget, so the property itself keeps time:
+
+- while no failure is known, a draw after the generation deadline stops the run
+  (a skip exception, which Hypothesis re-raises at once without shrinking);
+- once a failure is known, Hypothesis shrinks it; each shrink step runs a real
+  case until the shrink deadline, after which untried cases count as passing so
+  the shrinker ends quickly with the smallest failure found so far;
+- every executed case's verdict is cached by its JSON, so Hypothesis's replays
+  cost nothing and always see the same answer (no flakiness from the clock).
+
+Each verdict kind raises its own exception type, so Hypothesis keeps distinct
+kinds of failure apart (with ``report_multiple_bugs``) and shrinks each.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import unittest
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Callable
+
+try:
+    BaseExceptionGroup
+except NameError:  # Python 3.10: the backport Hypothesis depends on
+    from exceptiongroup import BaseExceptionGroup
+
+from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from fuzz import corpus
+from fuzz.case import Case
+from fuzz.executor import Executor
+from fuzz.verdict import Verdict
+from fuzz.verify import check
+
+
+class CaseFailed(AssertionError):
+    """A case's verdict was not PASS."""
+
+    def __init__(self, case: Case, verdict: Verdict):
+        self.case, self.verdict = case, verdict
+        super().__init__(verdict.describe())
+
+
+class MismatchFound(CaseFailed):
+    pass
+
+
+class ErrorFound(CaseFailed):
+    pass
+
+
+class CrashFound(CaseFailed):
+    pass
+
+
+class HangFound(CaseFailed):
+    pass
+
+
+FAILURE_TYPES = {"mismatch": MismatchFound, "error": ErrorFound, "crash": CrashFound, "hang": HangFound}
+
+
+class _BudgetSpent(unittest.SkipTest):
+    """Stops generation; Hypothesis re-raises skips without shrinking."""
+
+
+@dataclass
+class Failure:
+    target: str
+    case: Case
+    verdict: Verdict
+    corpus_path: Path | None
+    cases_to_find: int
+    seconds_to_find: float
+    shrink_runs: int
+    shrink_seconds: float
+
+    def to_dict(self) -> dict:
+        d = self.verdict.divergence
+        return {
+            "target": self.target,
+            "corpus_file": str(self.corpus_path) if self.corpus_path else None,
+            "case_id": self.case.case_id(),
+            "verdict_kind": self.verdict.kind,
+            "signature": self.verdict.signature(),
+            "first_divergence": None if d is None else {
+                "step": d.step, "what": d.what, "tensor": d.tensor, "max_abs": d.max_abs, "max_rel": d.max_rel,
+                "detail": d.detail},
+            "description": self.verdict.describe(),
+            "known_issue": None,
+            "cases_to_find": self.cases_to_find,
+            "seconds_to_find": round(self.seconds_to_find, 2),
+            "shrink_runs": self.shrink_runs,
+            "shrink_seconds": round(self.shrink_seconds, 2),
+        }
+
+
+@dataclass
+class TargetStats:
+    name: str
+    cases: int = 0
+    verdicts: Counter = field(default_factory=Counter)
+    features: Counter = field(default_factory=Counter)
+    pairs: Counter = field(default_factory=Counter)
+    combinations: Counter = field(default_factory=Counter)
+    generate_seconds: float = 0.0
+    shrink_seconds: float = 0.0
+    shrink_runs: int = 0
+    failures: list[Failure] = field(default_factory=list)
+
+    def count(self, case: Case, verdict: Verdict) -> None:
+        self.cases += 1
+        self.verdicts[verdict.kind] += 1
+        feats = case.features()
+        self.features.update(feats)
+        self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
+        self.combinations[feats] += 1
+
+    def summary_line(self) -> str:
+        verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
+        return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
+                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking")
+
+    def to_dict(self) -> dict:
+        return {
+            "cases": self.cases,
+            "verdicts": dict(self.verdicts),
+            "generate_seconds": round(self.generate_seconds, 2),
+            "shrink_seconds": round(self.shrink_seconds, 2),
+            "shrink_runs": self.shrink_runs,
+            "distinct_feature_combinations": len(self.combinations),
+            "feature_counts": dict(sorted(self.features.items())),
+            "pair_counts": dict(sorted(self.pairs.items())),
+            "failures": [f.to_dict() for f in self.failures],
+        }
+
+
+@dataclass
+class FuzzOptions:
+    budget_s: float = 30.0
+    shrink_budget_s: float = 300.0
+    corpus_dir: Path = Path("corpus")
+    world_sizes: tuple[int, ...] = (1, 2, 4)
+    seed: int | None = None
+    case_timeout_s: float | None = None
+    progress_every_s: float = 10.0
+
+
+def hypothesis_settings(report_multiple_bugs: bool | None = None) -> settings:
+    """The current Hypothesis profile, opened up for budgeted fuzzing."""
+    parent = settings()
+    return settings(
+        parent,
+        max_examples=10**9,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=parent.report_multiple_bugs if report_multiple_bugs is None else report_multiple_bugs,
+    )
+
+
+class Fuzzer:
+    """Fuzzes targets on one executor, writing shrunk failures to the corpus."""
+
+    def __init__(self, options: FuzzOptions, executor: Executor, log: Callable[[str], None] = print):
+        self.options = options
+        self.executor = executor
+        self.log = log
+        self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+        self.targets: dict[str, TargetStats] = {}
+
+    def fuzz(self, name: str, strategy: st.SearchStrategy[Case], budget_s: float) -> TargetStats:
+        stats = self.targets[name] = TargetStats(name)
+        opts = self.options
+        cache: dict[str, Verdict] = {}
+        start = time.monotonic()
+        gen_deadline = start + budget_s
+        found: dict = {}  # "at": first failure time, "cases": cases run until then
+        last_progress = [start]
+
+        def prop(case: Case) -> None:
+            key = case.to_json()
+            verdict = cache.get(key)
+            if verdict is None:
+                now = time.monotonic()
+                if not found and now >= gen_deadline:
+                    raise _BudgetSpent()
+                if found and now >= found["at"] + opts.shrink_budget_s:
+                    return  # shrink budget spent: untried cases count as passing
+                verdict = cache[key] = check(case, self.executor, opts.case_timeout_s)
+                stats.count(case, verdict)
+                if found:
+                    stats.shrink_runs += 1
+                for tag in sorted(case.features()):
+                    event(tag)
+                event(f"verdict={verdict.kind}")
+                if not verdict.ok and not found:
+                    found.update(at=time.monotonic(), cases=stats.cases)
+                    self.log(f"{name}: {verdict.kind} found after {stats.cases} cases "
+                             f"({found['at'] - start:.1f}s); shrinking (up to {opts.shrink_budget_s:.0f}s)")
+                if time.monotonic() - last_progress[0] >= opts.progress_every_s:
+                    last_progress[0] = time.monotonic()
+                    phase = "shrinking" if found else f"{max(0.0, gen_deadline - last_progress[0]):.0f}s left"
+                    self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
+            if not verdict.ok:
+                raise FAILURE_TYPES[verdict.kind](case, verdict)
+
+        test = hypothesis_settings()(given(strategy)(prop))
+        test = hypothesis_seed(self.seed)(test)
+        failures: list[CaseFailed] = []
+        try:
+            test()
+        except _BudgetSpent:
+            pass
+        except BaseException as e:  # noqa: BLE001 - sorted below
+            failures = _case_failures(e)
+            if not failures:
+                raise
+        end = time.monotonic()
+        if found:
+            stats.generate_seconds = found["at"] - start
+            stats.shrink_seconds = end - found["at"]
+        else:
+            stats.generate_seconds = end - start
+        for f in failures:
+            path = corpus.record(opts.corpus_dir, f.case, f.verdict, expect="fail",
+                                 note=f"found by parityfuzz (target {name}, fuzz seed {self.seed}); triage me")
+            stats.failures.append(Failure(
+                target=name, case=f.case, verdict=f.verdict, corpus_path=path,
+                cases_to_find=found.get("cases", 0), seconds_to_find=found.get("at", end) - start,
+                shrink_runs=stats.shrink_runs, shrink_seconds=stats.shrink_seconds))
+        self.log(stats.summary_line())
+        return stats
+
+    def report(self) -> dict:
+        import torch
+
+        from fuzz import __version__
+
+        targets = {n: s.to_dict() for n, s in self.targets.items()}
+        verdicts: Counter = Counter()
+        for s in self.targets.values():
+            verdicts.update(s.verdicts)
+        return {
+            "parityfuzz_version": __version__,
+            "torch_version": torch.__version__,
+            "fuzz_seed": self.seed,
+            "budget_seconds": self.options.budget_s,
+            "world_sizes": list(self.options.world_sizes),
+            "cases_run": sum(s.cases for s in self.targets.values()),
+            "generate_seconds": round(sum(s.generate_seconds for s in self.targets.values()), 2),
+            "shrink_seconds": round(sum(s.shrink_seconds for s in self.targets.values()), 2),
+            "verdicts": dict(verdicts),
+            "targets": targets,
+            "failures": [f for t in targets.values() for f in t["failures"]],
+        }
+
+
+def _case_failures(e: BaseException) -> list[CaseFailed]:
+    if isinstance(e, CaseFailed):
+        return [e]
+    if isinstance(e, BaseExceptionGroup):
+        out = []
+        for sub in e.exceptions:
+            got = _case_failures(sub)
+            if not got:
+                return []
+            out.extend(got)
+        return out
+    return []

@@ -1,0 +1,200 @@
+"""pytest integration: options, Hypothesis profiles, the fuzz session, the summary and the report.
+
+Loaded by the repository's ``conftest.py``.  Options (see DESIGN.md's contract):
+``--fuzz-budget``, ``--shrink-budget``, ``--corpus-dir``, ``--world-sizes``,
+``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import Verbosity, settings
+
+from fuzz.engine import Fuzzer, FuzzOptions
+
+DEFAULT_BUDGET_S = 30.0
+DEFAULT_WORLD_SIZES = (1, 2, 4)
+SUPPORTED_WORLD_SIZES = (1, 2, 4, 8)
+
+settings.register_profile("dev", max_examples=50, deadline=None, report_multiple_bugs=False)
+settings.register_profile("ci", max_examples=50, deadline=None, report_multiple_bugs=False, print_blob=True,
+                          verbosity=Verbosity.normal)
+settings.register_profile("soak", max_examples=500, deadline=None, report_multiple_bugs=True)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("parityfuzz")
+    g.addoption("--fuzz-budget", metavar="SECONDS", default=None,
+                help=f"wall-clock seconds of case generation, shared by all fuzz targets (default {DEFAULT_BUDGET_S:g})")
+    g.addoption("--shrink-budget", metavar="SECONDS", default="300",
+                help="extra seconds a found failure may spend shrinking (default 300)")
+    g.addoption("--corpus-dir", metavar="DIR", default=None,
+                help="where failures are written and replays read (default: corpus/ in the repository)")
+    g.addoption("--world-sizes", metavar="N,N", default=None,
+                help="world sizes strategies may choose, e.g. 2,4 (default 1,2,4; 8 only when asked)")
+    g.addoption("--fuzz-seed", metavar="N", default=None, help="seed for a reproducible run")
+    g.addoption("--fuzz-report", metavar="PATH", default=None, help="write a JSON summary of the run here")
+    g.addoption("--case-timeout", metavar="SECONDS", default=None,
+                help="per-case timeout (default: scaled with the case's steps and world size)")
+
+
+def _number(config, name: str, raw, cast=float, minimum=0):
+    try:
+        value = cast(raw)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"--{name}: expected a number, got {raw!r}") from None
+    if value < minimum:
+        raise pytest.UsageError(f"--{name}: must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def options_from_config(config: pytest.Config) -> FuzzOptions:
+    """Parse and check the options; a bad value is a one-line UsageError naming the option."""
+    get = config.getoption
+    budget = _number(config, "fuzz-budget", get("fuzz_budget") or DEFAULT_BUDGET_S)
+    shrink = _number(config, "shrink-budget", get("shrink_budget"))
+    seed = None if get("fuzz_seed") is None else _number(config, "fuzz-seed", get("fuzz_seed"), int)
+    timeout = None if get("case_timeout") is None else _number(config, "case-timeout", get("case_timeout"),
+                                                                 float, minimum=1)
+    ws_raw = get("world_sizes")
+    if ws_raw is None:
+        world_sizes = DEFAULT_WORLD_SIZES
+    else:
+        try:
+            world_sizes = tuple(sorted({int(p) for p in ws_raw.split(",") if p.strip()}))
+        except ValueError:
+            raise pytest.UsageError(f"--world-sizes: expected comma-separated integers, got {ws_raw!r}") from None
+        bad = [w for w in world_sizes if w not in SUPPORTED_WORLD_SIZES]
+        if not world_sizes or bad:
+            raise pytest.UsageError(f"--world-sizes: supported sizes are {', '.join(map(str, SUPPORTED_WORLD_SIZES))}, "
+                                    f"got {ws_raw!r}")
+    corpus_raw = get("corpus_dir")
+    corpus_dir = Path(corpus_raw) if corpus_raw else Path(config.rootpath) / "corpus"
+    if corpus_raw and not corpus_dir.is_dir():
+        raise pytest.UsageError(f"--corpus-dir: {corpus_raw!r} is not a directory")
+    return FuzzOptions(budget_s=budget, shrink_budget_s=shrink, corpus_dir=corpus_dir, world_sizes=world_sizes,
+                       seed=seed, case_timeout_s=timeout)
+
+
+class FuzzSession:
+    """Per pytest run: the options, one executor shared by fuzz targets and corpus replays, the fuzzer."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.options = options_from_config(config)
+        self._executor = None
+        self._fuzzer = None
+        self.targets_total = 0
+        self.targets_done = 0
+        self.budget_used = 0.0
+
+    @property
+    def executor(self):
+        if self._executor is None:
+            from fuzz.executor import Executor
+
+            self._executor = Executor(timeout_s=self.options.case_timeout_s)
+        return self._executor
+
+    @property
+    def fuzzer(self) -> Fuzzer:
+        if self._fuzzer is None:
+            self._fuzzer = Fuzzer(self.options, self.executor, log=self.log)
+        return self._fuzzer
+
+    def log(self, message: str) -> None:
+        """Write a line to the terminal right away, past pytest's output capture."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            print(message, flush=True)
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(f"[parityfuzz] {message}")
+        else:
+            reporter.write_line(f"[parityfuzz] {message}")
+
+    def next_budget(self) -> float:
+        """An even share of what is left of the generation budget for the next target."""
+        left_targets = max(1, self.targets_total - self.targets_done)
+        return max(0.0, (self.options.budget_s - self.budget_used) / left_targets)
+
+    def run_target(self, name: str, make_strategy) -> None:
+        """Fuzz one target with its share of the budget; fail the test with every shrunk failure."""
+        stats = self.fuzzer.fuzz(name, make_strategy(self.options.world_sizes), self.next_budget())
+        self.targets_done += 1
+        self.budget_used += stats.generate_seconds
+        if stats.failures:
+            pytest.fail("\n\n".join(format_failure(f) for f in stats.failures), pytrace=False)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+
+
+def format_failure(f) -> str:
+    from fuzz.show import describe_case
+
+    parts = [f"parityfuzz: {f.target}: {f.verdict.describe()}",
+             f"minimal case written to {f.corpus_path} (found after {f.cases_to_find} cases in "
+             f"{f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s)",
+             f"replay it: python -m fuzz.repro {f.corpus_path}", "", describe_case(f.case), "",
+             f.case.to_json(indent=2)]
+    for r in f.verdict.ranks:
+        text = r.get("traceback") or r.get("log") or ""
+        if text:
+            parts += ["", f"--- rank {r['rank']} ({r.get('status')}) ---", text.rstrip()[-3000:]]
+    return "\n".join(parts)
+
+
+_SESSION = pytest.StashKey[FuzzSession]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fuzz_target: a parityfuzz fuzz target (shares the --fuzz-budget)")
+    if config.getoption("hypothesis_profile", None) is None:
+        settings.load_profile("ci" if os.environ.get("CI") else "dev")
+    config.stash[_SESSION] = FuzzSession(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items) -> None:
+    config.stash[_SESSION].targets_total = sum(1 for i in items if i.get_closest_marker("fuzz_target"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION, None)
+    if session is not None:
+        session.close()
+
+
+@pytest.fixture(scope="session")
+def fuzz_session(request) -> FuzzSession:
+    return request.config.stash[_SESSION]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    session = config.stash.get(_SESSION, None)
+    if session is None or (session._fuzzer is None and not config.getoption("fuzz_report")):
+        return
+    fuzzer = session.fuzzer
+    tr = terminalreporter
+    tr.section("parityfuzz")
+    tr.write_line(f"fuzz seed {fuzzer.seed} (rerun with --fuzz-seed={fuzzer.seed})")
+    for stats in fuzzer.targets.values():
+        tr.write_line(stats.summary_line())
+        common = ", ".join(f"{k} {v}" for k, v in stats.features.most_common(12))
+        if common:
+            tr.write_line(f"  most exercised features: {common}")
+        for f in stats.failures:
+            tr.write_line(f"  FAILURE {f.verdict.describe()}", red=True)
+            tr.write_line(f"    corpus file: {f.corpus_path}  (replay: python -m fuzz.repro {f.corpus_path})")
+    report_path = config.getoption("fuzz_report")
+    if report_path:
+        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(report_path).write_text(json.dumps(fuzzer.report(), indent=2) + "\n")
+        tr.write_line(f"report written to {report_path}")

@@ -1,0 +1,60 @@
+"""Human-readable rendering of a case: the model tree annotated with its parallel plan."""
+
+from __future__ import annotations
+
+from fuzz.case import LEAF_SUBMODULES, Case, Node, child_names
+
+
+def _leaf(node: Node, width: int) -> str:
+    k = node.kind
+    if k == "linear":
+        return f"Linear({width} -> {node.out}{'' if node.bias else ', bias=False'})"
+    if k == "act":
+        return node.fn.upper() if node.fn == "gelu" else node.fn.capitalize()
+    if k == "layernorm":
+        return f"LayerNorm({width})"
+    if k == "mlp":
+        return f"MLP({width} -> {node.hidden} -> {width})"
+    if k == "attention":
+        return f"Attention(width {width}, {node.heads} heads)"
+    return {"seq": "Sequential", "block": "Block", "residual": "Residual: x + inner(x)",
+            "twice": "Twice: inner(inner(x))"}[k]
+
+
+def describe_case(case: Case) -> str:
+    wraps = {w.path: w for w in case.plan.wraps}
+
+    def mark(path: str) -> str:
+        w = wraps.get(path)
+        return f"   <- fully_shard(reshard_after_forward={w.reshard_after_forward})" if w else ""
+
+    t = case.train
+    m = case.model
+    lines = [
+        f"case {case.case_id()}: {case.system} vs {case.reference}, world size {case.world_size}, "
+        f"mesh {list(case.mesh.shape)} {list(case.mesh.names)}, seed {case.seed}",
+        f"train: {t.steps} step(s) of {t.optimizer}(lr={t.lr}, foreach={t.foreach}), zero_grad={t.zero_grad}, "
+        f"batch {t.batch} x seq {t.seq_len}, loss={t.loss}, {t.dtype}, "
+        f"{'same' if t.same_input else 'different'} inputs per rank",
+        f"model{mark('')}",
+    ]
+    if m.input == "embedding":
+        lines.append(f"  inp: Embedding({m.vocab}, {m.in_dim}){mark('inp')}")
+    else:
+        lines.append(f"  input: dense, width {m.in_dim}")
+
+    def walk(node: Node, path: str, name: str, width: int, depth: int) -> int:
+        lines.append(f"{'  ' * depth}{name}: {_leaf(node, width)}{mark(path)}")
+        for sub in LEAF_SUBMODULES.get(node.kind, ()):
+            if f"{path}.{sub}" in wraps:
+                lines.append(f"{'  ' * (depth + 1)}{sub}{mark(f'{path}.{sub}')}")
+        w = width
+        for child_name, child in zip(child_names(node), node.children):
+            w = walk(child, f"{path}.{child_name}", child_name, w, depth + 1)
+        return node.out_width(width)
+
+    out = walk(m.body, "body", "body", m.in_dim, 1)
+    if m.input == "embedding":
+        tied = ", weight tied to inp" if m.tie_head else ""
+        lines.append(f"  head: Linear({out} -> {m.vocab}{tied}){mark('head')}")
+    return "\n".join(lines)

@@ -1,0 +1,10 @@
+"""Fuzz target: FSDP2 ``fully_shard`` must train exactly like DDP."""
+
+import pytest
+
+from strategies import cases
+
+
+@pytest.mark.fuzz_target
+def test_fsdp2_matches_ddp(fuzz_session):
+    fuzz_session.run_target("fsdp2", lambda world_sizes: cases(world_sizes, system="fsdp2"))
