@@ -1,0 +1,66 @@
+"""Every generated case builds: the module tree, the plan's paths and each rank's inputs."""
+
+import torch
+from hypothesis import given, settings
+
+from fuzz.build import DTYPES, batch_for, build_model
+from fuzz.case import MeshSpec, ModelSpec, Node
+from strategies import cases
+from tests.test_case import simple
+
+
+@settings(max_examples=40)
+@given(cases())
+def test_generated_cases_build_and_run_forward(case):
+    model = build_model(case)
+    paths = {name for name, _ in model.named_modules()}
+    assert paths == {p for p, _ in case.model.module_paths()}
+    for w in case.plan.wraps:
+        model.get_submodule(w.path)
+    out = model(batch_for(case, 0, 0))
+    assert out.dtype == DTYPES[case.train.dtype]
+    assert out.shape[:2] == (case.train.batch, case.train.seq_len)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@settings(max_examples=10)
+@given(cases())
+def test_same_weights_for_every_build(case):
+    a, b = build_model(case), build_model(case)
+    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
+        assert na == nb and torch.equal(pa, pb)
+
+
+def test_build_does_not_touch_global_rng():
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    build_model(simple())
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_inputs_differ_per_rank_and_step_unless_same_input():
+    case = simple(world_size=2, mesh=MeshSpec((2,)))
+    assert not torch.equal(batch_for(case, 0, 0), batch_for(case, 1, 0))
+    assert not torch.equal(batch_for(case, 0, 0), batch_for(case, 0, 1))
+    assert torch.equal(batch_for(case, 1, 3), batch_for(case, 1, 3))
+    same = simple(train=case.train.__class__(same_input=True))
+    assert torch.equal(batch_for(same, 0, 0), batch_for(same, 1, 0))
+
+
+def test_tied_head_shares_the_embedding_weight():
+    case = simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=4),)), input="embedding",
+                                  vocab=7, tie_head=True))
+    model = build_model(case.validate())
+    assert model.head.weight is model.inp.weight
+    assert "head.weight" not in dict(model.named_parameters())
+
+
+def test_twice_calls_its_child_twice():
+    case = simple(model=ModelSpec(body=Node("twice", children=(Node("linear", out=4),))))
+    model = build_model(case.validate())
+    calls = []
+    model.body.inner.register_forward_hook(lambda *a: calls.append(1))
+    model(batch_for(case, 0, 0))
+    assert len(calls) == 2

@@ -1,0 +1,118 @@
+"""Cases are plain data: JSON round trip, strict parsing, validation errors that name the field."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+
+from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from strategies import cases
+
+
+def simple(**kw) -> Case:
+    base = dict(seed=0, world_size=2, model=ModelSpec(body=Node("seq", children=(Node("linear", out=4),))),
+                mesh=MeshSpec((2,)))
+    base.update(kw)
+    return Case(**base)
+
+
+@given(cases())
+def test_json_round_trip(case):
+    assert Case.from_json(case.to_json()) == case
+    assert Case.from_json(case.to_json(indent=2)) == case
+    assert Case.from_json(case.to_json()).case_id() == case.case_id()
+
+
+@given(cases())
+def test_generated_cases_validate(case):
+    assert case.validate() is case
+
+
+def test_case_module_imports_neither_torch_nor_hypothesis():
+    code = "import sys, fuzz.case; print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_defaults_are_omitted_from_json():
+    data = json.loads(simple().to_json())
+    assert "train" not in data and "plan" not in data and data["schema"] == 1
+
+
+def test_case_id_is_content_hash():
+    assert simple().case_id() == simple().case_id()
+    assert simple().case_id() != simple(seed=1).case_id()
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.update(bogus=1), "bogus"),
+    (lambda d: d["model"].update(widht=3), "model.widht"),
+    (lambda d: d.pop("world_size"), "world_size"),
+    (lambda d: d.update(seed="zero"), "seed"),
+    (lambda d: d.update(seed=True), "seed"),
+    (lambda d: d["model"]["body"]["children"][0].update(out="4"), "model.body.children[0].out"),
+    (lambda d: d["mesh"].update(shape=3), "mesh.shape"),
+    (lambda d: d.update(plan={"wraps": [{"path": "", "reshard_after_forward": "yes"}]}),
+     "plan.wraps[0].reshard_after_forward"),
+])
+def test_from_json_names_the_bad_field(mutate, field):
+    data = simple().to_dict()
+    mutate(data)
+    with pytest.raises(CaseError) as info:
+        Case.from_dict(data)
+    assert info.value.field == field
+    assert str(info.value).startswith(field)
+
+
+def test_wrong_schema_is_rejected():
+    data = simple().to_dict()
+    data["schema"] = 99
+    with pytest.raises(CaseError, match="schema"):
+        Case.from_dict(data)
+
+
+def test_garbage_json():
+    with pytest.raises(CaseError, match="not valid JSON"):
+        Case.from_json('{"seed": 0,')
+
+
+@pytest.mark.parametrize("case, field", [
+    (simple(world_size=0, mesh=MeshSpec((0,))), "world_size"),
+    (simple(mesh=MeshSpec((4,))), "mesh.shape"),
+    (simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=0),)))), "model.body.children[0].out"),
+    (simple(model=ModelSpec(body=Node("seq", children=(Node("frob"),)))), "model.body.children[0].kind"),
+    (simple(model=ModelSpec(body=Node("seq", children=(Node("act", fn="relu"),)))), "model.body"),
+    (simple(model=ModelSpec(in_dim=6, body=Node("seq", children=(Node("attention", heads=4),)))),
+     "model.body.children[0].heads"),
+    (simple(model=ModelSpec(body=Node("residual", children=(Node("linear", out=3),)))), "model.body.children[0]"),
+    (simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=3),)), input="embedding", vocab=5,
+                            tie_head=True)), "model.tie_head"),
+    (simple(plan=PlanSpec(wraps=(Wrap("body.0"),))), "plan.wraps"),
+    (simple(plan=PlanSpec(wraps=(Wrap("body.9"), Wrap("")))), "plan.wraps[0].path"),
+    (simple(plan=PlanSpec(wraps=(Wrap("", 2),))), "plan.wraps[0].reshard_after_forward"),
+    (simple(train=TrainSpec(steps=0)), "train.steps"),
+    (simple(train=TrainSpec(optimizer="lion")), "train.optimizer"),
+    (simple(train=TrainSpec(dtype="int8")), "train.dtype"),
+])
+def test_validate_names_the_bad_field(case, field):
+    with pytest.raises(CaseError) as info:
+        case.validate()
+    assert info.value.field == field
+
+
+def test_tied_head_must_stay_with_root():
+    model = ModelSpec(body=Node("seq", children=(Node("linear", out=4),)), input="embedding", vocab=5, tie_head=True)
+    with pytest.raises(CaseError) as info:
+        simple(model=model, plan=PlanSpec(wraps=(Wrap("head"), Wrap("")))).validate()
+    assert info.value.field == "plan.wraps[0].path"
+
+
+def test_int_reshard_must_divide_shard_group():
+    ok = simple(world_size=4, mesh=MeshSpec((4,)), plan=PlanSpec(wraps=(Wrap("", 2),)))
+    assert ok.validate() is ok
+    bad = dataclasses.replace(ok, plan=PlanSpec(wraps=(Wrap("", 3),)))
+    with pytest.raises(CaseError):
+        bad.validate()

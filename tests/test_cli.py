@@ -1,0 +1,122 @@
+"""The command-line contract (DESIGN.md): options, exit codes, corpus writing, replay, report, repro."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fuzz import corpus
+from fuzz.verdict import Verdict
+from tests.test_case import simple
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def pytest_run(*args, cwd=ROOT, timeout=300):
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("option, needle", [
+    ("--fuzz-budget=abc", "--fuzz-budget"),
+    ("--fuzz-budget=-5", "--fuzz-budget"),
+    ("--world-sizes=3", "--world-sizes"),
+    ("--world-sizes=two", "--world-sizes"),
+    ("--corpus-dir=/no/such/dir", "--corpus-dir"),
+    ("--fuzz-seed=x", "--fuzz-seed"),
+])
+def test_bad_option_is_a_one_line_usage_error(tmp_path, option, needle):
+    result = pytest_run("fuzz/test_fsdp2.py", option, f"--fuzz-report={tmp_path}/r.json")
+    assert result.returncode == 4, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and needle in errors[0]
+    assert not (tmp_path / "r.json").exists()
+
+
+FAULT_TARGET = textwrap.dedent("""
+    import pytest
+    from strategies import cases
+
+    @pytest.mark.fuzz_target
+    def test_faulty(fuzz_session):
+        fuzz_session.run_target("odd", lambda ws: cases(ws, system="tests.faults:OddLinearGradDrop"))
+""")
+
+
+def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
+    (tmp_path / "test_faulty.py").write_text(FAULT_TARGET)
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    report = tmp_path / "report.json"
+    result = pytest_run("-p", "fuzz.plugin", str(tmp_path / "test_faulty.py"), "--fuzz-budget=60",
+                        "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=60",
+                        f"--fuzz-report={report}", f"--rootdir={tmp_path}")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "mismatch" in out and "python -m fuzz.repro" in out
+    files = corpus.discover(corpus_dir)
+    assert len(files) == 1
+    data = json.loads(report.read_text())
+    assert data["cases_run"] >= 1 and data["verdicts"]["mismatch"] >= 1
+    assert data["failures"][0]["corpus_file"] == str(files[0])
+    assert data["failures"][0]["first_divergence"]["what"] == "grad"
+
+    # Replay: expected to fail -> xfail, exit 0.
+    replay = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={corpus_dir}", "-rxX")
+    assert replay.returncode == 0 and "1 xfailed" in replay.stdout, replay.stdout
+    # Flipped to "pass": the case diverges, so the replay fails.
+    doc = json.loads(files[0].read_text())
+    doc["expect"] = "pass"
+    files[0].write_text(json.dumps(doc))
+    replay = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={corpus_dir}")
+    assert replay.returncode == 1 and "1 failed" in replay.stdout, replay.stdout
+    # repro explains it and exits 1.
+    repro = subprocess.run([sys.executable, "-m", "fuzz.repro", str(files[0])], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert repro.returncode == 1 and "verdict: mismatch" in repro.stdout and "Linear(" in repro.stdout
+
+
+def test_replay_xpass_is_loud_and_bad_files_fail_alone(tmp_path):
+    # A passing case wrongly marked as a known failure: strict XPASS fails the run.
+    corpus.record(tmp_path, simple(), Verdict("mismatch"), expect="fail")
+    (tmp_path / "fsdp2" / "broken.json").write_text('{"corpus_format": 1, "case": {"seed": 0')
+    result = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={tmp_path}", "-rA")
+    out = result.stdout
+    assert result.returncode == 1
+    assert "XPASS(strict)" in out or "[XPASS(strict)]" in out, out
+    assert "broken.json: not valid JSON" in out
+    assert "2 failed" in out
+
+
+def test_clean_fuzz_run_exits_zero_and_reports(tmp_path):
+    report = tmp_path / "report.json"
+    result = pytest_run("fuzz/test_fsdp2.py", "--fuzz-budget=8", "--world-sizes=1,2", "--fuzz-seed=1",
+                        f"--corpus-dir={tmp_path}", f"--fuzz-report={report}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "distinct feature combinations" in result.stdout and "--fuzz-seed=1" in result.stdout
+    data = json.loads(report.read_text())
+    assert data["cases_run"] >= 1 and data["failures"] == [] and data["fuzz_seed"] == 1
+    assert set(data["verdicts"]) == {"pass"}
+    assert data["targets"]["fsdp2"]["distinct_feature_combinations"] >= 1
+
+
+def test_repro_bad_file_exits_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"corpus_format": 1, "expect": "sometimes", "case": {}}')
+    result = subprocess.run([sys.executable, "-m", "fuzz.repro", str(bad)], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "bad.json" in result.stderr and "expect" in result.stderr
+
+
+def test_repro_passing_case_exits_0(tmp_path):
+    path = tmp_path / "case.json"
+    path.write_text(simple().to_json())
+    result = subprocess.run([sys.executable, "-m", "fuzz.repro", str(path), "--json"], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["verdict"]["kind"] == "pass"

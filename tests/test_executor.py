@@ -1,0 +1,85 @@
+"""The executor: persistent ranks, results as data, and every way a case can go wrong becomes a verdict."""
+
+import dataclasses
+import os
+import time
+
+import pytest
+
+from fuzz.verify import check
+from tests.test_case import simple
+
+
+def fault(name: str, **kw):
+    return simple(system=f"tests.faults:{name}", **kw)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_ranks_persist_across_cases(executor):
+    assert check(simple(), executor).ok
+    pids = executor.pools[2].pids()
+    assert check(simple(seed=1), executor).ok
+    assert executor.pools[2].pids() == pids
+
+
+def test_results_come_back_as_data_per_rank(executor):
+    outcomes = executor.run(simple())
+    assert [o.rank for o in outcomes] == [0, 1] and all(o.status == "ok" for o in outcomes)
+    ref0, ref1 = outcomes[0].result["reference"], outcomes[1].result["reference"]
+    assert len(ref0.losses) == 1 and ref0.grads and ref0.params
+    assert ref1.grads is None  # full tensors are kept on rank 0 only
+    assert ref0.losses != ref1.losses  # each rank trains on its own inputs
+
+
+@pytest.mark.parametrize("name, kind, needle", [
+    ("RaiseOnRank1", "error", "injected failure on rank 1"),
+    ("ExitOnRank0", "crash", "exit code 3"),
+    ("AbortOnRank1", "crash", "exit code -6"),
+])
+def test_failures_become_verdicts_and_the_pool_recovers(executor, name, kind, needle):
+    old_pids = executor.pool(2).pids()
+    verdict = check(fault(name), executor, timeout_s=20)
+    assert verdict.kind == kind, verdict.describe()
+    assert needle in verdict.describe()
+    if kind == "error":
+        entry = next(r for r in verdict.ranks if r["status"] == "error")
+        assert entry["role"] == "system" and "RuntimeError" in entry["traceback"]
+    assert check(simple(), executor).ok  # a fresh pool answers the next case
+    time.sleep(0.5)
+    assert not any(alive(p) for p in old_pids)
+
+
+def test_hang_is_a_verdict_with_stacks(executor):
+    old_pids = executor.pool(2).pids()
+    start = time.monotonic()
+    verdict = check(fault("SleepOnRank1"), executor, timeout_s=3)
+    assert time.monotonic() - start < 15
+    assert verdict.kind == "hang"
+    hung = [r for r in verdict.ranks if r["status"] == "hang"]
+    assert hung and any("misbehave" in r["log"] for r in hung), "faulthandler stack of the sleeping rank"
+    assert check(simple(), executor).ok
+    time.sleep(0.5)
+    assert not any(alive(p) for p in old_pids)
+
+
+def test_unknown_system_is_an_error_verdict(executor):
+    verdict = check(simple(system="no.such.module:Thing"), executor, timeout_s=20)
+    assert verdict.kind == "error" and "cannot load system" in verdict.describe()
+
+
+def test_same_case_same_verdict(executor):
+    case = dataclasses.replace(simple(), train=dataclasses.replace(simple().train, steps=3, optimizer="adam"))
+    outcomes = [executor.run(case) for _ in range(2)]
+    a, b = (o[0].result["system"] for o in outcomes)
+    assert a.losses == b.losses

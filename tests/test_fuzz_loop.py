@@ -1,0 +1,49 @@
+"""The whole loop: a short fuzz run finds an injected fault, shrinks it, and writes it to the corpus;
+the same budget against correct FSDP2 reports nothing."""
+
+import pytest
+
+from fuzz import corpus
+from fuzz.engine import Fuzzer, FuzzOptions
+from fuzz.verify import check
+from strategies import cases
+
+BUDGET_S = 45.0
+
+
+def body_modules(case) -> int:
+    """Modules of the model body below its top-level container."""
+    return sum(1 for _ in case.model.body.walk("body")) - 1
+
+
+def fuzz(executor, tmp_path, system, seed=1):
+    fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120), executor, log=print)
+    return fuzzer.fuzz(system, cases((2,), system=system), budget_s=BUDGET_S)
+
+
+@pytest.mark.parametrize("fault, shows", [
+    ("OddLinearGradDrop", lambda c: any(n.kind == "linear" and n.out % 2 for _, n in c.model.body.walk("body"))),
+    ("TwiceGradDrop", lambda c: any(n.kind == "twice" for _, n in c.model.body.walk("body"))),
+])
+def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
+    system = f"tests.faults:{fault}"
+    stats = fuzz(executor, tmp_path, system)
+    assert len(stats.failures) == 1
+    f = stats.failures[0]
+    print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, "
+          f"shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules")
+    assert f.verdict.kind == "mismatch"
+    assert body_modules(f.case) <= 3, f.case.to_json(indent=1)
+    assert shows(f.case), "the minimal case still shows the faulty situation"
+    assert f.case.train.steps == 1 and f.case.world_size == 2 and f.case.seed == 0
+    entry = corpus.load(f.corpus_path)
+    assert entry.case == f.case and entry.expect == "fail"
+    assert check(entry.case, executor).kind == "mismatch"  # the saved case replays to the same verdict
+
+
+def test_correct_fsdp2_has_no_failures_in_the_same_budget(executor, tmp_path):
+    stats = fuzz(executor, tmp_path, "fsdp2")
+    print(stats.summary_line())
+    assert stats.failures == [] and stats.verdicts["pass"] == stats.cases
+    assert stats.cases >= 50
+    assert corpus.discover(tmp_path) == []

@@ -1,0 +1,100 @@
+"""The oracle: equal traces pass; just inside passes, just outside fails; NaN handling; first divergence."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fuzz.oracle import TOLERANCES, close_report, compare
+from fuzz.trace import Rec, Trace
+
+
+def trace(loss=1.0, grad=(1.0, 2.0), param=(3.0, -4.0), steps=2, dtype="float64", ranks=2):
+    return Trace(
+        losses=[[loss] * ranks for _ in range(steps)],
+        loss_dtype=dtype,
+        grads=[{"w": Rec(dtype, np.array(grad, dtype=np.float64))} for _ in range(steps)],
+        params=[{"w": Rec(dtype, np.array(param, dtype=np.float64))} for _ in range(steps)],
+    )
+
+
+def test_identical_traces_pass():
+    assert compare(trace(), trace()).ok
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_just_inside_and_just_outside_tolerance(dtype):
+    rtol, atol = TOLERANCES[dtype]
+    ref = 2.0
+    limit = atol + rtol * ref
+    inside = trace(grad=(1.0, ref), dtype=dtype)
+    inside.grads[0]["w"].value[1] = ref + 0.99 * limit
+    assert compare(trace(grad=(1.0, ref), dtype=dtype), inside).ok
+    outside = trace(grad=(1.0, ref), dtype=dtype)
+    outside.grads[0]["w"].value[1] = ref + 1.01 * limit
+    v = compare(trace(grad=(1.0, ref), dtype=dtype), outside)
+    assert v.kind == "mismatch"
+    d = v.divergence
+    assert (d.step, d.what, d.tensor) == (0, "grad", "w")
+    assert d.max_abs == pytest.approx(1.01 * limit)
+    assert d.max_rel == pytest.approx(1.01 * limit / ref)
+
+
+def test_nan_against_number_fails_and_nan_against_nan_passes():
+    ok, *_ = close_report(np.array([math.nan]), np.array([math.nan]), 1e-7, 1e-7)
+    assert ok
+    ok, mabs, _, _ = close_report(np.array([1.0]), np.array([math.nan]), 1e-7, 1e-7)
+    assert not ok and mabs == math.inf
+    ok, *_ = close_report(np.array([math.nan]), np.array([1.0]), 1e-7, 1e-7)
+    assert not ok
+    ok, *_ = close_report(np.array([math.inf]), np.array([math.inf]), 1e-7, 1e-7)
+    assert ok
+    ok, *_ = close_report(np.array([math.inf]), np.array([-math.inf]), 1e-7, 1e-7)
+    assert not ok
+
+
+def test_nan_loss_on_one_rank_is_caught():
+    sut = trace()
+    sut.losses[1][1] = math.nan
+    v = compare(trace(), sut)
+    assert v.divergence.what == "loss" and v.divergence.tensor == "loss[rank 1]" and v.divergence.step == 1
+
+
+def test_first_divergence_is_reported_in_step_order():
+    sut = trace(steps=3)
+    sut.params[2]["w"].value[0] += 1
+    sut.grads[1]["w"].value[0] += 1
+    v = compare(trace(steps=3), sut)
+    assert (v.divergence.step, v.divergence.what) == (1, "grad")
+
+
+def test_loss_checked_before_gradients():
+    sut = trace(loss=1.5)
+    sut.grads[0]["w"].value[0] += 1
+    assert compare(trace(), sut).divergence.what == "loss"
+
+
+def test_shape_missing_and_none_gradients():
+    sut = trace()
+    sut.grads[0]["w"] = Rec("float64", np.zeros(3))
+    assert "shape" in compare(trace(), sut).divergence.detail
+    sut = trace()
+    del sut.params[0]["w"]
+    assert "missing" in compare(trace(), sut).divergence.detail
+    sut = trace()
+    sut.grads[0]["w"] = None
+    assert "no gradient" in compare(trace(), sut).divergence.detail
+    both = trace()
+    both.grads[0]["w"] = None
+    ref = trace()
+    ref.grads[0]["w"] = None
+    assert compare(ref, both).ok
+
+
+def test_step_count_mismatch():
+    assert not compare(trace(steps=2), trace(steps=1)).ok
+
+
+def test_zero_reference_relative_error_is_finite_or_inf_but_reported():
+    ok, mabs, mrel, _ = close_report(np.array([0.0]), np.array([1.0]), 1e-7, 1e-7)
+    assert not ok and mabs == 1.0 and mrel > 1e300
