@@ -115,6 +115,8 @@ class TargetStats:
     shrink_seconds: float = 0.0
     shrink_runs: int = 0
     failures: list[Failure] = field(default_factory=list)
+    #: Passing cases whose comparison was cut short, by reason.
+    notes: Counter = field(default_factory=Counter)
 
     def count(self, case: Case, verdict: Verdict) -> None:
         self.cases += 1
@@ -126,8 +128,9 @@ class TargetStats:
 
     def summary_line(self) -> str:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
+        notes = "".join(f"; {n} cases: {reason}" for reason, n in self.notes.items())
         return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
-                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking")
+                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking{notes}")
 
     def to_dict(self) -> dict:
         return {
@@ -136,6 +139,7 @@ class TargetStats:
             "generate_seconds": round(self.generate_seconds, 2),
             "shrink_seconds": round(self.shrink_seconds, 2),
             "shrink_runs": self.shrink_runs,
+            "cut_short": dict(self.notes),
             "distinct_feature_combinations": len(self.combinations),
             "feature_counts": dict(sorted(self.features.items())),
             "pair_counts": dict(sorted(self.pairs.items())),
@@ -204,6 +208,8 @@ class Fuzzer:
                 for tag in sorted(case.features()):
                     event(tag)
                 event(f"verdict={verdict.kind}")
+                if verdict.note:
+                    stats.notes[verdict.note.split(" at step")[0]] += 1
                 if not verdict.ok and not found:
                     found.update(at=time.monotonic(), cases=stats.cases)
                     self.log(f"{name}: {verdict.kind} found after {stats.cases} cases "

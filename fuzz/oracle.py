@@ -13,6 +13,14 @@ against a default rtol of 1.3e-6.  So float32 uses rtol 1e-3, atol 1e-4: still
 far below what a dropped, doubled or unaveraged gradient does.  float64 cases
 (every optimizer) keep the strict defaults.  NaN matches NaN and equal infinities match (both
 systems blowing up alike is parity); NaN against a number does not.
+
+A reference that diverges numerically ends the comparison: from the first step
+at which any reference loss, gradient or parameter is non-finite or larger than
+:data:`DIVERGENCE_LIMIT` in magnitude, training is chaos (both systems cross
+overflow at slightly different steps), not a parity question.  Steps before it
+are compared in full; the verdict's ``note`` says where comparison stopped, and
+the run summary counts such cases.  A system under test that blows up while the
+reference stays sane is still a mismatch.
 """
 
 from __future__ import annotations
@@ -29,6 +37,23 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (1.6e-2, 1e-5),
     "float16": (1e-3, 1e-5),
 }
+
+
+#: Magnitude beyond which the reference run counts as numerically diverged.
+DIVERGENCE_LIMIT = 1e6
+
+
+def reference_diverged_at(ref: Trace) -> int | None:
+    """The first step at which the reference left the sane range, if any."""
+    for step in range(len(ref.losses)):
+        values = [np.asarray(ref.losses[step], dtype=np.float64)]
+        for tensors in (ref.grads, ref.params):
+            if step < len(tensors):
+                values += [r.value for r in tensors[step].values() if r is not None]
+        for v in values:
+            if v.size and not (np.isfinite(v).all() and np.abs(v).max() <= DIVERGENCE_LIMIT):
+                return step
+    return None
 
 
 def tolerance(dtype: str, table: dict[str, tuple[float, float]] = TOLERANCES) -> tuple[float, float]:
@@ -60,7 +85,8 @@ def compare(ref: Trace, sut: Trace, table: dict[str, tuple[float, float]] = TOLE
     if len(ref.losses) != len(sut.losses):
         return _mismatch(0, "loss", "steps", float("inf"), float("inf"),
                          f"system ran {len(sut.losses)} steps, reference {len(ref.losses)}")
-    for step in range(len(ref.losses)):
+    stop = reference_diverged_at(ref)
+    for step in range(len(ref.losses) if stop is None else stop):
         rtol, atol = tolerance(ref.loss_dtype, table)
         for rank, (a, b) in enumerate(zip(ref.losses[step], sut.losses[step])):
             ok, mabs, mrel, detail = close_report(np.array(a), np.array(b), rtol, atol)
@@ -71,6 +97,8 @@ def compare(ref: Trace, sut: Trace, table: dict[str, tuple[float, float]] = TOLE
                                        sut_t[step] if step < len(sut_t) else {}, table)
             if verdict is not None:
                 return verdict
+    if stop is not None:
+        return Verdict(PASS, note=f"reference diverged numerically at step {stop}; compared steps before it")
     return Verdict(PASS)
 
 

@@ -6,17 +6,60 @@ a :class:`Trace` that the oracle compares.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 
+@dataclass(frozen=True)
+class ShardInfo:
+    """Where a rank's local piece of a DTensor sits in the global tensor.
+
+    ``placements[i]`` is the tensor dim sharded over mesh dim ``i`` (DTensor's
+    ``Shard(d)``, split like ``torch.chunk``) or -1 for ``Replicate``.
+    """
+
+    global_shape: tuple[int, ...]
+    placements: tuple[int, ...]
+    mesh_shape: tuple[int, ...]
+    coord: tuple[int, ...]
+
+    def region(self) -> tuple[slice, ...]:
+        bounds = [[0, n] for n in self.global_shape]
+        for dim, size, k in zip(self.placements, self.mesh_shape, self.coord):
+            if dim < 0:
+                continue
+            lo, hi = bounds[dim]
+            chunk = -(-(hi - lo) // size)
+            bounds[dim] = [min(lo + k * chunk, hi), min(lo + (k + 1) * chunk, hi)]
+        return tuple(slice(lo, hi) for lo, hi in bounds)
+
+
 @dataclass
 class Rec:
-    """One recorded tensor: its original dtype and its value as float64."""
+    """One recorded tensor: its original dtype and its value as float64.
+
+    With ``shard`` set, ``value`` is one rank's local piece; :func:`assemble`
+    puts the pieces of all ranks together.
+    """
 
     dtype: str
     value: np.ndarray
+    shard: ShardInfo | None = None
+
+
+def assemble(pieces: list[Rec]) -> Rec:
+    """The full tensor from every rank's local piece (ranks holding a replica write the same region)."""
+    first = pieces[0]
+    out = np.zeros(first.shard.global_shape, dtype=np.float64)
+    for piece in pieces:
+        region = piece.shard.region()
+        target = out[region]
+        if target.shape != piece.value.shape:
+            raise ValueError(f"local piece of shape {piece.value.shape} does not fit region {region} "
+                             f"of {first.shard.global_shape} ({piece.shard})")
+        out[region] = piece.value
+    return Rec(first.dtype, out)
 
 
 #: ``{parameter name: Rec or None (no gradient)}``
@@ -25,17 +68,21 @@ Tensors = dict
 
 @dataclass
 class RankTrace:
-    """One system's run on one rank.  Full gradients and parameters are kept on rank 0 only."""
+    """One system's run on one rank.
+
+    ``grads``/``params`` hold, per step, rank 0's plain (full) tensors and every
+    rank's local pieces of sharded ones.
+    """
 
     losses: list[float]
     loss_dtype: str
-    grads: list[Tensors] | None = None
-    params: list[Tensors] | None = None
+    grads: list[Tensors] = field(default_factory=list)
+    params: list[Tensors] = field(default_factory=list)
 
 
 @dataclass
 class Trace:
-    """One system's run on all ranks: ``losses[step][rank]``, rank 0's full tensors per step."""
+    """One system's run on all ranks: ``losses[step][rank]`` and full tensors per step."""
 
     losses: list[list[float]]
     loss_dtype: str
@@ -49,6 +96,13 @@ class Trace:
         return cls(
             losses=[[rt.losses[s] for rt in per_rank] for s in range(steps)],
             loss_dtype=first.loss_dtype,
-            grads=first.grads or [],
-            params=first.params or [],
+            grads=[_merge_step([rt.grads[s] for rt in per_rank]) for s in range(len(first.grads))],
+            params=[_merge_step([rt.params[s] for rt in per_rank]) for s in range(len(first.params))],
         )
+
+
+def _merge_step(per_rank: list[Tensors]) -> Tensors:
+    out = {}
+    for name, rec in per_rank[0].items():
+        out[name] = assemble([t[name] for t in per_rank]) if rec is not None and rec.shard else rec
+    return out

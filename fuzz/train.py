@@ -7,12 +7,40 @@ import torch
 from fuzz.build import batch_for, build_model
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
-from fuzz.trace import Rec, RankTrace
+from fuzz.trace import RankTrace, Rec, ShardInfo
 
 
-def _record(tensors: dict) -> dict:
-    return {n: None if t is None else Rec(str(t.dtype).removeprefix("torch."), t.detach().to("cpu", torch.float64, copy=True).numpy())
-            for n, t in tensors.items()}
+def _numpy(t: torch.Tensor):
+    return t.detach().to("cpu", torch.float64, copy=True).numpy()
+
+
+def _record(tensors: dict, rank: int) -> dict:
+    """Rank 0 records plain tensors whole; every rank records its piece of each DTensor.
+
+    Pieces of Shard/Replicate DTensors are put together by the driver (no
+    collective); other placements are gathered here with ``full_tensor()``.
+    """
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    out = {}
+    for name, t in tensors.items():
+        if t is None:
+            if rank == 0:
+                out[name] = None
+            continue
+        dtype = str(t.dtype).removeprefix("torch.")
+        if isinstance(t, DTensor):
+            if all(type(p) in (Shard, Replicate) for p in t.placements):
+                info = ShardInfo(global_shape=tuple(t.shape),
+                                 placements=tuple(p.dim if isinstance(p, Shard) else -1 for p in t.placements),
+                                 mesh_shape=tuple(t.device_mesh.shape),
+                                 coord=tuple(t.device_mesh.get_coordinate()))
+                out[name] = Rec(dtype, _numpy(t.to_local()), info)
+                continue
+            t = t.full_tensor()  # a collective: every rank takes this branch for this tensor
+        if rank == 0:
+            out[name] = Rec(dtype, _numpy(t))
+    return out
 
 
 def reset_rank_state(seed: int) -> None:
@@ -28,17 +56,13 @@ def run_system(case: Case, role: str, ctx: RankContext) -> RankTrace:
     reset_rank_state(case.seed)
     system = cls(case, ctx)
     system.setup(build_model(case))
-    keep = ctx.rank == 0
-    trace = RankTrace(losses=[], loss_dtype="", grads=[] if keep else None, params=[] if keep else None)
+    trace = RankTrace(losses=[], loss_dtype="", grads=[], params=[])
     for step in range(case.train.steps):
         system.zero_grad(step)
         loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device))
         trace.losses.append(float(loss))
         trace.loss_dtype = str(loss.dtype).removeprefix("torch.")
-        grads = system.gradients()
+        trace.grads.append(_record(system.gradients(), ctx.rank))
         system.optimizer_step()
-        params = system.parameters()
-        if keep:
-            trace.grads.append(_record(grads))
-            trace.params.append(_record(params))
+        trace.params.append(_record(system.parameters(), ctx.rank))
     return trace

@@ -30,6 +30,8 @@ class Verdict:
     divergence: Divergence | None = None
     #: ERROR/CRASH/HANG: one entry per affected rank (rank, role, message, traceback or log tail).
     ranks: tuple[dict, ...] = field(default_factory=tuple)
+    #: Anything the verdict's reader should know (e.g. comparison stopped early).
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -45,7 +47,7 @@ class Verdict:
 
     def describe(self) -> str:
         if self.kind == PASS:
-            return "pass"
+            return f"pass ({self.note})" if self.note else "pass"
         if self.divergence is not None:
             return f"{self.kind}: {self.divergence.describe()}"
         parts = []
@@ -64,4 +66,4 @@ class Verdict:
     def from_dict(cls, data: dict) -> Verdict:
         div = data.get("divergence")
         return cls(kind=data["kind"], divergence=Divergence(**div) if div else None,
-                   ranks=tuple(data.get("ranks", ())))
+                   ranks=tuple(data.get("ranks", ())), note=data.get("note", ""))

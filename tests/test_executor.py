@@ -38,7 +38,11 @@ def test_results_come_back_as_data_per_rank(executor):
     assert [o.rank for o in outcomes] == [0, 1] and all(o.status == "ok" for o in outcomes)
     ref0, ref1 = outcomes[0].result["reference"], outcomes[1].result["reference"]
     assert len(ref0.losses) == 1 and ref0.grads and ref0.params
-    assert ref1.grads is None  # full tensors are kept on rank 0 only
+    assert ref1.grads == [{}]  # plain (DDP) tensors are shipped by rank 0 only
+    sut0, sut1 = outcomes[0].result["system"], outcomes[1].result["system"]
+    piece0, piece1 = sut0.params[0]["body.0.weight"], sut1.params[0]["body.0.weight"]
+    assert piece0.shard.coord == (0,) and piece1.shard.coord == (1,)  # FSDP2 pieces come from every rank
+    assert piece0.value.shape == (2, 4) and piece0.shard.global_shape == (4, 4)
     assert ref0.losses != ref1.losses  # each rank trains on its own inputs
 
 

@@ -98,3 +98,26 @@ def test_step_count_mismatch():
 def test_zero_reference_relative_error_is_finite_or_inf_but_reported():
     ok, mabs, mrel, _ = close_report(np.array([0.0]), np.array([1.0]), 1e-7, 1e-7)
     assert not ok and mabs == 1.0 and mrel > 1e300
+
+
+def test_comparison_stops_where_the_reference_diverges():
+    ref, sut = trace(steps=3), trace(steps=3)
+    ref.grads[1]["w"].value[0] = 1e9  # the reference blows up at step 1 ...
+    sut.grads[1]["w"].value[0] = math.inf  # ... and the system crosses overflow first
+    sut.params[2]["w"].value[0] = 7.0
+    v = compare(ref, sut)
+    assert v.ok and "step 1" in v.note
+
+
+def test_divergence_before_the_reference_blows_up_is_still_caught():
+    ref, sut = trace(steps=3), trace(steps=3)
+    ref.losses[2][0] = math.nan
+    sut.params[0]["w"].value[0] += 1
+    v = compare(ref, sut)
+    assert v.kind == "mismatch" and v.divergence.step == 0
+
+
+def test_system_blowing_up_alone_is_a_mismatch():
+    sut = trace()
+    sut.grads[0]["w"].value[0] = 1e9
+    assert compare(trace(), sut).kind == "mismatch"

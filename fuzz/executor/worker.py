@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from datetime import timedelta
 
 
@@ -57,6 +58,9 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
     from fuzz.train import run_system
 
     torch.set_num_threads(1)
+    # FSDP2 warns for every wrapped module whose output is a view; our models never modify outputs in place,
+    # and the noise would bury a crashed or hung rank's last words.
+    warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")
     if backend == "nccl":
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)

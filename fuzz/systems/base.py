@@ -34,25 +34,15 @@ def make_optimizer(train: TrainSpec, params) -> torch.optim.Optimizer:
     return cls(params, lr=train.lr, foreach=train.foreach)
 
 
-def full(t: torch.Tensor | None) -> torch.Tensor | None:
-    """The unsharded value of a (possibly DTensor) tensor.  A collective for DTensors."""
-    if t is None:
-        return None
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(t, DTensor):
-        t = t.full_tensor()
-    return t.detach()
-
-
 class System:
     """One way to train a case's model.
 
     The trainer calls, per step: :meth:`zero_grad`, :meth:`forward_backward`,
     :meth:`gradients`, :meth:`optimizer_step`, :meth:`parameters`.  Subclasses
     usually only override :meth:`wrap`; :meth:`gradients` and
-    :meth:`parameters` return full (unsharded) tensors keyed by the original
-    module's parameter names, and are collectives every rank must call.
+    :meth:`parameters` return tensors keyed by the original module's parameter
+    names: plain tensors hold the full value, DTensors may be sharded (the
+    trainer records each rank's piece and the driver assembles them).
     """
 
     name = "base"
@@ -88,10 +78,10 @@ class System:
         return loss.detach()
 
     def gradients(self) -> dict[str, torch.Tensor | None]:
-        return {n: full(p.grad) for n, p in self.inner().named_parameters()}
+        return {n: p.grad for n, p in self.inner().named_parameters()}
 
     def optimizer_step(self) -> None:
         self.optim.step()
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        return {n: full(p) for n, p in self.inner().named_parameters()}
+        return {n: p for n, p in self.inner().named_parameters()}

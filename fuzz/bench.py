@@ -1,0 +1,146 @@
+"""Throughput of the executor against a bare hand-written loop, side by side in one run.
+
+    python -m fuzz.bench [--cases N] [--world-sizes 2,4] [--json]
+
+The same generated cases (fixed seed) run twice per world size:
+
+- **executor**: ``fuzz.verify.check`` per case: the driver sends each case to the
+  persistent rank pool, ranks train reference and system under test, record
+  losses, full gradients and parameters, send them back, and the oracle compares;
+- **bare**: persistent rank processes that receive all cases up front and, in a
+  tight hand-written loop, train DDP and then FSDP2 (``fully_shard`` per plan)
+  on each, recording nothing.
+
+Pool start-up is excluded from both.  The ratio executor/bare is the share of
+raw training throughput the harness keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import warnings
+
+from fuzz.case import Case
+
+
+def generate(n: int, world_size: int, seed: int = 0) -> list[Case]:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+
+    from strategies import cases
+
+    out: list[Case] = []
+
+    @hseed(seed)
+    @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases((world_size,)))
+    def collect(case):
+        out.append(case)
+
+    collect()
+    return out[:n]
+
+
+def _bare_rank(rank: int, world_size: int, store_path: str, payload: list[str], results) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fuzz.build import batch_for, build_model
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")  # as the executor's ranks do
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank, world_size=world_size)
+    mesh = init_device_mesh("cpu", (world_size,))
+    cases = [Case.from_json(p) for p in payload]
+    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    dist.barrier()
+    start = time.perf_counter()
+    for case in cases:
+        t = case.train
+        for kind in ("ddp", "fsdp2"):
+            torch.manual_seed(case.seed)
+            model = build_model(case)
+            if kind == "ddp":
+                model = DDP(model)
+            else:
+                for w in sorted(case.plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
+                    fully_shard(model.get_submodule(w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward)
+            optim = opt[t.optimizer](model.parameters(), lr=t.lr, foreach=t.foreach)
+            for step in range(t.steps):
+                optim.zero_grad()
+                out = model(batch_for(case, rank, step))
+                (out.sum() if t.loss == "sum" else out.mean()).backward()
+                optim.step()
+    dist.barrier()
+    results.put((rank, time.perf_counter() - start))
+    dist.destroy_process_group()
+
+
+def bare_seconds(cases: list[Case], world_size: int) -> float:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as d:
+        payload = [c.to_json() for c in cases]
+        procs = [ctx.Process(target=_bare_rank, args=(r, world_size, os.path.join(d, "store"), payload, results))
+                 for r in range(world_size)]
+        for p in procs:
+            p.start()
+        times = [results.get(timeout=1800)[1] for _ in procs]
+        for p in procs:
+            p.join()
+    return max(times)
+
+
+def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
+    from fuzz.executor import Executor
+    from fuzz.verify import check
+
+    verdicts: dict[str, int] = {}
+    with Executor() as ex:
+        ex.pool(world_size)  # start-up excluded
+        start = time.perf_counter()
+        for case in cases:
+            v = check(case, ex)
+            verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
+        return time.perf_counter() - start, verdicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=60, help="cases per world size (default 60)")
+    parser.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(w) for w in args.world_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--world-sizes: expected comma-separated integers, got {args.world_sizes!r}")
+    rows = []
+    for ws in sizes:
+        cases = generate(args.cases, ws, args.seed)
+        ex_s, verdicts = executor_seconds(cases, ws)
+        bare_s = bare_seconds(cases, ws)
+        rows.append({"world_size": ws, "cases": len(cases), "executor_cases_per_min": 60 * len(cases) / ex_s,
+                     "bare_cases_per_min": 60 * len(cases) / bare_s, "ratio": bare_s / ex_s,
+                     "executor_seconds": ex_s, "bare_seconds": bare_s, "verdicts": verdicts})
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    else:
+        print(f"{'world size':>10} {'cases':>6} {'executor/min':>13} {'bare/min':>9} {'ratio':>6}")
+        for r in rows:
+            print(f"{r['world_size']:>10} {r['cases']:>6} {r['executor_cases_per_min']:>13.1f} "
+                  f"{r['bare_cases_per_min']:>9.1f} {r['ratio']:>6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
