@@ -19,7 +19,7 @@ def verdict_from_outcomes(outcomes: list[RankOutcome]) -> Verdict:
     # A crash explains errors and hangs on the other ranks, an error explains hangs.
     kind = CRASH if "crash" in statuses else ERROR if "error" in statuses else HANG
     ranks = []
-    for o in failed:
+    for o in sorted(failed, key=lambda o: (("crash", "error", "hang").index(o.status), o.rank)):
         entry = {"rank": o.rank, "status": o.status}
         if o.status == "error":
             entry.update(o.error)

@@ -80,3 +80,51 @@ class AbortOnRank1(_MisbehaveOnRank):
 class SleepOnRank1(_MisbehaveOnRank):
     def misbehave(self):
         time.sleep(3600)
+
+
+class MismatchedCollectiveSize(_MisbehaveOnRank):
+    """All ranks all-reduce, but rank 1 with a different size (gloo aborts the process)."""
+
+    RANK = -1
+
+    def forward_backward(self, batch):
+        import torch
+        import torch.distributed as dist
+
+        dist.all_reduce(torch.ones(3 if self.ctx.rank == 1 else 5))
+        return super().forward_backward(batch)
+
+
+class MismatchedCollectiveKind(_MisbehaveOnRank):
+    """Rank 1 broadcasts while the others all-reduce (blocks until timeout)."""
+
+    RANK = -1
+
+    def forward_backward(self, batch):
+        import torch
+        import torch.distributed as dist
+
+        t = torch.ones(4)
+        if self.ctx.rank == 1:
+            dist.broadcast(t, src=1)
+        else:
+            dist.all_reduce(t)
+        return super().forward_backward(batch)
+
+
+class Polluter(FSDP2System):
+    """Leaves the rank process dirty: a patched function, a global hook, a default dtype, RNG draws."""
+
+    def setup(self, model):
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.modules.module import register_module_forward_hook
+
+        original = F.gelu
+        F.gelu = lambda x, approximate="none": original(x) * 1.5
+        torch.Tensor.parityfuzz_marker = True
+        register_module_forward_hook(lambda mod, args, out: out)
+        torch.set_default_dtype(torch.float64)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.rand(100)
+        super().setup(model)

@@ -50,6 +50,7 @@ def test_results_come_back_as_data_per_rank(executor):
     ("RaiseOnRank1", "error", "injected failure on rank 1"),
     ("ExitOnRank0", "crash", "exit code 3"),
     ("AbortOnRank1", "crash", "exit code -6"),
+    ("MismatchedCollectiveSize", "crash", "exit code -6"),  # gloo aborts on a size mismatch
 ])
 def test_failures_become_verdicts_and_the_pool_recovers(executor, name, kind, needle):
     old_pids = executor.pool(2).pids()
@@ -64,14 +65,18 @@ def test_failures_become_verdicts_and_the_pool_recovers(executor, name, kind, ne
     assert not any(alive(p) for p in old_pids)
 
 
-def test_hang_is_a_verdict_with_stacks(executor):
+@pytest.mark.parametrize("name, where", [
+    ("SleepOnRank1", "misbehave"),
+    ("MismatchedCollectiveKind", "broadcast"),  # blocks until the process-group timeout
+])
+def test_hang_is_a_verdict_with_stacks(executor, name, where):
     old_pids = executor.pool(2).pids()
     start = time.monotonic()
-    verdict = check(fault("SleepOnRank1"), executor, timeout_s=3)
+    verdict = check(fault(name), executor, timeout_s=3)
     assert time.monotonic() - start < 15
     assert verdict.kind == "hang"
     hung = [r for r in verdict.ranks if r["status"] == "hang"]
-    assert hung and any("misbehave" in r["log"] for r in hung), "faulthandler stack of the sleeping rank"
+    assert hung and any(where in r["log"] for r in hung), "faulthandler stack of the stuck rank"
     assert check(simple(), executor).ok
     time.sleep(0.5)
     assert not any(alive(p) for p in old_pids)

@@ -48,12 +48,15 @@ def _redirect_output(log_path: str) -> None:
 
 def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
                 parent_pid: int, pg_timeout_s: float) -> None:
+    # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     _redirect_output(log_path)
     import torch
     import torch.distributed as dist
 
     from fuzz.case import Case
+    from fuzz.executor.isolation import Snapshot
     from fuzz.systems import RankContext
     from fuzz.train import run_system
 
@@ -70,6 +73,7 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=pg_timeout_s))
     ctx = RankContext(rank=rank, world_size=world_size, device=device)
+    clean = Snapshot.take()
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -84,7 +88,11 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
         try:
             for role in ("reference", "system"):
                 traces[role] = run_system(case, role, ctx)
+                undone = clean.restore()
+                if undone:
+                    print(f"[parityfuzz] {role} left changes behind, undone: {', '.join(undone)}", flush=True)
         except BaseException as e:  # noqa: BLE001 - any failure is a verdict, reported as data
+            clean.restore()
             conn.send(("error", {"role": role, "type": type(e).__name__, "message": str(e)[:2000],
                                  "traceback": traceback.format_exc()}))
             continue

@@ -1,0 +1,82 @@
+"""Every case starts from the same rank state.
+
+Before a case the worker takes a :class:`Snapshot`; afterwards it puts back
+whatever the case changed: attributes of the torch namespaces a system might
+patch (functions, ``torch.Tensor`` methods, collectives), global module hooks,
+the default dtype, grad mode, deterministic-algorithm flags and the RNG
+streams.  Model-level hooks die with the model, which is rebuilt per case.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import torch
+
+#: Namespaces whose attributes a system (or a test-only fault) could patch.
+PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
+             "torch.distributed.fsdp", "torch.autograd", "torch.optim")
+_MISSING = object()
+
+
+def _global_hook_dicts() -> list[dict]:
+    from torch.nn.modules import module as m
+
+    names = [n for n in dir(m) if n.startswith("_global_") and n.endswith(("hooks", "hook"))]
+    return [getattr(m, n) for n in names if isinstance(getattr(m, n), dict)]
+
+
+@dataclass
+class Snapshot:
+    namespaces: dict
+    tensor_attrs: dict
+    hooks: list
+    dtype: torch.dtype
+    grad: bool
+    deterministic: tuple
+    rng: torch.Tensor
+
+    @classmethod
+    def take(cls) -> Snapshot:
+        return cls(
+            namespaces={name: dict(vars(importlib.import_module(name))) for name in PATCHABLE},
+            tensor_attrs=dict(vars(torch.Tensor)),
+            hooks=[(d, dict(d)) for d in _global_hook_dicts()],
+            dtype=torch.get_default_dtype(),
+            grad=torch.is_grad_enabled(),
+            deterministic=(torch.are_deterministic_algorithms_enabled(),
+                           torch.is_deterministic_algorithms_warn_only_enabled()),
+            rng=torch.get_rng_state(),
+        )
+
+    def restore(self) -> list[str]:
+        """Undo what changed since the snapshot; return what was undone (for the log)."""
+        undone = []
+        for name, saved in self.namespaces.items():
+            undone += _restore_attrs(importlib.import_module(name), saved, name)
+        undone += _restore_attrs(torch.Tensor, self.tensor_attrs, "torch.Tensor")
+        for live, saved in self.hooks:
+            if live != saved:
+                undone.append("global module hooks")
+                live.clear()
+                live.update(saved)
+        torch.set_default_dtype(self.dtype)
+        torch.set_grad_enabled(self.grad)
+        torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
+        torch.set_rng_state(self.rng)
+        return undone
+
+
+def _restore_attrs(obj, saved: dict, label: str) -> list[str]:
+    undone = []
+    current = dict(vars(obj))
+    for key, value in saved.items():
+        if current.get(key, _MISSING) is not value:
+            setattr(obj, key, value)
+            undone.append(f"{label}.{key}")
+    for key in current.keys() - saved.keys():
+        if not key.startswith("__"):
+            delattr(obj, key)
+            undone.append(f"{label}.{key}")
+    return undone

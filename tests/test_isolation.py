@@ -1,0 +1,48 @@
+"""Every case starts from the same rank state: order does not matter, replays agree."""
+
+import dataclasses
+
+from fuzz.case import ModelSpec, Node, TrainSpec
+from fuzz.verify import verdict_from_outcomes
+from tests.test_case import simple
+
+MLP_MODEL = ModelSpec(body=Node("seq", children=(Node("mlp", hidden=5), Node("linear", out=3))))
+CASES = {
+    "a": simple(model=MLP_MODEL),
+    "b": simple(model=MLP_MODEL, seed=7, train=TrainSpec(steps=3, optimizer="adam")),
+    "c": simple(seed=3, train=TrainSpec(steps=2, optimizer="adamw", zero_grad="alternate")),
+    "polluter": simple(model=MLP_MODEL, system="tests.faults:Polluter"),
+}
+
+
+def run_in_order(executor, order):
+    out = {}
+    for name in order:
+        outcomes = executor.run(CASES[name])
+        verdict = verdict_from_outcomes(outcomes)
+        losses = [o.result["system"].losses for o in outcomes] if verdict.kind != "error" else None
+        out[name] = (verdict.kind, losses)
+    return out
+
+
+def test_two_orders_give_the_same_verdicts_and_numbers(executor):
+    forward = run_in_order(executor, ["a", "b", "polluter", "c", "a"])
+    backward = run_in_order(executor, ["polluter", "c", "b", "a"])
+    for name in ("a", "b", "c"):
+        assert forward[name] == backward[name], name
+    assert forward["a"][0] == "pass" and forward["polluter"][0] == "mismatch"
+
+
+def test_polluter_changes_are_undone_before_the_next_case(executor):
+    clean = run_in_order(executor, ["a"])["a"]
+    after = run_in_order(executor, ["polluter", "a"])["a"]
+    assert after == clean  # the patched gelu would change a's losses, the default dtype its dtypes
+
+
+def test_ten_replays_ten_identical_verdicts(executor):
+    case = dataclasses.replace(CASES["b"], train=TrainSpec(steps=4, optimizer="adam", loss="mean"))
+    results = []
+    for _ in range(10):
+        outcomes = executor.run(case)
+        results.append((verdict_from_outcomes(outcomes).kind, [o.result["system"].losses for o in outcomes]))
+    assert all(r == results[0] for r in results) and results[0][0] == "pass"
