@@ -135,9 +135,13 @@ class ModelSpec:
 # --------------------------------------------------------------------------- parallelism
 
 
+#: Supported mesh layouts: FSDP over all ranks, or HSDP (replicate across groups, shard within).
+MESH_NAMES = (("shard",), ("replicate", "shard"))
+
+
 @dataclass(frozen=True)
 class MeshSpec:
-    """Device mesh shape and dimension names (1-D: ``("shard",)``)."""
+    """Device mesh shape and dimension names: ``("shard",)`` or HSDP's ``("replicate", "shard")``."""
 
     shape: tuple[int, ...]
     names: tuple[str, ...] = ("shard",)
@@ -259,7 +263,7 @@ class Case:
 
     def features(self) -> frozenset[str]:
         """Feature tags of this case (for coverage counts and Hypothesis ``event()``)."""
-        tags = {f"ws={self.world_size}", f"opt={self.train.optimizer}", f"dtype={self.train.dtype}",
+        tags = {f"ws={self.world_size}", "mesh=" + "x".join(map(str, self.mesh.shape)), f"opt={self.train.optimizer}", f"dtype={self.train.dtype}",
                 f"loss={self.train.loss}", f"zero_grad={self.train.zero_grad}", f"input={self.model.input}"}
         if self.train.foreach:
             tags.add("foreach")
@@ -331,7 +335,8 @@ def _validate_mesh(mesh: MeshSpec, world_size: int) -> None:
     _check(all(s >= 1 for s in mesh.shape), "mesh.shape", f"sizes must be >= 1, got {list(mesh.shape)}")
     _check(mesh.size == world_size, "mesh.shape",
            f"mesh {list(mesh.shape)} has {mesh.size} ranks but world_size is {world_size}")
-    _check(mesh.names == ("shard",), "mesh.names", f"only 1-D ('shard',) meshes are supported, got {list(mesh.names)}")
+    _check(mesh.names in MESH_NAMES, "mesh.names",
+           f"must be one of {[list(n) for n in MESH_NAMES]}, got {list(mesh.names)}")
 
 
 def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:

@@ -128,3 +128,18 @@ class Polluter(FSDP2System):
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.rand(100)
         super().setup(model)
+
+
+class HSDPSkipsReplicaAllReduce(FSDP2System):
+    """On 2-D (HSDP) meshes, gradients are reduce-scattered within the shard group but never all-reduced
+    across replicas."""
+
+    def wrap(self, model):
+        from torch.distributed.fsdp import FSDPModule
+
+        model = super().wrap(model)
+        if len(self.case.mesh.shape) == 2:
+            for module in model.modules():
+                if isinstance(module, FSDPModule):
+                    module.set_requires_all_reduce(False)
+        return model

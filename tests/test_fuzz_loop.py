@@ -24,6 +24,7 @@ def fuzz(executor, tmp_path, system, seed=1):
 @pytest.mark.parametrize("fault, shows", [
     ("OddLinearGradDrop", lambda c: any(n.kind == "linear" and n.out % 2 for _, n in c.model.body.walk("body"))),
     ("TwiceGradDrop", lambda c: any(n.kind == "twice" for _, n in c.model.body.walk("body"))),
+    ("HSDPSkipsReplicaAllReduce", lambda c: c.mesh.names == ("replicate", "shard")),
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     system = f"tests.faults:{fault}"

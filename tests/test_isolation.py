@@ -46,3 +46,15 @@ def test_ten_replays_ten_identical_verdicts(executor):
         outcomes = executor.run(case)
         results.append((verdict_from_outcomes(outcomes).kind, [o.result["system"].losses for o in outcomes]))
     assert all(r == results[0] for r in results) and results[0][0] == "pass"
+
+
+def test_mesh_layouts_in_any_order_in_one_pool(executor):
+    """torch's own process-group bookkeeping must survive the restore (group names stay unique)."""
+    from fuzz.case import MeshSpec
+
+    hsdp = ("replicate", "shard")
+    layouts = [MeshSpec((1, 4), hsdp), MeshSpec((2, 2), hsdp), MeshSpec((4, 1), hsdp), MeshSpec((4,))]
+    for mesh in layouts + layouts[::-1]:
+        case = simple(world_size=4, mesh=mesh).validate()
+        verdict = verdict_from_outcomes(executor.run(case))
+        assert verdict.ok, (mesh, verdict.describe())

@@ -1,8 +1,8 @@
 """Every case starts from the same rank state.
 
 Before a case the worker takes a :class:`Snapshot`; afterwards it puts back
-whatever the case changed: attributes of the torch namespaces a system might
-patch (functions, ``torch.Tensor`` methods, collectives), global module hooks,
+whatever the case changed: functions of the torch namespaces a system might
+patch (``torch.Tensor`` methods, collectives, functionals), global module hooks,
 the default dtype, grad mode, deterministic-algorithm flags and the RNG
 streams.  Model-level hooks die with the model, which is rebuilt per case.
 """
@@ -69,14 +69,25 @@ class Snapshot:
 
 
 def _restore_attrs(obj, saved: dict, label: str) -> list[str]:
+    """Put back replaced or added *callables* only.
+
+    Module state that torch itself keeps (process-group counters and
+    registries in ``distributed_c10d``, caches) must move forward: rolling it
+    back makes the next ``new_group`` reuse a name.
+    """
     undone = []
     current = dict(vars(obj))
     for key, value in saved.items():
-        if current.get(key, _MISSING) is not value:
+        now = current.get(key, _MISSING)
+        if now is not value and (_patchable(value) or _patchable(now)):
             setattr(obj, key, value)
             undone.append(f"{label}.{key}")
     for key in current.keys() - saved.keys():
-        if not key.startswith("__"):
+        if not key.startswith("__") and _patchable(current[key]):
             delattr(obj, key)
             undone.append(f"{label}.{key}")
     return undone
+
+
+def _patchable(value) -> bool:
+    return callable(value) and not isinstance(value, type) or isinstance(value, (property, staticmethod, classmethod))
