@@ -96,6 +96,28 @@ def record(corpus_dir: Path | str, case: Case, verdict: Verdict, expect: str = "
     return path
 
 
+def find_duplicate(corpus_dir: Path | str, case: Case, verdict: Verdict) -> Entry | None:
+    """An entry for the same case (content hash) or the same failure signature, if the corpus has one.
+
+    Unreadable files are skipped here (their replay reports them).
+    """
+    exact = entry_path(corpus_dir, case)
+    folder = exact.parent
+    if not folder.is_dir():
+        return None
+    signature = verdict.signature()
+    for path in [exact] + sorted(p for p in folder.glob("*.json") if p != exact and not p.name.startswith(".")):
+        if not path.exists():
+            continue
+        try:
+            entry = load(path)
+        except CorpusError:
+            continue
+        if path == exact or (entry.verdict is not None and entry.verdict.signature() == signature):
+            return entry
+    return None
+
+
 def load(path: Path | str) -> Entry:
     path = Path(path)
     try:

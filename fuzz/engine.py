@@ -8,7 +8,11 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
   case until the shrink deadline, after which untried cases count as passing so
   the shrinker ends quickly with the smallest failure found so far;
 - every executed case's verdict is cached by its JSON, so Hypothesis's replays
-  cost nothing and always see the same answer (no flakiness from the clock).
+  cost nothing and always see the same answer (no flakiness from the clock);
+- while a HANG shrinks, each candidate gets a short timeout (a few times the
+  slowest passing case), not the full per-case timeout;
+- Ctrl-C or SIGTERM during the run still records the smallest failure seen so
+  far (marked as interrupted) before the interrupt propagates.
 
 Each verdict kind raises its own exception type, so Hypothesis keeps distinct
 kinds of failure apart (with ``report_multiple_bugs``) and shrinks each.
@@ -82,6 +86,9 @@ class Failure:
     seconds_to_find: float
     shrink_runs: int
     shrink_seconds: float
+    duplicate_of: Path | None = None
+    known_issue: str | None = None
+    interrupted: bool = False
 
     def to_dict(self) -> dict:
         d = self.verdict.divergence
@@ -95,7 +102,9 @@ class Failure:
                 "step": d.step, "what": d.what, "tensor": d.tensor, "max_abs": d.max_abs, "max_rel": d.max_rel,
                 "detail": d.detail},
             "description": self.verdict.describe(),
-            "known_issue": None,
+            "known_issue": self.known_issue,
+            "duplicate_of": str(self.duplicate_of) if self.duplicate_of else None,
+            "interrupted": self.interrupted,
             "cases_to_find": self.cases_to_find,
             "seconds_to_find": round(self.seconds_to_find, 2),
             "shrink_runs": self.shrink_runs,
@@ -156,6 +165,8 @@ class FuzzOptions:
     seed: int | None = None
     case_timeout_s: float | None = None
     progress_every_s: float = 10.0
+    #: Floor of the per-candidate timeout while shrinking a HANG.
+    hang_shrink_timeout_s: float = 5.0
 
 
 def hypothesis_settings(report_multiple_bugs: bool | None = None) -> settings:
@@ -189,7 +200,9 @@ class Fuzzer:
         cache: dict[str, Verdict] = {}
         start = time.monotonic()
         gen_deadline = start + budget_s
-        found: dict = {}  # "at": first failure time, "cases": cases run until then
+        found: dict = {}  # "at": first failure time, "cases": cases run until then, "kind"
+        best: dict = {}  # the latest (so smallest) failing case, kept if the run is interrupted
+        slowest_pass = [0.0]
         last_progress = [start]
 
         def prop(case: Case) -> None:
@@ -201,7 +214,16 @@ class Fuzzer:
                     raise _BudgetSpent()
                 if found and now >= found["at"] + opts.shrink_budget_s:
                     return  # shrink budget spent: untried cases count as passing
-                verdict = cache[key] = check(case, self.executor, opts.case_timeout_s)
+                timeout = opts.case_timeout_s
+                if found.get("kind") == "hang":
+                    timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
+                self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
+                began = time.monotonic()
+                verdict = cache[key] = check(case, self.executor, timeout)
+                if verdict.ok:
+                    slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
+                else:
+                    best.update(case=case, verdict=verdict)
                 stats.count(case, verdict)
                 if found:
                     stats.shrink_runs += 1
@@ -211,7 +233,7 @@ class Fuzzer:
                 if verdict.note:
                     stats.notes[verdict.note.split(" at step")[0]] += 1
                 if not verdict.ok and not found:
-                    found.update(at=time.monotonic(), cases=stats.cases)
+                    found.update(at=time.monotonic(), cases=stats.cases, kind=verdict.kind)
                     self.log(f"{name}: {verdict.kind} found after {stats.cases} cases "
                              f"({found['at'] - start:.1f}s); shrinking (up to {opts.shrink_budget_s:.0f}s)")
                 if time.monotonic() - last_progress[0] >= opts.progress_every_s:
@@ -228,25 +250,39 @@ class Fuzzer:
             test()
         except _BudgetSpent:
             pass
+        except KeyboardInterrupt:
+            self._finish(name, stats, start, found, [CaseFailed(best["case"], best["verdict"])] if best else [],
+                         interrupted=True)
+            raise
         except BaseException as e:  # noqa: BLE001 - sorted below
             failures = _case_failures(e)
             if not failures:
                 raise
+        self._finish(name, stats, start, found, failures)
+        return stats
+
+    def _finish(self, name: str, stats: TargetStats, start: float, found: dict, failures: list[CaseFailed],
+                interrupted: bool = False) -> None:
         end = time.monotonic()
         if found:
             stats.generate_seconds = found["at"] - start
             stats.shrink_seconds = end - found["at"]
         else:
             stats.generate_seconds = end - start
+        note = f"found by parityfuzz (target {name}, fuzz seed {self.seed}); triage me"
+        if interrupted:
+            note += "; the run was interrupted while shrinking, so this case may not be minimal"
         for f in failures:
-            path = corpus.record(opts.corpus_dir, f.case, f.verdict, expect="fail",
-                                 note=f"found by parityfuzz (target {name}, fuzz seed {self.seed}); triage me")
+            duplicate = corpus.find_duplicate(self.options.corpus_dir, f.case, f.verdict)
+            path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
+                                                                   expect="fail", note=note)
             stats.failures.append(Failure(
                 target=name, case=f.case, verdict=f.verdict, corpus_path=path,
                 cases_to_find=found.get("cases", 0), seconds_to_find=found.get("at", end) - start,
-                shrink_runs=stats.shrink_runs, shrink_seconds=stats.shrink_seconds))
-        self.log(stats.summary_line())
-        return stats
+                shrink_runs=stats.shrink_runs, shrink_seconds=stats.shrink_seconds,
+                duplicate_of=duplicate.path if duplicate else None,
+                known_issue=duplicate.known_issue if duplicate else None, interrupted=interrupted))
+        self.log(stats.summary_line() + (" (interrupted)" if interrupted else ""))
 
     def report(self) -> dict:
         import torch

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -155,7 +157,14 @@ def format_failure(f) -> str:
 _SESSION = pytest.StashKey[FuzzSession]()
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM stops a run like Ctrl-C does: the failure being shrunk is kept and the ranks are stopped.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     config.addinivalue_line("markers", "fuzz_target: a parityfuzz fuzz target (shares the --fuzz-budget)")
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
@@ -192,6 +201,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             tr.write_line(f"  most exercised features: {common}")
         for f in stats.failures:
             tr.write_line(f"  FAILURE {f.verdict.describe()}", red=True)
+            if f.duplicate_of:
+                tr.write_line(f"    same failure as {f.duplicate_of}" + (f" (known issue: {f.known_issue})"
+                                                                          if f.known_issue else ""))
             tr.write_line(f"    corpus file: {f.corpus_path}  (replay: python -m fuzz.repro {f.corpus_path})")
     report_path = config.getoption("fuzz_report")
     if report_path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 PASS, MISMATCH, ERROR, CRASH, HANG = "pass", "mismatch", "error", "crash", "hang"
@@ -38,12 +39,22 @@ class Verdict:
         return self.kind == PASS
 
     def signature(self) -> str:
-        """What distinguishes one failure from another (for de-duplication)."""
+        """What distinguishes one failure from another (for de-duplication of shrunk failures).
+
+        A mismatch: where it first shows (step, what, tensor).  An error: the
+        failing role, exception type and message with numbers blanked.  A crash:
+        the exit code.  A hang: which roles had not answered.
+        """
         if self.divergence is not None:
             d = self.divergence
-            return f"{self.kind}:{d.what}:{d.tensor.split('.')[-1]}"
+            return f"{self.kind}:{d.step}:{d.what}:{d.tensor}"
         first = self.ranks[0] if self.ranks else {}
-        return f"{self.kind}:{first.get('role', '')}:{first.get('type', first.get('exitcode', ''))}"
+        if self.kind == ERROR:
+            message = re.sub(r"\d+", "N", (first.get("message") or "").split("\n")[0])[:200]
+            return f"{self.kind}:{first.get('role', '')}:{first.get('type', '')}:{message}"
+        if self.kind == CRASH:
+            return f"{self.kind}:{first.get('exitcode')}"
+        return self.kind
 
     def describe(self) -> str:
         if self.kind == PASS:

@@ -143,3 +143,20 @@ class HSDPSkipsReplicaAllReduce(FSDP2System):
                 if isinstance(module, FSDPModule):
                     module.set_requires_all_reduce(False)
         return model
+
+
+class HangWithLayerNorm(FSDP2System):
+    """Rank 1 never returns from forward when the model has a LayerNorm."""
+
+    def forward_backward(self, batch):
+        if self.ctx.rank == 1 and any(isinstance(m, nn.LayerNorm) for m in self.model.modules()):
+            time.sleep(3600)
+        return super().forward_backward(batch)
+
+
+class SlowOddLinearGradDrop(OddLinearGradDrop):
+    """OddLinearGradDrop that takes a second per case, so a run can be interrupted mid-shrink."""
+
+    def setup(self, model):
+        time.sleep(1.0)
+        super().setup(model)

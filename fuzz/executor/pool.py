@@ -61,6 +61,7 @@ class RankPool:
         self.world_size = world_size
         self.backend = backend
         self.broken = False
+        self.busy = False  # a case is in flight (an interrupt may land mid-case)
         self.dir = tempfile.mkdtemp(prefix=f"parityfuzz-ws{world_size}-")
         ctx = mp.get_context("spawn")
         self.conns, self.procs, self.logs = [], [], []
@@ -98,6 +99,7 @@ class RankPool:
     def run(self, payload: str, timeout_s: float) -> list[RankOutcome]:
         """Send one case (JSON) to every rank and collect their outcomes."""
         assert not self.broken, "a broken pool must be replaced"
+        self.busy = True
         for conn in self.conns:
             conn.send(("run", payload))
         deadline = time.monotonic() + timeout_s
@@ -121,6 +123,7 @@ class RankPool:
                     first_failure_at = time.monotonic()
         for r in pending:
             outcomes[r] = RankOutcome(r, "hang")
+        self.busy = False
         if any(o.status != "ok" for o in outcomes.values()):
             self.broken = True
             self._dump_stacks(pending)
@@ -155,7 +158,7 @@ class RankPool:
 
     def close(self, graceful: bool = True) -> None:
         """Stop every rank: ask politely when healthy, then SIGTERM, then SIGKILL."""
-        if graceful and not self.broken:
+        if graceful and not self.broken and not self.busy:
             for conn in self.conns:
                 try:
                     conn.send(("stop",))

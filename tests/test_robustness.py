@@ -1,0 +1,161 @@
+"""Nothing a case or a signal does breaks the harness: hangs shrink fast, interrupts keep what was found,
+no rank outlives its driver, concurrent corpus writers lose nothing."""
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fuzz import corpus
+from fuzz.engine import Fuzzer, FuzzOptions
+from fuzz.verdict import Divergence, Verdict
+from strategies import cases
+from tests.test_case import simple
+from tests.test_cli import ENV, ROOT
+from tests.test_executor import alive
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().split(")")[-1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+    return out
+
+
+def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
+    options = FuzzOptions(corpus_dir=tmp_path, seed=2, shrink_budget_s=240, case_timeout_s=10,
+                          hang_shrink_timeout_s=3)
+    fuzzer = Fuzzer(options, executor)
+    stats = fuzzer.fuzz("hang", cases((2,), system="tests.faults:HangWithLayerNorm", max_steps=3), budget_s=60)
+    assert len(stats.failures) == 1
+    f = stats.failures[0]
+    print(f"hang: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s; shrunk in {f.shrink_runs} runs "
+          f"/ {f.shrink_seconds:.1f}s ({stats.verdicts['hang']} hangs)")
+    assert f.verdict.kind == "hang"
+    assert any(n.kind == "layernorm" for _, n in f.case.model.body.walk("body"))
+    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 3
+    # Every hang after the first cost the short timeout, not the 10 s one.
+    assert f.shrink_seconds < 10 + stats.verdicts["hang"] * (3 + 5)
+
+
+SLOW_FAULT_TARGET = textwrap.dedent("""
+    import pytest
+    from strategies import cases
+
+    @pytest.mark.fuzz_target
+    def test_slow(fuzz_session):
+        fuzz_session.run_target("slow", lambda ws: cases(ws, system="tests.faults:SlowOddLinearGradDrop"))
+""")
+
+
+def start_fuzz(tmp_path, target_text, *extra):
+    (tmp_path / "test_target.py").write_text(target_text)
+    (tmp_path / "corpus").mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fuzz.plugin", "-s",
+         str(tmp_path / "test_target.py"), "--world-sizes=2", "--fuzz-seed=3", "--fuzz-budget=120",
+         f"--corpus-dir={tmp_path / 'corpus'}", f"--rootdir={tmp_path}", *extra],
+        cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(proc, needle, timeout=120):
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return "".join(seen)
+    raise AssertionError(f"never saw {needle!r}:\n{''.join(seen)}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_path, sig):
+    proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET)
+    try:
+        wait_for(proc, "; shrinking (up to")
+        ranks = children(proc.pid)
+        assert len([p for p in ranks if alive(p)]) >= 2
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+        stopped = time.monotonic() - sent
+    finally:
+        proc.kill()
+    print(f"{signal.Signals(sig).name}: driver gone {stopped:.1f}s after the signal")
+    assert proc.returncode != 0
+    assert stopped < 15
+    time.sleep(1)
+    assert not [p for p in ranks if alive(p)], "rank processes outlived the driver"
+    files = corpus.discover(tmp_path / "corpus")
+    assert len(files) == 1, out
+    entry = corpus.load(files[0])
+    assert entry.verdict.kind == "mismatch" and "interrupted" in entry.note
+
+
+def test_sigkill_of_the_driver_takes_the_ranks_along(tmp_path):
+    """Killed mid-case (rank 1 asleep, rank 0 blocked in a collective), the ranks still go."""
+    proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET.replace("SlowOddLinearGradDrop", "SleepOnRank1"))
+    try:
+        deadline = time.monotonic() + 60
+        ranks = []
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ranks = [p for p in children(proc.pid) if alive(p)]
+        assert len(ranks) >= 2
+        time.sleep(4)  # the pool is up and inside the first (hanging) case
+        proc.kill()
+        proc.wait(10)
+    finally:
+        proc.kill()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(alive(p) for p in ranks):
+        time.sleep(0.1)
+    assert not [p for p in ranks if alive(p)]
+
+
+def _writer(corpus_dir, seeds):
+    verdict = Verdict("mismatch", Divergence(step=0, what="grad", tensor="w", max_abs=1.0, max_rel=1.0))
+    for seed in seeds:
+        corpus.record(corpus_dir, simple(seed=seed), verdict)
+
+
+def test_two_writers_in_one_corpus_lose_nothing(tmp_path):
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), range(start, start + 60))) for start in (0, 30)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    files = corpus.discover(tmp_path)
+    assert len(files) == 90
+    assert {corpus.load(f).case.seed for f in files} == set(range(90))
+    assert not [p for p in (tmp_path / "fsdp2").iterdir() if p.name.startswith(".")]
+
+
+def test_duplicates_by_hash_and_by_signature(tmp_path):
+    mismatch = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1, max_rel=1))
+    path = corpus.record(tmp_path, simple(), mismatch)
+    doc = json.loads(path.read_text())
+    doc["known_issue"] = "pytorch/pytorch#12345"
+    path.write_text(json.dumps(doc))
+    assert corpus.find_duplicate(tmp_path, simple(), Verdict("crash")).path == path  # same case
+    same_failure = corpus.find_duplicate(tmp_path, simple(seed=9), mismatch)
+    assert same_failure.path == path and same_failure.known_issue == "pytorch/pytorch#12345"
+    other = Verdict("mismatch", Divergence(step=0, what="param", tensor="body.0.weight", max_abs=1, max_rel=1))
+    assert corpus.find_duplicate(tmp_path, simple(seed=9), other) is None
