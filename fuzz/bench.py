@@ -1,6 +1,7 @@
 """Throughput of the executor against a bare hand-written loop, side by side in one run.
 
     python -m fuzz.bench [--cases N] [--world-sizes 2,4] [--json]
+    python -m fuzz.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
 
 The same generated cases (fixed seed) run twice per world size:
 
@@ -13,6 +14,10 @@ The same generated cases (fixed seed) run twice per world size:
 
 Pool start-up is excluded from both.  The ratio executor/bare is the share of
 raw training throughput the harness keeps.
+
+``--soak-check`` instead runs many generated cases (1-D and 2-D HSDP meshes)
+through one executor and prints each rank's resident memory, thread count and
+open file descriptors after the first case and at the end: they must stay flat.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -113,17 +119,65 @@ def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
         return time.perf_counter() - start, verdicts
 
 
+def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
+    from fuzz.executor import Executor
+    from fuzz.verify import check
+
+    def figures(ex) -> list[dict]:
+        return ex.pool(world_size).resources()
+
+    cases = generate(n, world_size, seed)
+    meshes = sorted({c.mesh.shape for c in cases})
+    verdicts: dict[str, int] = {}
+    with Executor() as ex:
+        check(cases[0], ex)
+        before = figures(ex)
+        peak = {k: 0.0 for k in before[0]}
+        start = time.perf_counter()
+        for i, case in enumerate(cases[1:], 2):
+            v = check(case, ex)
+            verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
+            for rank in figures(ex):
+                peak = {k: max(peak[k], rank[k]) for k in peak}
+            if i % 250 == 0:
+                log(f"  {i}/{len(cases)} cases, rank 0 now {figures(ex)[0]}, recycles {ex.recycles}")
+        after = figures(ex)
+        return {"cases": len(cases), "world_size": world_size, "mesh_shapes": [list(m) for m in meshes],
+                "seconds": round(time.perf_counter() - start, 1), "verdicts": verdicts,
+                "pool_restarts": ex.restarts, "pool_recycles": ex.recycles, "ceiling": ex.ceiling,
+                "before": before, "after": after, "peak": peak}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=60, help="cases per world size (default 60)")
     parser.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--soak-check", action="store_true",
+                        help="check per-rank memory, threads and descriptors stay flat over many cases")
     args = parser.parse_args(argv)
     try:
         sizes = [int(w) for w in args.world_sizes.split(",")]
     except ValueError:
         parser.error(f"--world-sizes: expected comma-separated integers, got {args.world_sizes!r}")
+    if args.soak_check:
+        n = args.cases if "--cases" in (argv if argv is not None else sys.argv) else 2000
+        ws = sizes[-1] if "--world-sizes" in " ".join(argv if argv is not None else sys.argv) else 4
+        result = soak_check(n, ws, args.seed, log=(lambda m: None) if args.json else print)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"{result['cases']} cases at world size {ws}, meshes {result['mesh_shapes']}, "
+                  f"{result['seconds']}s, verdicts {result['verdicts']}, pool restarts {result['pool_restarts']}, "
+                  f"recycles at the ceiling {result['ceiling']}: {result['pool_recycles']}")
+            print(f"peak over the run (any rank): {result['peak']}")
+            print(f"{'rank':>4} {'RSS MiB before':>15} {'after':>7} {'threads before':>15} {'after':>6} "
+                  f"{'fds before':>11} {'after':>6}")
+            for r, (b, a) in enumerate(zip(result["before"], result["after"])):
+                print(f"{r:>4} {b['rss_mib']:>15} {a['rss_mib']:>7} {b['threads']:>15} {a['threads']:>6} "
+                      f"{b['fds']:>11} {a['fds']:>6}")
+        return 0
     rows = []
     for ws in sizes:
         cases = generate(args.cases, ws, args.seed)

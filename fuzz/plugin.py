@@ -143,9 +143,15 @@ def format_failure(f) -> str:
     from fuzz.show import describe_case
 
     parts = [f"parityfuzz: {f.target}: {f.verdict.describe()}",
-             f"minimal case written to {f.corpus_path} (found after {f.cases_to_find} cases in "
+             f"minimal case in {f.corpus_path} (found after {f.cases_to_find} cases in "
              f"{f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s)",
-             f"replay it: python -m fuzz.repro {f.corpus_path}", "", describe_case(f.case), "",
+             f"replay it: python -m fuzz.repro {f.corpus_path}"]
+    if f.duplicate_of:
+        parts.append(f"(the corpus already had this failure: {f.duplicate_of}"
+                     + (f", known issue {f.known_issue})" if f.known_issue else ")"))
+    if f.interrupted:
+        parts.append("(the run was interrupted while shrinking: this case may not be minimal)")
+    parts += ["", describe_case(f.case), "",
              f.case.to_json(indent=2)]
     for r in f.verdict.ranks:
         text = r.get("traceback") or r.get("log") or ""

@@ -92,3 +92,15 @@ def test_same_case_same_verdict(executor):
     outcomes = [executor.run(case) for _ in range(2)]
     a, b = (o[0].result["system"] for o in outcomes)
     assert a.losses == b.losses
+
+
+def test_pool_past_its_resource_ceiling_is_recycled():
+    from fuzz.executor import Executor
+
+    with Executor(ceiling={"threads": 1}) as ex:  # every rank has more than one thread
+        assert check(simple(), ex).ok
+        assert ex.recycles == 1 and 2 not in ex.pools
+        assert check(simple(), ex).ok and ex.recycles == 2
+    with Executor() as ex:
+        assert check(simple(), ex).ok
+        assert ex.recycles == 0 and all(r["threads"] > 1 and r["fds"] > 0 for r in ex.pools[2].resources())

@@ -22,12 +22,21 @@ def default_timeout(case: Case) -> float:
     return 30.0 + 1.0 * case.train.steps * case.world_size
 
 
+#: A rank past any of these is recycled after its case: torch leaks process groups in places (FSDP2 makes a
+#: new post-forward mesh for each ``fully_shard(reshard_after_forward=<int>)``), and each holds threads and
+#: descriptors.  Well under the usual 1024-descriptor limit.
+RESOURCE_CEILING = {"threads": 160, "fds": 320, "rss_mib": 2048}
+
+
 class Executor:
-    def __init__(self, backend: str = "auto", timeout_s: float | None = None):
+    def __init__(self, backend: str = "auto", timeout_s: float | None = None,
+                 ceiling: dict | None = None):
         self.backend = backend
         self.timeout_s = timeout_s
+        self.ceiling = dict(RESOURCE_CEILING if ceiling is None else ceiling)
         self.pools: dict[int, RankPool] = {}
-        self.restarts = 0
+        self.restarts = 0  # pools replaced after an error, crash or hang
+        self.recycles = 0  # pools replaced for growing past the resource ceiling
 
     def pool(self, world_size: int) -> RankPool:
         pool = self.pools.get(world_size)
@@ -42,7 +51,16 @@ class Executor:
 
     def run(self, case: Case, timeout_s: float | None = None) -> list[RankOutcome]:
         timeout = timeout_s or self.timeout_s or default_timeout(case)
-        return self.pool(case.world_size).run(case.to_json(), timeout)
+        pool = self.pool(case.world_size)
+        outcomes = pool.run(case.to_json(), timeout)
+        if not pool.broken and self._over_ceiling(pool):
+            pool.close()
+            del self.pools[case.world_size]
+            self.recycles += 1
+        return outcomes
+
+    def _over_ceiling(self, pool: RankPool) -> bool:
+        return any(r[k] > limit for r in pool.resources() for k, limit in self.ceiling.items())
 
     def close(self) -> None:
         for pool in self.pools.values():

@@ -14,7 +14,7 @@ from multiprocessing.connection import wait
 from fuzz.executor.worker import worker_main
 
 #: After one rank fails, how long the others get to answer before they count as hung.
-ERROR_GRACE_S = 5.0
+ERROR_GRACE_S = 2.0
 
 
 class PoolStartError(RuntimeError):
@@ -37,6 +37,16 @@ class RankOutcome:
     error: dict = field(default_factory=dict)
     exitcode: int | None = None
     log: str = ""
+
+
+def process_resources(pid: int) -> dict:
+    status = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            status[key] = value.strip()
+    return {"rss_mib": round(int(status["VmRSS"].split()[0]) / 1024, 1), "threads": int(status["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
 def _tail(path: str, limit: int = 6000) -> str:
@@ -95,6 +105,16 @@ class RankPool:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
+
+    def resources(self) -> list[dict]:
+        """Each rank's resident MiB, threads and open descriptors (Linux /proc; empty elsewhere)."""
+        out = []
+        for pid in self.pids():
+            try:
+                out.append(process_resources(pid))
+            except (OSError, KeyError, ValueError):
+                return []
+        return out
 
     def run(self, payload: str, timeout_s: float) -> list[RankOutcome]:
         """Send one case (JSON) to every rank and collect their outcomes."""

@@ -95,7 +95,8 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
             clean.restore()
             conn.send(("error", {"role": role, "type": type(e).__name__, "message": str(e)[:2000],
                                  "traceback": traceback.format_exc()}))
-            continue
+            continue  # the pool is replaced after an error, groups and all
+        ctx.release_groups()
         conn.send(("ok", traces))
     try:
         dist.destroy_process_group()

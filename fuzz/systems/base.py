@@ -28,6 +28,26 @@ class RankContext:
             self._meshes[key] = init_device_mesh(self.device.type, tuple(shape), mesh_dim_names=tuple(names))
         return self._meshes[key]
 
+    def release_groups(self) -> int:
+        """Destroy every process group except the default one and those of cached meshes; return how many.
+
+        Torch creates groups behind the API (FSDP2 builds a fresh post-forward
+        mesh for every ``fully_shard(reshard_after_forward=<int>)`` call), and
+        each gloo group holds threads and descriptors.  Destroyed groups still
+        referenced by torch's caches linger, so the executor also recycles a
+        pool whose ranks grow past its resource ceiling.
+        """
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _world
+
+        keep = {dist.group.WORLD}
+        for mesh in self._meshes.values():
+            keep.update(mesh.get_all_groups())
+        stale = [pg for pg in list(_world.pg_map) if pg not in keep]
+        for pg in stale:
+            dist.destroy_process_group(pg)
+        return len(stale)
+
 
 def make_optimizer(train: TrainSpec, params) -> torch.optim.Optimizer:
     cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
