@@ -142,10 +142,11 @@ def build_model(case: Case) -> nn.Module:
     return model.to(DTYPES[case.train.dtype])
 
 
-def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """This rank's input for ``step`` (independent of any global RNG state)."""
+def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0) -> torch.Tensor:
+    """This rank's input for microbatch ``micro`` of ``step`` (independent of any global RNG state)."""
     t = case.train
-    g = torch.Generator().manual_seed((case.seed * 1_000_003 + (0 if t.same_input else rank + 1) * 7919 + step) % 2**63)
+    key = case.seed * 1_000_003 + (0 if t.same_input else rank + 1) * 7919 + step * 97 + micro
+    g = torch.Generator().manual_seed(key % 2**63)
     shape = (t.batch, t.seq_len)
     if case.model.input == "embedding":
         x = torch.randint(0, case.model.vocab, shape, generator=g)

@@ -156,17 +156,62 @@ class MeshSpec:
 
 @dataclass(frozen=True)
 class Wrap:
-    """``fully_shard`` applied to the module at ``path`` (``""`` is the root)."""
+    """``fully_shard`` applied to the module at ``path`` (``""`` is the root).
+
+    ``offload``: ``CPUOffloadPolicy`` (``pin_memory`` only where there is an accelerator).
+    """
 
     path: str
     reshard_after_forward: Union[bool, int] = True
+    offload: bool = False
+
+
+CHECKPOINT_APIS = ("composable", "wrapper")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Activation checkpointing of the module at ``path``.
+
+    ``api``: ``composable`` (``torch.distributed._composable.checkpoint``) or
+    ``wrapper`` (``checkpoint_wrapper``, which inserts a ``CheckpointWrapper``
+    into the module tree; not for the root).  ``before``: applied before
+    ``fully_shard`` (else after).
+    """
+
+    path: str
+    api: str = "composable"
+    before: bool = True
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """Explicit prefetching set on the wrapped module at ``path``: other wrapped modules to unshard early."""
+
+    path: str
+    forward: tuple[str, ...] = ()
+    backward: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class PlanSpec:
-    """Which modules get which parallel API; applied children before parents."""
+    """Which modules get which parallel API; ``fully_shard`` is applied children before parents."""
 
     wraps: tuple[Wrap, ...] = (Wrap(""),)
+    checkpoints: tuple[Checkpoint, ...] = ()
+    prefetch: tuple[Prefetch, ...] = ()
+
+
+DELAY_POINTS = ("all_gather", "reduce_scatter", "after_forward", "before_step")
+
+
+@dataclass(frozen=True)
+class Delay:
+    """``ms`` of sleep on ``rank`` in the system under test, at ``where`` (every time it is reached)."""
+
+    rank: int
+    where: str
+    ms: int = 5
 
 
 # --------------------------------------------------------------------------- training
@@ -197,6 +242,11 @@ class TrainSpec:
     loss: str = "sum"
     dtype: str = "float64"
     same_input: bool = False
+    microbatches: int = 1
+    no_sync: tuple[str, ...] = ()
+    is_last_backward: bool = False
+    reshard_after_backward: bool = True
+    unshard_first: bool = False
 
 
 # --------------------------------------------------------------------------- case
@@ -216,6 +266,7 @@ class Case:
     mesh: MeshSpec
     plan: PlanSpec = field(default_factory=PlanSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
+    delays: tuple[Delay, ...] = ()
     reference: str = "ddp"
     system: str = "fsdp2"
     schema: int = SCHEMA
@@ -258,7 +309,11 @@ class Case:
         _validate_model(self.model)
         _validate_mesh(self.mesh, self.world_size)
         _validate_plan(self.plan, self.model, self.mesh)
-        _validate_train(self.train)
+        _validate_train(self.train, self.plan)
+        for i, d in enumerate(self.delays):
+            _check(0 <= d.rank < self.world_size, f"delays[{i}].rank", f"must be a rank < {self.world_size}, got {d.rank}")
+            _check(d.where in DELAY_POINTS, f"delays[{i}].where", f"must be one of {DELAY_POINTS}, got {d.where!r}")
+            _check(0 <= d.ms <= 1000, f"delays[{i}].ms", f"must be in [0, 1000], got {d.ms}")
         return self
 
     def features(self) -> frozenset[str]:
@@ -278,6 +333,25 @@ class Case:
         for w in self.plan.wraps:
             raf = w.reshard_after_forward
             tags.add("reshard=int" if not isinstance(raf, bool) else f"reshard={raf}")
+            if w.offload:
+                tags.add("offload")
+        tags.update(f"ckpt={c.api}/{'before' if c.before else 'after'}" for c in self.plan.checkpoints)
+        if any(p.forward for p in self.plan.prefetch):
+            tags.add("prefetch=forward")
+        if any(p.backward for p in self.plan.prefetch):
+            tags.add("prefetch=backward")
+        t = self.train
+        if t.microbatches > 1:
+            tags.add(f"micro={t.microbatches}")
+            wrapped = {w.path for w in self.plan.wraps}
+            tags.add("no_sync=" + ("none" if not t.no_sync else "all" if set(t.no_sync) == wrapped
+                                   else "root" if t.no_sync == ("",) else "subset"))
+        for flag in ("is_last_backward", "unshard_first"):
+            if getattr(t, flag):
+                tags.add(flag)
+        if not t.reshard_after_backward:
+            tags.add("reshard_after_backward=False")
+        tags.update(f"delay={d.where}" for d in self.delays)
         return frozenset(tags)
 
 
@@ -356,9 +430,23 @@ def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:
             _check(w.path not in ("inp", "head"), f"{where}.path",
                    "tied embedding/head weights must stay in one group: do not wrap 'inp' or 'head' alone")
     _check("" in seen, "plan.wraps", "the root ('') must be wrapped")
+    checkpointed = set()
+    for i, c in enumerate(plan.checkpoints):
+        where = f"plan.checkpoints[{i}]"
+        _check(c.path in kinds, f"{where}.path", f"no module at path {c.path!r}")
+        _check(c.path not in checkpointed, f"{where}.path", f"module {c.path!r} is checkpointed twice")
+        checkpointed.add(c.path)
+        _check(c.api in CHECKPOINT_APIS, f"{where}.api", f"must be one of {CHECKPOINT_APIS}, got {c.api!r}")
+        _check(not (c.api == "wrapper" and c.path == ""), f"{where}.api", "the root cannot be checkpoint_wrapper'd")
+    for i, p in enumerate(plan.prefetch):
+        where = f"plan.prefetch[{i}]"
+        _check(p.path in seen, f"{where}.path", f"{p.path!r} is not a wrapped module")
+        for key in ("forward", "backward"):
+            for j, target in enumerate(getattr(p, key)):
+                _check(target in seen, f"{where}.{key}[{j}]", f"{target!r} is not a wrapped module")
 
 
-def _validate_train(t: TrainSpec) -> None:
+def _validate_train(t: TrainSpec, plan: PlanSpec) -> None:
     _check(1 <= t.steps <= 50, "train.steps", f"must be in [1, 50], got {t.steps}")
     _check(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {t.optimizer!r}")
     _check(0 < t.lr <= 1, "train.lr", f"must be in (0, 1], got {t.lr}")
@@ -367,6 +455,10 @@ def _validate_train(t: TrainSpec) -> None:
     _check(t.seq_len >= 1, "train.seq_len", f"must be >= 1, got {t.seq_len}")
     _check(t.loss in LOSSES, "train.loss", f"must be one of {LOSSES}, got {t.loss!r}")
     _check(t.dtype in DTYPES, "train.dtype", f"must be one of {DTYPES}, got {t.dtype!r}")
+    _check(1 <= t.microbatches <= 8, "train.microbatches", f"must be in [1, 8], got {t.microbatches}")
+    wrapped = {w.path for w in plan.wraps}
+    for i, path in enumerate(t.no_sync):
+        _check(path in wrapped, f"train.no_sync[{i}]", f"{path!r} is not a wrapped module")
 
 
 # --------------------------------------------------------------------------- strict JSON mapping

@@ -23,10 +23,25 @@ def _leaf(node: Node, width: int) -> str:
 
 def describe_case(case: Case) -> str:
     wraps = {w.path: w for w in case.plan.wraps}
+    checkpoints = {c.path: c for c in case.plan.checkpoints}
+    prefetch = {p.path: p for p in case.plan.prefetch}
 
     def mark(path: str) -> str:
+        notes = []
+        c = checkpoints.get(path)
+        if c and c.before:
+            notes.append(f"checkpoint[{c.api}]")
         w = wraps.get(path)
-        return f"   <- fully_shard(reshard_after_forward={w.reshard_after_forward})" if w else ""
+        if w:
+            notes.append(f"fully_shard(reshard_after_forward={w.reshard_after_forward}"
+                         + (", offload=CPUOffloadPolicy()" if w.offload else "") + ")")
+        if c and not c.before:
+            notes.append(f"checkpoint[{c.api}]")
+        p = prefetch.get(path)
+        if p:
+            notes += [f"prefetch {kind} {[t or '<root>' for t in getattr(p, kind)]}"
+                      for kind in ("forward", "backward") if getattr(p, kind)]
+        return "   <- " + ", then ".join(notes) if notes else ""
 
     t = case.train
     m = case.model
@@ -36,8 +51,23 @@ def describe_case(case: Case) -> str:
         f"train: {t.steps} step(s) of {t.optimizer}(lr={t.lr}, foreach={t.foreach}), zero_grad={t.zero_grad}, "
         f"batch {t.batch} x seq {t.seq_len}, loss={t.loss}, {t.dtype}, "
         f"{'same' if t.same_input else 'different'} inputs per rank",
-        f"model{mark('')}",
     ]
+    accum = []
+    if t.microbatches > 1:
+        accum.append(f"{t.microbatches} microbatches, gradient sync off on non-last ones for "
+                     f"{[p or '<root>' for p in t.no_sync] or 'no module'}")
+    if t.is_last_backward:
+        accum.append("set_is_last_backward per microbatch")
+    if not t.reshard_after_backward:
+        accum.append("set_reshard_after_backward(False) until the last microbatch")
+    if t.unshard_first:
+        accum.append("root.unshard(async_op=True) first")
+    if accum:
+        lines.append("accumulation: " + "; ".join(accum))
+    if case.delays:
+        lines.append("delays: " + ", ".join(f"rank {d.rank} sleeps {d.ms} ms {d.where.replace('_', ' ')}"
+                                             for d in case.delays))
+    lines.append(f"model{mark('')}")
     if m.input == "embedding":
         lines.append(f"  inp: Embedding({m.vocab}, {m.in_dim}){mark('inp')}")
     else:

@@ -54,14 +54,19 @@ def run_system(case: Case, role: str, ctx: RankContext) -> RankTrace:
     """Train ``case`` with its ``role`` system ("reference" or "system") on this rank."""
     cls = resolve(case.reference if role == "reference" else case.system)
     reset_rank_state(case.seed)
-    system = cls(case, ctx)
+    system = cls(case, ctx, role)
     system.setup(build_model(case))
     trace = RankTrace(losses=[], loss_dtype="", grads=[], params=[])
     for step in range(case.train.steps):
         system.zero_grad(step)
-        loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device))
-        trace.losses.append(float(loss))
-        trace.loss_dtype = str(loss.dtype).removeprefix("torch.")
+        n = case.train.microbatches
+        loss = 0.0
+        for micro in range(n):
+            with system.microbatch(micro, last=micro == n - 1):
+                out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro))
+            loss += float(out)
+        trace.losses.append(loss)
+        trace.loss_dtype = str(out.dtype).removeprefix("torch.")
         trace.grads.append(_record(system.gradients(), ctx.rank))
         system.optimizer_step()
         trace.params.append(_record(system.parameters(), ctx.rank))

@@ -3,7 +3,8 @@
 from strategies.cases import cases
 from strategies.meshes import meshes, world_sizes
 from strategies.models import bodies, models
+from strategies.perturbation import delays
 from strategies.training import training
 from strategies.wrapping import plans
 
-__all__ = ["bodies", "cases", "meshes", "models", "plans", "training", "world_sizes"]
+__all__ = ["bodies", "cases", "delays", "meshes", "models", "plans", "training", "world_sizes"]

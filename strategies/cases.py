@@ -11,23 +11,26 @@ from hypothesis import strategies as st
 from fuzz.case import Case
 from strategies.meshes import meshes, world_sizes
 from strategies.models import models
+from strategies.perturbation import delays
 from strategies.training import training
 from strategies.wrapping import plans
 
 
 @st.composite
 def cases(draw, allowed_world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "fsdp2",
-          reference: str = "ddp", max_depth: int = 2, max_steps: int = 10) -> Case:
+          reference: str = "ddp", max_depth: int = 2, max_steps: int = 10, perturb: bool = True) -> Case:
     ws = draw(world_sizes(allowed_world_sizes))
     mesh = draw(meshes(ws))
     model = draw(models(max_depth))
+    plan = draw(plans(model, mesh))
     return Case(
         seed=draw(st.integers(0, 2**16)),
         world_size=ws,
         model=model,
         mesh=mesh,
-        plan=draw(plans(model, mesh)),
-        train=draw(training(max_steps)),
+        plan=plan,
+        train=draw(training(max_steps, tuple(w.path for w in plan.wraps))),
+        delays=draw(delays(ws)) if perturb else (),
         reference=reference,
         system=system,
     ).validate()

@@ -9,8 +9,14 @@ float32 tolerance), but Adam's per-element normalisation turns a near-zero
 gradient's rounding into an O(lr) step.  float64 keeps the noise far below
 Adam's eps, so every optimizer is drawn with it.
 
+Gradient accumulation: 1-3 microbatches per step; on the non-last ones
+gradient sync is turned off on all wrapped modules, only the root, a random
+subset or none; ``set_is_last_backward``, ``set_reshard_after_backward`` and
+an explicit ``unshard`` first are drawn independently.
+
 Shrinking: one step, SGD at lr 0.01 without foreach, ``set_to_none=True``,
-batch 1, sequence 1, sum loss, float64, different inputs per rank.
+batch 1, sequence 1, sum loss, float64, different inputs per rank, one
+microbatch, no accumulation controls.
 """
 
 from __future__ import annotations
@@ -18,12 +24,23 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from fuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, TrainSpec
+from strategies.wrapping import RARE
 
 
 @st.composite
-def training(draw, max_steps: int = 10) -> TrainSpec:
+def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",)) -> TrainSpec:
     optimizer = draw(st.sampled_from(OPTIMIZERS))
     dtype = draw(st.sampled_from(("float64", "float32")))
+    micro = draw(st.integers(1, 3))
+    mode = draw(st.sampled_from(("all", "root", "subset", "none")))
+    if mode == "all":
+        no_sync = tuple(wrapped)
+    elif mode == "root":
+        no_sync = ("",)
+    elif mode == "subset":
+        no_sync = tuple(p for p in wrapped if draw(st.booleans()))
+    else:
+        no_sync = ()
     return TrainSpec(
         steps=draw(st.integers(1, max_steps)),
         optimizer=optimizer,
@@ -36,4 +53,9 @@ def training(draw, max_steps: int = 10) -> TrainSpec:
         # Always drawn (keeps the choice sequence stable while the optimizer shrinks), forced for Adam(W).
         dtype=dtype if optimizer == "sgd" else "float64",
         same_input=draw(st.booleans()),
+        microbatches=micro,
+        no_sync=no_sync if micro > 1 else (),
+        is_last_backward=draw(RARE),
+        reshard_after_backward=not draw(RARE),
+        unshard_first=draw(RARE),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+import torch
 import torch.nn as nn
 
 from fuzz.build import Twice
@@ -160,3 +161,63 @@ class SlowOddLinearGradDrop(OddLinearGradDrop):
     def setup(self, model):
         time.sleep(1.0)
         super().setup(model)
+
+
+class _PathGradDropper(FSDP2System):
+    """Zeroes the real gradients of every parameter under the modules ``doomed_paths`` names."""
+
+    def doomed_paths(self) -> list[str]:
+        raise NotImplementedError
+
+    def gradients(self):
+        from fuzz.systems.base import resolve
+
+        for path in self.doomed_paths():
+            for p in resolve(self.model, path).parameters():
+                if p.grad is not None:
+                    p.grad.zero_()
+        return super().gradients()
+
+
+class CheckpointedGradDrop(_PathGradDropper):
+    """Loses the gradients of activation-checkpointed modules."""
+
+    def doomed_paths(self):
+        return [c.path for c in self.case.plan.checkpoints]
+
+
+class PrefetchTargetGradDrop(_PathGradDropper):
+    """Loses the gradients of modules that another module prefetches."""
+
+    def doomed_paths(self):
+        return [t for p in self.case.plan.prefetch for t in p.forward + p.backward]
+
+
+class OffloadForgetsUpdate(FSDP2System):
+    """The optimizer's update of CPU-offloaded modules is never copied back."""
+
+    def optimizer_step(self):
+        from fuzz.systems.base import resolve
+
+        offloaded = [p for w in self.case.plan.wraps if w.offload for p in resolve(self.model, w.path).parameters()]
+        saved = [p.detach().clone() for p in offloaded]
+        super().optimizer_step()
+        with torch.no_grad():
+            for p, old in zip(offloaded, saved):
+                p.copy_(old)
+
+
+class FirstMicrobatchGradDrop(FSDP2System):
+    """With gradient sync off, the first microbatch's gradient is lost (its loss still counts)."""
+
+    def microbatch(self, index, last):
+        self._index = index
+        return super().microbatch(index, last)
+
+    def forward_backward(self, batch):
+        t = self.case.train
+        if self._index == 0 and t.microbatches > 1 and t.no_sync:
+            loss = self.loss(self.model(batch))
+            (loss * 0).backward()
+            return loss.detach()
+        return super().forward_backward(batch)

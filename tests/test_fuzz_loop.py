@@ -25,6 +25,10 @@ def fuzz(executor, tmp_path, system, seed=1):
     ("OddLinearGradDrop", lambda c: any(n.kind == "linear" and n.out % 2 for _, n in c.model.body.walk("body"))),
     ("TwiceGradDrop", lambda c: any(n.kind == "twice" for _, n in c.model.body.walk("body"))),
     ("HSDPSkipsReplicaAllReduce", lambda c: c.mesh.names == ("replicate", "shard")),
+    ("CheckpointedGradDrop", lambda c: bool(c.plan.checkpoints)),
+    ("PrefetchTargetGradDrop", lambda c: bool(c.plan.prefetch)),
+    ("OffloadForgetsUpdate", lambda c: any(w.offload for w in c.plan.wraps)),
+    ("FirstMicrobatchGradDrop", lambda c: c.train.microbatches > 1 and bool(c.train.no_sync)),
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     system = f"tests.faults:{fault}"
@@ -36,7 +40,7 @@ def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     assert f.verdict.kind == "mismatch"
     assert body_modules(f.case) <= 3, f.case.to_json(indent=1)
     assert shows(f.case), "the minimal case still shows the faulty situation"
-    assert f.case.train.steps == 1 and f.case.world_size == 2 and f.case.seed == 0
+    assert f.case.world_size == 2 and f.case.seed == 0
     entry = corpus.load(f.corpus_path)
     assert entry.case == f.case and entry.expect == "fail"
     assert check(entry.case, executor).kind == "mismatch"  # the saved case replays to the same verdict

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -54,6 +57,22 @@ def make_optimizer(train: TrainSpec, params) -> torch.optim.Optimizer:
     return cls(params, lr=train.lr, foreach=train.foreach)
 
 
+CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
+
+
+def resolve(model: nn.Module, path: str) -> nn.Module:
+    """The module at a case path, looking through any ``CheckpointWrapper`` on the way."""
+    module = model
+    for part in [p for p in path.split(".") if p]:
+        module = _unwrap(getattr(module, part))
+    return _unwrap(module)
+
+
+def _unwrap(module: nn.Module) -> nn.Module:
+    inner = getattr(module, CHECKPOINT_PREFIX.rstrip("."), None)
+    return inner if isinstance(inner, nn.Module) else module
+
+
 class System:
     """One way to train a case's model.
 
@@ -67,9 +86,11 @@ class System:
 
     name = "base"
 
-    def __init__(self, case: Case, ctx: RankContext):
+    def __init__(self, case: Case, ctx: RankContext, role: str = "system"):
         self.case = case
         self.ctx = ctx
+        self.role = role  # "reference" or "system"; delays perturb only the system under test
+        self.delays = {d.where: d.ms / 1000 for d in case.delays if d.rank == ctx.rank} if role == "system" else {}
 
     # -- set-up
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -83,6 +104,14 @@ class System:
     def setup(self, model: nn.Module) -> None:
         self.model = self.wrap(model.to(self.ctx.device))
         self.optim = make_optimizer(self.case.train, self.inner().parameters())
+        for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
+            if where in self.delays:
+                _delay_collective(name, self.delays[where])  # undone by the rank's isolation snapshot
+
+    def named_parameters(self):
+        """The case's parameter names (checkpoint wrappers looked through)."""
+        for name, p in self.inner().named_parameters():
+            yield name.replace(CHECKPOINT_PREFIX, ""), p
 
     # -- one step
     def zero_grad(self, step: int) -> None:
@@ -92,16 +121,39 @@ class System:
     def loss(self, out: torch.Tensor) -> torch.Tensor:
         return out.sum() if self.case.train.loss == "sum" else out.mean()
 
+    def microbatch(self, index: int, last: bool):
+        """Context for one forward/backward of a step (gradient accumulation hooks in here)."""
+        return contextlib.nullcontext()
+
     def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
         loss = self.loss(self.model(batch))
+        self._sleep("after_forward")
         loss.backward()
         return loss.detach()
 
     def gradients(self) -> dict[str, torch.Tensor | None]:
-        return {n: p.grad for n, p in self.inner().named_parameters()}
+        return {n: p.grad for n, p in self.named_parameters()}
 
     def optimizer_step(self) -> None:
+        self._sleep("before_step")
         self.optim.step()
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        return {n: p for n, p in self.inner().named_parameters()}
+        return dict(self.named_parameters())
+
+    def _sleep(self, where: str) -> None:
+        if where in self.delays:
+            time.sleep(self.delays[where])
+
+
+def _delay_collective(name: str, seconds: float) -> None:
+    import torch.distributed as dist
+
+    original = getattr(dist, name)
+
+    @functools.wraps(original)
+    def delayed(*args, **kwargs):
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    setattr(dist, name, delayed)

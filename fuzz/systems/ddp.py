@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -17,3 +19,6 @@ class DDPSystem(System):
 
     def inner(self) -> nn.Module:
         return self.model.module
+
+    def microbatch(self, index: int, last: bool):
+        return contextlib.nullcontext() if last else self.model.no_sync()

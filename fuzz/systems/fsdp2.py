@@ -1,19 +1,71 @@
-"""System under test: FSDP2 ``fully_shard`` applied per the case's plan."""
+"""System under test: FSDP2 ``fully_shard`` applied per the case's plan.
+
+Activation checkpointing (composable or wrapper, before or after
+``fully_shard``), CPU offload, explicit prefetching and the gradient
+accumulation controls (``set_requires_gradient_sync``,
+``set_is_last_backward``, ``set_reshard_after_backward``, ``unshard``) come
+from the case.
+"""
 
 from __future__ import annotations
 
-import torch.nn as nn
-from torch.distributed.fsdp import fully_shard
+import contextlib
 
-from fuzz.systems.base import System
+import torch
+import torch.nn as nn
+from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+from fuzz.case import Checkpoint
+from fuzz.systems.base import System, resolve
+
+
+def apply_checkpoint(model: nn.Module, c: Checkpoint) -> None:
+    if c.api == "composable":
+        from torch.distributed._composable import checkpoint
+
+        checkpoint(resolve(model, c.path))
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    parent_path, _, name = c.path.rpartition(".")
+    parent = resolve(model, parent_path)
+    setattr(parent, name, checkpoint_wrapper(getattr(parent, name)))
 
 
 class FSDP2System(System):
     name = "fsdp2"
 
     def wrap(self, model: nn.Module) -> nn.Module:
+        plan = self.case.plan
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+        for c in plan.checkpoints:
+            if c.before:
+                apply_checkpoint(model, c)
         # Children before parents: deepest paths first, the root ("") last.
-        for w in sorted(self.case.plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
-            fully_shard(model.get_submodule(w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward)
+        for w in sorted(plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
+            offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
+            fully_shard(resolve(model, w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward,
+                        offload_policy=offload)
+        for c in plan.checkpoints:
+            if not c.before:
+                apply_checkpoint(model, c)
+        for p in plan.prefetch:
+            module = resolve(model, p.path)
+            if p.forward:
+                module.set_modules_to_forward_prefetch([resolve(model, t) for t in p.forward])
+            if p.backward:
+                module.set_modules_to_backward_prefetch([resolve(model, t) for t in p.backward])
         return model
+
+    def microbatch(self, index: int, last: bool):
+        t = self.case.train
+        if index == 0 and t.unshard_first:
+            self.model.unshard(async_op=True).wait()
+        if t.microbatches > 1:
+            for path in t.no_sync:
+                resolve(self.model, path).set_requires_gradient_sync(last, recurse=False)
+            if not t.reshard_after_backward:
+                self.model.set_reshard_after_backward(last)
+        if t.is_last_backward:
+            self.model.set_is_last_backward(last)
+        return contextlib.nullcontext()
