@@ -230,8 +230,8 @@ class Fuzzer:
                 for tag in sorted(case.features()):
                     event(tag)
                 event(f"verdict={verdict.kind}")
-                if verdict.note:
-                    stats.notes[verdict.note.split(" at step")[0]] += 1
+                if verdict.note and verdict.ok:
+                    stats.notes[verdict.note.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
                     found.update(at=time.monotonic(), cases=stats.cases, kind=verdict.kind)
                     self.log(f"{name}: {verdict.kind} found after {stats.cases} cases "

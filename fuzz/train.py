@@ -43,6 +43,15 @@ def _record(tensors: dict, rank: int) -> dict:
     return out
 
 
+def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
+    """Scale every weight by ``1 +- ulps * eps``: the size of difference two correct systems can make."""
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            sign = torch.randint(0, 2, p.shape, generator=g).to(p.dtype) * 2 - 1
+            p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
+
+
 def reset_rank_state(seed: int) -> None:
     """Every system starts from the same process state."""
     torch.manual_seed(seed)
@@ -50,12 +59,22 @@ def reset_rank_state(seed: int) -> None:
     torch.set_grad_enabled(True)
 
 
+#: Roles a rank can run: the reference, the system under test, and the reference started from weights
+#: perturbed at rounding level (run only to confirm a mismatch; see ``fuzz.verify``).
+ROLES = ("reference", "system", "perturbed_reference")
+
+
 def run_system(case: Case, role: str, ctx: RankContext) -> RankTrace:
-    """Train ``case`` with its ``role`` system ("reference" or "system") on this rank."""
-    cls = resolve(case.reference if role == "reference" else case.system)
+    """Train ``case`` with the system playing ``role`` (one of :data:`ROLES`) on this rank."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+    cls = resolve(case.system if role == "system" else case.reference)
     reset_rank_state(case.seed)
     system = cls(case, ctx, role)
-    system.setup(build_model(case))
+    model = build_model(case)
+    if role == "perturbed_reference":
+        perturb(model, case.seed)
+    system.setup(model)
     trace = RankTrace(losses=[], loss_dtype="", grads=[], params=[])
     for step in range(case.train.steps):
         system.zero_grad(step)

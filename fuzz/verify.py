@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from fuzz.case import Case
 from fuzz.executor import Executor, RankOutcome
-from fuzz.oracle import compare
+from fuzz.oracle import compare, confirm
 from fuzz.trace import Trace
-from fuzz.verdict import CRASH, ERROR, HANG, Verdict
+from fuzz.verdict import CRASH, ERROR, HANG, MISMATCH, Verdict
+
+
+def traces(outcomes: list[RankOutcome], role: str) -> Trace:
+    return Trace.merge([o.result[role] for o in outcomes])
 
 
 def verdict_from_outcomes(outcomes: list[RankOutcome]) -> Verdict:
     failed = [o for o in outcomes if o.status != "ok"]
     if not failed:
-        ref = Trace.merge([o.result["reference"] for o in outcomes])
-        sut = Trace.merge([o.result["system"] for o in outcomes])
-        return compare(ref, sut)
+        return compare(traces(outcomes, "reference"), traces(outcomes, "system"))
     statuses = {o.status for o in failed}
     # A crash explains errors and hangs on the other ranks, an error explains hangs.
     kind = CRASH if "crash" in statuses else ERROR if "error" in statuses else HANG
@@ -30,4 +32,12 @@ def verdict_from_outcomes(outcomes: list[RankOutcome]) -> Verdict:
 
 
 def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
-    return verdict_from_outcomes(executor.run(case, timeout_s))
+    """The case's verdict; a mismatch is confirmed against a perturbed reference run (``oracle.confirm``)."""
+    outcomes = executor.run(case, timeout_s)
+    verdict = verdict_from_outcomes(outcomes)
+    if verdict.kind != MISMATCH:
+        return verdict
+    again = executor.run(case, timeout_s, roles=("perturbed_reference",))
+    if any(o.status != "ok" for o in again):
+        return verdict
+    return confirm(verdict, traces(outcomes, "reference"), traces(again, "perturbed_reference"))

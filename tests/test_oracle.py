@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from fuzz.oracle import TOLERANCES, close_report, compare
+from fuzz.oracle import TOLERANCES, close_report, compare, confirm
 from fuzz.trace import Rec, Trace
 
 
@@ -121,3 +121,36 @@ def test_system_blowing_up_alone_is_a_mismatch():
     sut = trace()
     sut.grads[0]["w"].value[0] = 1e9
     assert compare(trace(), sut).kind == "mismatch"
+
+
+def test_tolerance_is_relative_to_the_tensor_scale():
+    ref = np.array([8e4, 0.03])
+    noisy = ref + np.array([0.0, 2.3e-7])  # rounding noise of the large terms, on a small element
+    assert close_report(ref, noisy, *TOLERANCES["float64"])[0]
+    wrong = ref * np.array([1.0, 2.0])  # a real fault on the small element alone is still caught
+    assert not close_report(ref, wrong, *TOLERANCES["float64"])[0]
+
+
+def test_confirm_keeps_a_mismatch_where_the_reference_is_stable():
+    ref, sut = trace(), trace()
+    sut.grads[0]["w"].value[0] += 0.5
+    perturbed = trace()
+    perturbed.grads[0]["w"].value[0] += 1e-15
+    verdict = confirm(compare(ref, sut), ref, perturbed)
+    assert verdict.kind == "mismatch" and "confirmed" in verdict.note
+
+
+def test_confirm_clears_a_mismatch_the_reference_makes_itself():
+    ref, sut = trace(), trace()
+    sut.grads[1]["w"].value[0] += 0.5
+    perturbed = trace()
+    perturbed.grads[1]["w"].value[0] += 0.3  # the reference moves as much under a 2-ulp nudge: chaos
+    verdict = confirm(compare(ref, sut), ref, perturbed)
+    assert verdict.ok and "numerically unstable" in verdict.note
+
+
+def test_confirm_leaves_non_numeric_mismatches_alone():
+    ref, sut = trace(), trace()
+    sut.grads[0]["w"] = None
+    v = compare(ref, sut)
+    assert confirm(v, ref, trace()) is v

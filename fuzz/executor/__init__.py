@@ -49,10 +49,11 @@ class Executor:
             pool = self.pools[world_size] = RankPool(world_size, backend)
         return pool
 
-    def run(self, case: Case, timeout_s: float | None = None) -> list[RankOutcome]:
+    def run(self, case: Case, timeout_s: float | None = None,
+            roles: tuple[str, ...] = ("reference", "system")) -> list[RankOutcome]:
         timeout = timeout_s or self.timeout_s or default_timeout(case)
         pool = self.pool(case.world_size)
-        outcomes = pool.run(case.to_json(), timeout)
+        outcomes = pool.run(case.to_json(), timeout, roles)
         if not pool.broken and self._over_ceiling(pool):
             pool.close()
             del self.pools[case.world_size]

@@ -83,10 +83,10 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
         if msg[0] == "stop":
             break
         os.truncate(log_path, 0)
-        case = Case.from_json(msg[1])
-        traces, role = {}, "reference"
+        case, roles = Case.from_json(msg[1]), msg[2]
+        traces, role = {}, roles[0]
         try:
-            for role in ("reference", "system"):
+            for role in roles:
                 traces[role] = run_system(case, role, ctx)
                 undone = clean.restore()
                 if undone:
