@@ -9,8 +9,9 @@ The same generated cases (fixed seed) run twice per world size:
   persistent rank pool, ranks train reference and system under test, record
   losses, full gradients and parameters, send them back, and the oracle compares;
 - **bare**: persistent rank processes that receive all cases up front and, in a
-  tight hand-written loop, train DDP and then FSDP2 (``fully_shard`` per plan)
-  on each, recording nothing.
+  tight hand-written loop, train the same reference and system (the same
+  ``System`` classes, so the same wrapping, accumulation and delays) on each,
+  recording, shipping and comparing nothing.
 
 Pool start-up is excluded from both.  The ratio executor/bare is the share of
 raw training throughput the harness keeps.
@@ -55,36 +56,33 @@ def generate(n: int, world_size: int, seed: int = 0) -> list[Case]:
 def _bare_rank(rank: int, world_size: int, store_path: str, payload: list[str], results) -> None:
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     from fuzz.build import batch_for, build_model
+    from fuzz.systems import RankContext, resolve
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")  # as the executor's ranks do
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank, world_size=world_size)
-    mesh = init_device_mesh("cpu", (world_size,))
+    ctx = RankContext(rank=rank, world_size=world_size, device=torch.device("cpu"))
     cases = [Case.from_json(p) for p in payload]
-    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
     dist.barrier()
     start = time.perf_counter()
+    originals = {n: getattr(dist, n) for n in ("all_gather_single", "reduce_scatter_single")}
     for case in cases:
-        t = case.train
-        for kind in ("ddp", "fsdp2"):
+        for role, name in (("reference", case.reference), ("system", case.system)):
             torch.manual_seed(case.seed)
-            model = build_model(case)
-            if kind == "ddp":
-                model = DDP(model)
-            else:
-                for w in sorted(case.plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
-                    fully_shard(model.get_submodule(w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward)
-            optim = opt[t.optimizer](model.parameters(), lr=t.lr, foreach=t.foreach)
-            for step in range(t.steps):
-                optim.zero_grad()
-                out = model(batch_for(case, rank, step))
-                (out.sum() if t.loss == "sum" else out.mean()).backward()
-                optim.step()
+            system = resolve(name)(case, ctx, role)
+            system.setup(build_model(case))
+            for step in range(case.train.steps):
+                system.zero_grad(step)
+                n = case.train.microbatches
+                for micro in range(n):
+                    with system.microbatch(micro, last=micro == n - 1):
+                        system.forward_backward(batch_for(case, rank, step, "cpu", micro))
+                system.optimizer_step()
+            for n, fn in originals.items():  # delays patch these per case
+                setattr(dist, n, fn)
+        ctx.release_groups()
     dist.barrier()
     results.put((rank, time.perf_counter() - start))
     dist.destroy_process_group()
