@@ -221,3 +221,12 @@ class FirstMicrobatchGradDrop(FSDP2System):
             (loss * 0).backward()
             return loss.detach()
         return super().forward_backward(batch)
+
+
+class NeverReshardsAfterBackward(FSDP2System):
+    """Leaves parameters unsharded after backward (the invariant check must catch it)."""
+
+    def wrap(self, model):
+        model = super().wrap(model)
+        model.set_reshard_after_backward(False)
+        return model

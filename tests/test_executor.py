@@ -104,3 +104,9 @@ def test_pool_past_its_resource_ceiling_is_recycled():
     with Executor() as ex:
         assert check(simple(), ex).ok
         assert ex.recycles == 0 and all(r["threads"] > 1 and r["fds"] > 0 for r in ex.pools[2].resources())
+
+
+def test_unsharded_parameters_after_backward_break_the_invariant(executor):
+    verdict = check(fault("NeverReshardsAfterBackward"), executor, timeout_s=20)
+    assert verdict.kind == "error" and "InvariantViolation" in verdict.describe()
+    assert "not registered as sharded" in verdict.describe()

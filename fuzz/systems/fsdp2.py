@@ -32,8 +32,13 @@ def apply_checkpoint(model: nn.Module, c: Checkpoint) -> None:
     setattr(parent, name, checkpoint_wrapper(getattr(parent, name)))
 
 
+class InvariantViolation(AssertionError):
+    """FSDP2 left the model in a state its contract rules out (reported as an ERROR verdict)."""
+
+
 class FSDP2System(System):
     name = "fsdp2"
+    _last = True
 
     def wrap(self, model: nn.Module) -> nn.Module:
         plan = self.case.plan
@@ -57,7 +62,23 @@ class FSDP2System(System):
                 module.set_modules_to_backward_prefetch([resolve(model, t) for t in p.backward])
         return model
 
+    def forward_backward(self, batch):
+        loss = super().forward_backward(batch)
+        if self._last:
+            self.check_resharded("after the last backward of a step")
+        return loss
+
+    def check_resharded(self, when: str) -> None:
+        """Invariant: with resharding after backward on, every managed parameter is registered sharded."""
+        from torch.distributed.tensor import DTensor
+
+        unsharded = [n for n, p in self.named_parameters() if not isinstance(p, DTensor)]
+        if unsharded:
+            raise InvariantViolation(f"{when}, parameters are not registered as sharded DTensors: "
+                                     f"{', '.join(unsharded[:5])}")
+
     def microbatch(self, index: int, last: bool):
+        self._last = last
         t = self.case.train
         if index == 0 and t.unshard_first:
             self.model.unshard(async_op=True).wait()
