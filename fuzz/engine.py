@@ -169,8 +169,9 @@ class FuzzOptions:
     hang_shrink_timeout_s: float = 5.0
 
 
-def hypothesis_settings(report_multiple_bugs: bool | None = None) -> settings:
-    """The current Hypothesis profile, opened up for budgeted fuzzing."""
+def hypothesis_settings() -> settings:
+    """The current Hypothesis profile (its verbosity, ``report_multiple_bugs``, ...), opened up for budgeted
+    fuzzing."""
     parent = settings()
     return settings(
         parent,
@@ -180,7 +181,6 @@ def hypothesis_settings(report_multiple_bugs: bool | None = None) -> settings:
         derandomize=False,
         phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
         suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=parent.report_multiple_bugs if report_multiple_bugs is None else report_multiple_bugs,
     )
 
 

@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="per-case timeout (default: scaled with the case's steps and world size)")
 
 
-def _number(config, name: str, raw, cast=float, minimum=0):
+def _number(name: str, raw, cast=float, minimum=0):
     try:
         value = cast(raw)
     except (TypeError, ValueError):
@@ -57,10 +57,10 @@ def _number(config, name: str, raw, cast=float, minimum=0):
 def options_from_config(config: pytest.Config) -> FuzzOptions:
     """Parse and check the options; a bad value is a one-line UsageError naming the option."""
     get = config.getoption
-    budget = _number(config, "fuzz-budget", get("fuzz_budget") or DEFAULT_BUDGET_S)
-    shrink = _number(config, "shrink-budget", get("shrink_budget"))
-    seed = None if get("fuzz_seed") is None else _number(config, "fuzz-seed", get("fuzz_seed"), int)
-    timeout = None if get("case_timeout") is None else _number(config, "case-timeout", get("case_timeout"),
+    budget = _number("fuzz-budget", get("fuzz_budget") or DEFAULT_BUDGET_S)
+    shrink = _number("shrink-budget", get("shrink_budget"))
+    seed = None if get("fuzz_seed") is None else _number("fuzz-seed", get("fuzz_seed"), int)
+    timeout = None if get("case_timeout") is None else _number("case-timeout", get("case_timeout"),
                                                                  float, minimum=1)
     ws_raw = get("world_sizes")
     if ws_raw is None:

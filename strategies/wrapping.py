@@ -24,9 +24,6 @@ from hypothesis import strategies as st
 
 from fuzz.case import Checkpoint, MeshSpec, ModelSpec, PlanSpec, Prefetch, Wrap
 
-#: A rare coin: first choice False, so it shrinks to "off".
-RARE = st.sampled_from((False, False, False, True))
-
 
 def reshard_choices(shard_size: int) -> list:
     return [True, False] + [d for d in range(2, shard_size) if shard_size % d == 0]
