@@ -178,7 +178,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items) -> None:
-    config.stash[_SESSION].targets_total = sum(1 for i in items if i.get_closest_marker("fuzz_target"))
+    session = config.stash[_SESSION]
+    targets = [i for i in items if i.get_closest_marker("fuzz_target")]
+    session.targets_total = len(targets)
+    # A fuzz target runs for its budget plus shrinking: a global pytest-timeout must not cut it short.
+    limit = session.options.budget_s + session.options.shrink_budget_s + 600
+    for item in targets:
+        item.add_marker(pytest.mark.timeout(limit))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
