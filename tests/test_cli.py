@@ -120,3 +120,10 @@ def test_repro_passing_case_exits_0(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["verdict"]["kind"] == "pass"
+
+
+def test_global_pytest_timeout_does_not_cut_a_fuzz_budget(tmp_path):
+    result = pytest_run("fuzz/test_fsdp2.py", "-o", "timeout=2", "--fuzz-budget=5", "--world-sizes=2",
+                        f"--corpus-dir={tmp_path}")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "1 passed" in result.stdout
