@@ -9,9 +9,9 @@ The same generated cases (fixed seed) run twice per world size:
   persistent rank pool, ranks train reference and system under test, record
   losses, full gradients and parameters, send them back, and the oracle compares;
 - **bare**: persistent rank processes that receive all cases up front and, in a
-  tight hand-written loop, train the same reference and system (the same
-  ``System`` classes, so the same wrapping, accumulation and delays) on each,
-  recording, shipping and comparing nothing.
+  tight loop, train the same reference and system on each with
+  ``fuzz.train.run_system(record=False)`` (the same training code, so the same
+  wrapping, accumulation and delays), recording, shipping and comparing nothing.
 
 Pool start-up is excluded from both.  The ratio executor/bare is the share of
 raw training throughput the harness keeps.
@@ -57,29 +57,20 @@ def _bare_rank(rank: int, world_size: int, store_path: str, payload: list[str], 
     import torch
     import torch.distributed as dist
 
-    from fuzz.build import batch_for, build_model
-    from fuzz.systems import RankContext, resolve
+    from fuzz.systems import RankContext
+    from fuzz.train import run_system
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")  # as the executor's ranks do
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank, world_size=world_size)
     ctx = RankContext(rank=rank, world_size=world_size, device=torch.device("cpu"))
     cases = [Case.from_json(p) for p in payload]
+    originals = {n: getattr(dist, n) for n in ("all_gather_single", "reduce_scatter_single")}
     dist.barrier()
     start = time.perf_counter()
-    originals = {n: getattr(dist, n) for n in ("all_gather_single", "reduce_scatter_single")}
     for case in cases:
-        for role, name in (("reference", case.reference), ("system", case.system)):
-            torch.manual_seed(case.seed)
-            system = resolve(name)(case, ctx, role)
-            system.setup(build_model(case))
-            for step in range(case.train.steps):
-                system.zero_grad(step)
-                n = case.train.microbatches
-                for micro in range(n):
-                    with system.microbatch(micro, last=micro == n - 1):
-                        system.forward_backward(batch_for(case, rank, step, "cpu", micro))
-                system.optimizer_step()
+        for role in ("reference", "system"):
+            run_system(case, role, ctx, record=False)
             for n, fn in originals.items():  # delays patch these per case
                 setattr(dist, n, fn)
         ctx.release_groups()

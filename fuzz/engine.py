@@ -24,7 +24,7 @@ import random
 import time
 import unittest
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Callable
@@ -98,9 +98,7 @@ class Failure:
             "case_id": self.case.case_id(),
             "verdict_kind": self.verdict.kind,
             "signature": self.verdict.signature(),
-            "first_divergence": None if d is None else {
-                "step": d.step, "what": d.what, "tensor": d.tensor, "max_abs": d.max_abs, "max_rel": d.max_rel,
-                "detail": d.detail},
+            "first_divergence": None if d is None else asdict(d),
             "description": self.verdict.describe(),
             "known_issue": self.known_issue,
             "duplicate_of": str(self.duplicate_of) if self.duplicate_of else None,

@@ -64,8 +64,11 @@ def reset_rank_state(seed: int) -> None:
 ROLES = ("reference", "system", "perturbed_reference")
 
 
-def run_system(case: Case, role: str, ctx: RankContext) -> RankTrace:
-    """Train ``case`` with the system playing ``role`` (one of :data:`ROLES`) on this rank."""
+def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> RankTrace:
+    """Train ``case`` with the system playing ``role`` (one of :data:`ROLES`) on this rank.
+
+    ``record=False`` trains the same way but keeps no gradients or parameters (the benchmark's bare loop).
+    """
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
     cls = resolve(case.system if role == "system" else case.reference)
@@ -86,7 +89,9 @@ def run_system(case: Case, role: str, ctx: RankContext) -> RankTrace:
             loss += float(out)
         trace.losses.append(loss)
         trace.loss_dtype = str(out.dtype).removeprefix("torch.")
-        trace.grads.append(_record(system.gradients(), ctx.rank))
+        if record:
+            trace.grads.append(_record(system.gradients(), ctx.rank))
         system.optimizer_step()
-        trace.params.append(_record(system.parameters(), ctx.rank))
+        if record:
+            trace.params.append(_record(system.parameters(), ctx.rank))
     return trace
