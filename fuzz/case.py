@@ -159,11 +159,22 @@ class Wrap:
     """``fully_shard`` applied to the module at ``path`` (``""`` is the root).
 
     ``offload``: ``CPUOffloadPolicy`` (``pin_memory`` only where there is an accelerator).
+    ``param_dtype``, ``reduce_dtype``, ``output_dtype``, ``cast_forward_inputs``:
+    the module's ``MixedPrecisionPolicy`` (dtype names from :data:`MP_DTYPES`,
+    ``""`` for ``None``).
     """
 
     path: str
     reshard_after_forward: Union[bool, int] = True
     offload: bool = False
+    param_dtype: str = ""
+    reduce_dtype: str = ""
+    output_dtype: str = ""
+    cast_forward_inputs: bool = True
+
+    def mixed_precision(self) -> bool:
+        """Whether this module has a non-default ``MixedPrecisionPolicy``."""
+        return bool(self.param_dtype or self.reduce_dtype or self.output_dtype) or not self.cast_forward_inputs
 
 
 CHECKPOINT_APIS = ("composable", "wrapper")
@@ -220,6 +231,8 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 ZERO_GRAD_MODES = ("none", "zeros", "alternate")
 LOSSES = ("sum", "mean")
 DTYPES = ("float64", "float32")
+#: Dtypes a MixedPrecisionPolicy may name, most precise first.
+MP_DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -310,11 +323,22 @@ class Case:
         _validate_mesh(self.mesh, self.world_size)
         _validate_plan(self.plan, self.model, self.mesh)
         _validate_train(self.train, self.plan)
+        _check(not self.mixed_precision() or self.reference != "ddp", "reference",
+               "plain DDP cannot model mixed precision: use the emulating reference 'ddp_mp'")
         for i, d in enumerate(self.delays):
             _check(0 <= d.rank < self.world_size, f"delays[{i}].rank", f"must be a rank < {self.world_size}, got {d.rank}")
             _check(d.where in DELAY_POINTS, f"delays[{i}].where", f"must be one of {DELAY_POINTS}, got {d.where!r}")
             _check(0 <= d.ms <= 1000, f"delays[{i}].ms", f"must be in [0, 1000], got {d.ms}")
         return self
+
+    def mixed_precision(self) -> bool:
+        return any(w.mixed_precision() for w in self.plan.wraps)
+
+    def precision(self) -> str:
+        """The least precise dtype the case computes or reduces in (it sets the oracle's tolerance)."""
+        names = [self.train.dtype] + [d for w in self.plan.wraps
+                                      for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
+        return max(names, key=MP_DTYPES.index)
 
     def features(self) -> frozenset[str]:
         """Feature tags of this case (for coverage counts and Hypothesis ``event()``)."""
@@ -335,6 +359,16 @@ class Case:
             tags.add("reshard=int" if not isinstance(raf, bool) else f"reshard={raf}")
             if w.offload:
                 tags.add("offload")
+        if self.mixed_precision():
+            tags.add(f"precision={self.precision()}")
+            param_dtypes = {w.param_dtype or self.train.dtype for w in self.plan.wraps}
+            tags.add("mp=mixed" if len(param_dtypes) > 1 else "mp=uniform")
+            if any(w.reduce_dtype for w in self.plan.wraps):
+                tags.add("mp_reduce_dtype")
+            if any(w.output_dtype for w in self.plan.wraps):
+                tags.add("mp_output_dtype")
+            if not all(w.cast_forward_inputs for w in self.plan.wraps):
+                tags.add("mp_no_input_cast")
         tags.update(f"ckpt={c.api}/{'before' if c.before else 'after'}" for c in self.plan.checkpoints)
         if any(p.forward for p in self.plan.prefetch):
             tags.add("prefetch=forward")
@@ -426,6 +460,10 @@ def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:
         if not isinstance(raf, bool):
             _check(1 < raf < shard_size and shard_size % raf == 0, f"{where}.reshard_after_forward",
                    f"an int must be a non-trivial divisor of the shard group size {shard_size}, got {raf}")
+        for key in ("param_dtype", "reduce_dtype", "output_dtype"):
+            value = getattr(w, key)
+            _check(value == "" or value in MP_DTYPES, f"{where}.{key}",
+                   f"must be '' (None) or one of {MP_DTYPES}, got {value!r}")
         if model.tie_head:
             _check(w.path not in ("inp", "head"), f"{where}.path",
                    "tied embedding/head weights must stay in one group: do not wrap 'inp' or 'head' alone")

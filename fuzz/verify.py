@@ -13,10 +13,10 @@ def traces(outcomes: list[RankOutcome], role: str) -> Trace:
     return Trace.merge([o.result[role] for o in outcomes])
 
 
-def verdict_from_outcomes(outcomes: list[RankOutcome]) -> Verdict:
+def verdict_from_outcomes(outcomes: list[RankOutcome], precision: str | None = None) -> Verdict:
     failed = [o for o in outcomes if o.status != "ok"]
     if not failed:
-        return compare(traces(outcomes, "reference"), traces(outcomes, "system"))
+        return compare(traces(outcomes, "reference"), traces(outcomes, "system"), precision=precision)
     statuses = {o.status for o in failed}
     # A crash explains errors and hangs on the other ranks, an error explains hangs.
     kind = CRASH if "crash" in statuses else ERROR if "error" in statuses else HANG
@@ -34,7 +34,7 @@ def verdict_from_outcomes(outcomes: list[RankOutcome]) -> Verdict:
 def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
     """The case's verdict; a mismatch is confirmed against a perturbed reference run (``oracle.confirm``)."""
     outcomes = executor.run(case, timeout_s)
-    verdict = verdict_from_outcomes(outcomes)
+    verdict = verdict_from_outcomes(outcomes, case.precision())
     if verdict.kind != MISMATCH:
         return verdict
     again = executor.run(case, timeout_s, roles=("perturbed_reference",))

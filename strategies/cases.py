@@ -1,7 +1,7 @@
 """Whole parity cases, composed from the per-concern strategies.
 
 Shrinking follows each part's own order: world size 2, seed 0, the smallest
-model tree, only the root wrapped, default training settings.
+model tree, only the root wrapped, default training settings, no mixed precision.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from fuzz.case import Case
 from strategies.meshes import meshes, world_sizes
 from strategies.models import models
 from strategies.perturbation import delays
+from strategies.precision import precision_policies
 from strategies.training import training
 from strategies.wrapping import plans
 
@@ -23,13 +24,17 @@ def cases(draw, allowed_world_sizes: tuple[int, ...] = (1, 2, 4), system: str = 
     mesh = draw(meshes(ws))
     model = draw(models(max_depth))
     plan = draw(plans(model, mesh))
+    train = draw(training(max_steps, tuple(w.path for w in plan.wraps)))
+    plan = draw(precision_policies(plan, model, train))
+    if reference == "ddp" and any(w.mixed_precision() for w in plan.wraps):
+        reference = "ddp_mp"  # plain DDP cannot model mixed precision
     return Case(
         seed=draw(st.integers(0, 2**16)),
         world_size=ws,
         model=model,
         mesh=mesh,
         plan=plan,
-        train=draw(training(max_steps, tuple(w.path for w in plan.wraps))),
+        train=train,
         delays=draw(delays(ws)) if perturb else (),
         reference=reference,
         system=system,

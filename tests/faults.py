@@ -230,3 +230,19 @@ class NeverReshardsAfterBackward(FSDP2System):
         model = super().wrap(model)
         model.set_reshard_after_backward(False)
         return model
+
+
+class LowPrecisionGradSummed(FSDP2System):
+    """Modules computing in bf16/fp16 get their gradients summed over ranks instead of averaged."""
+
+    def gradients(self):
+        from fuzz.systems.base import resolve
+
+        for w in self.case.plan.wraps:
+            if w.param_dtype in ("bfloat16", "float16"):
+                state = resolve(self.model, w.path)._get_fsdp_state()
+                for group in state._fsdp_param_groups:
+                    for fsdp_param in group.fsdp_params:
+                        if fsdp_param.sharded_param.grad is not None:
+                            fsdp_param.sharded_param.grad.mul_(self.ctx.world_size)
+        return super().gradients()

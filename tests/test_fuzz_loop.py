@@ -29,6 +29,7 @@ def fuzz(executor, tmp_path, system, seed=1):
     ("PrefetchTargetGradDrop", lambda c: bool(c.plan.prefetch)),
     ("OffloadForgetsUpdate", lambda c: any(w.offload for w in c.plan.wraps)),
     ("FirstMicrobatchGradDrop", lambda c: c.train.microbatches > 1 and bool(c.train.no_sync)),
+    ("LowPrecisionGradSummed", lambda c: any(w.param_dtype in ("bfloat16", "float16") for w in c.plan.wraps)),
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     system = f"tests.faults:{fault}"

@@ -1,6 +1,6 @@
 """Systems: ways to train a case's model, all behind one interface.
 
-A reference (``ddp``) and systems under test (``fsdp2``) subclass
+References (``ddp``; ``ddp_mp``, which emulates mixed precision) and systems under test (``fsdp2``) subclass
 :class:`~fuzz.systems.base.System`.  A case names its systems by registry name
 or as an importable ``module:attribute`` (test-only faulty systems and user
 plug-ins use the latter).
@@ -14,6 +14,7 @@ from fuzz.systems.base import RankContext, System
 
 REGISTRY: dict[str, str] = {
     "ddp": "fuzz.systems.ddp:DDPSystem",
+    "ddp_mp": "fuzz.systems.mp_reference:MixedPrecisionReference",
     "fsdp2": "fuzz.systems.fsdp2:FSDP2System",
 }
 

@@ -13,9 +13,9 @@ import contextlib
 
 import torch
 import torch.nn as nn
-from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from fuzz.case import Checkpoint
+from fuzz.case import Checkpoint, Wrap
 from fuzz.systems.base import System, resolve
 
 
@@ -30,6 +30,16 @@ def apply_checkpoint(model: nn.Module, c: Checkpoint) -> None:
     parent_path, _, name = c.path.rpartition(".")
     parent = resolve(model, parent_path)
     setattr(parent, name, checkpoint_wrapper(getattr(parent, name)))
+
+
+def dtype(name: str) -> torch.dtype | None:
+    """The torch dtype a case names; ``""`` is ``None``."""
+    return getattr(torch, name) if name else None
+
+
+def mp_policy(w: Wrap) -> MixedPrecisionPolicy:
+    return MixedPrecisionPolicy(param_dtype=dtype(w.param_dtype), reduce_dtype=dtype(w.reduce_dtype),
+                                output_dtype=dtype(w.output_dtype), cast_forward_inputs=w.cast_forward_inputs)
 
 
 class InvariantViolation(AssertionError):
@@ -50,7 +60,7 @@ class FSDP2System(System):
         for w in sorted(plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
             offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
             fully_shard(resolve(model, w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward,
-                        offload_policy=offload)
+                        offload_policy=offload, mp_policy=mp_policy(w))
         for c in plan.checkpoints:
             if not c.before:
                 apply_checkpoint(model, c)

@@ -1,0 +1,219 @@
+"""The mixed-precision reference: replicated data parallelism that does what FSDP2's
+``MixedPrecisionPolicy`` promises, written out step by step.
+
+A plain fp32 DDP run is no reference for a bf16 run: the two differ by bf16
+rounding everywhere.  This reference keeps every parameter whole on every rank
+and reproduces the policy's arithmetic, not FSDP2's code:
+
+- Parameter groups are the plan's: a parameter belongs to the deepest wrapped
+  module above it.  Each group has a compute copy of its parameters in its
+  ``param_dtype`` and master copies in the model's dtype; the optimizer steps
+  the masters and the compute copies are re-cast from them after every step.
+- Forward hooks on each wrapped module cast floating-point inputs to
+  ``param_dtype`` (when ``cast_forward_inputs``) and outputs to ``output_dtype``.
+- A group's post-backward runs where FSDP2 runs it: when the gradients of a
+  call's inputs are computed (once per call: a module called twice reduces
+  twice), and at the end of the backward for groups whose inputs needed no
+  gradient.  There a group that synchronises reduces its gradients in
+  ``reduce_dtype`` (``None`` when it equals ``param_dtype``; then the gradient's
+  own dtype) the way FSDP2 divides them: fp32/bf16 average over the shard group
+  and then over the replicate group (the ``AVG`` op); other dtypes divide by a
+  power of two near sqrt(N) before summing and by the rest after (against
+  fp16 overflow).  The result is cast to the master dtype and added to the
+  master gradient.
+- A group that does not synchronise keeps its gradient: in ``reduce_dtype``
+  when that is set (the first unsynchronised gradient is cast up, later ones
+  are added to it), else in the compute dtype where autograd accumulates it.
+
+What remains between this and FSDP2 is summation order inside the collectives
+(reduce-scatter against all-reduce at world size >= 3) and BLAS rounding; the
+oracle's tolerance for the case's least precise dtype covers that.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from fuzz.case import Wrap
+from fuzz.systems.base import System, make_optimizer, resolve
+from fuzz.systems.fsdp2 import dtype
+
+
+def _cast(to: torch.dtype):
+    def cast(x):
+        if isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dtype != to:
+            return x.to(to)
+        return x
+    return cast
+
+
+def divide_factors(reduce_dtype: torch.dtype, n: int) -> tuple[float | None, float | None, dist.ReduceOp]:
+    """``(pre-divide, post-divide, op)`` for a gradient reduction over ``n`` ranks, as FSDP2 chooses them."""
+    if reduce_dtype in (torch.float32, torch.bfloat16):
+        return None, None, (dist.ReduceOp.SUM if n == 1 else dist.ReduceOp.AVG)
+    pre = 1
+    while n % pre == 0 and n / pre > pre:
+        pre *= 2
+    return pre, n / pre, dist.ReduceOp.SUM
+
+
+class _PostBackward(torch.autograd.Function):
+    """Identity on a module call's inputs whose backward runs the group's post-backward (as FSDP2 does)."""
+
+    @staticmethod
+    def forward(ctx, callback, *inputs):
+        ctx.callback = callback
+        return tuple(x.view_as(x) for x in inputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.callback()
+        return (None,) + grads
+
+
+def _register_post_backward(args, kwargs, callback):
+    leaves, spec = tree_flatten((args, kwargs))
+    idx = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and x.requires_grad]
+    if idx and torch.is_grad_enabled():
+        for i, out in zip(idx, _PostBackward.apply(callback, *(leaves[i] for i in idx))):
+            leaves[i] = out
+    return tree_unflatten(leaves, spec)
+
+
+class _Group:
+    """One wrapped module's parameters: compute copies, masters, policy."""
+
+    def __init__(self, wrap: Wrap, master_dtype: torch.dtype):
+        self.wrap = wrap
+        self.names: list[str] = []
+        param = dtype(wrap.param_dtype)
+        self.param_dtype = param if param not in (None, master_dtype) else master_dtype
+        # FSDP2 drops reduce_dtype when it equals param_dtype (the policy's, before param_dtype is clamped).
+        self.reduce_dtype = None if wrap.reduce_dtype == wrap.param_dtype else dtype(wrap.reduce_dtype)
+
+
+class MixedPrecisionReference(System):
+    name = "ddp_mp"
+
+    def setup(self, model: nn.Module) -> None:
+        model = model.to(self.ctx.device)
+        master_dtype = next(model.parameters()).dtype
+        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+        self.shard_group = mesh.get_group("shard")
+        self.replicate_group = mesh.get_group("replicate") if "replicate" in self.case.mesh.names else None
+        wraps = sorted(self.case.plan.wraps, key=lambda w: -len(w.path) - (w.path != ""))
+        self.groups = [_Group(w, master_dtype) for w in wraps]
+        compute: dict[int, nn.Parameter] = {}
+        self.masters: dict[str, nn.Parameter] = {}
+        self.compute: dict[str, nn.Parameter] = {}
+        for name, p in model.named_parameters():
+            group = next(g for g in self.groups if not g.wrap.path or name.startswith(g.wrap.path + "."))
+            group.names.append(name)
+            self.masters[name] = nn.Parameter(p.detach().clone())
+            compute[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(group.param_dtype))
+        for module in model.modules():  # swap in the compute copies, keeping tied parameters tied
+            for key, p in list(module._parameters.items()):
+                if p is not None:
+                    module._parameters[key] = compute[id(p)]
+        for g in self.groups:
+            module = resolve(model, g.wrap.path)
+            module.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True)
+            if g.wrap.output_dtype:
+                cast_out = _cast(dtype(g.wrap.output_dtype))
+                module.register_forward_hook(lambda m, a, out, c=cast_out: tree_map(c, out))
+        self.accumulated: dict[str, torch.Tensor] = {}
+        self.model = model
+        self.optim = make_optimizer(self.case.train, self.masters.values())
+        self._last = True
+
+    def _pre_forward_hook(self, g: _Group):
+        cast = _cast(dtype(g.wrap.param_dtype)) if g.wrap.cast_forward_inputs and g.wrap.param_dtype else None
+
+        def hook(module, args, kwargs):
+            if cast is not None:
+                args, kwargs = tree_map(cast, args), tree_map(cast, kwargs)
+            return _register_post_backward(args, kwargs, lambda: self._post_backward(g))
+        return hook
+
+    def named_parameters(self):
+        yield from self.masters.items()
+
+    def microbatch(self, index: int, last: bool):
+        self._last = last
+        return super().microbatch(index, last)
+
+    def forward_backward(self, batch):
+        loss = super().forward_backward(batch)
+        for g in self.groups:  # groups whose inputs needed no gradient (the rest have nothing left)
+            self._post_backward(g)
+        return loss
+
+    def _post_backward(self, g: _Group) -> None:
+        t = self.case.train
+        sync = self._last or t.microbatches == 1 or g.wrap.path not in t.no_sync
+        acc = self.accumulated
+        for name in g.names:
+            p = self.compute[name]
+            if name in acc and p.grad is not None:
+                acc[name] += p.grad
+                p.grad = None
+            if not sync and g.reduce_dtype is not None and p.grad is not None and p.grad.dtype != g.reduce_dtype:
+                acc[name] = p.grad.to(g.reduce_dtype)
+                p.grad = None
+        if not sync:
+            return
+        names = [n for n in g.names if n in acc or self.compute[n].grad is not None]
+        if not names:
+            return
+        grads = [acc.pop(n) if n in acc else self.compute[n].grad for n in names]
+        for name in names:
+            self.compute[name].grad = None
+        reduced = self._reduce(grads, g.reduce_dtype or grads[0].dtype)
+        for name, piece in zip(names, reduced):
+            master = self.masters[name]
+            piece = piece.to(master.dtype)
+            master.grad = piece if master.grad is None else master.grad.add_(piece)
+
+    def _reduce(self, grads: list[torch.Tensor], reduce_dtype: torch.dtype) -> list[torch.Tensor]:
+        """Average ``grads`` over all ranks with FSDP2's collectives, buffer layout and division.
+
+        Gloo sums an element in an order that depends on its position in the
+        buffer, so the reduce-scatter input is laid out as FSDP2 lays it out:
+        row ``r`` holds rank ``r``'s dim-0 chunk of every gradient (padded).
+        The reduced shards are all-gathered back into whole gradients (exact).
+        """
+        n = dist.get_world_size(self.shard_group)
+        replicas = dist.get_world_size(self.replicate_group) if self.replicate_group is not None else 1
+        pre, post, op = divide_factors(reduce_dtype, n * replicas)
+        rows, widths = [], []
+        for x in grads:
+            x = x.reshape(x.shape[0], -1).to(reduce_dtype)
+            x = torch.nn.functional.pad(x, (0, 0, 0, -x.shape[0] % n)).reshape(n, -1)
+            rows.append(x)
+            widths.append(x.shape[1])
+        buf = torch.cat(rows, dim=1)
+        if pre not in (None, 1):
+            buf.div_(pre)
+        if n > 1:
+            out = torch.empty(buf.shape[1], dtype=reduce_dtype, device=buf.device)
+            dist.reduce_scatter_tensor(out, buf.reshape(-1), op=op, group=self.shard_group)
+        else:
+            out = buf[0].clone()
+        if self.replicate_group is not None:
+            dist.all_reduce(out, op=op, group=self.replicate_group)
+        if post not in (None, 1):
+            out.div_(post)
+        full = torch.empty(n * out.numel(), dtype=reduce_dtype, device=out.device)
+        dist.all_gather_into_tensor(full, out, group=self.shard_group)
+        pieces = full.reshape(n, -1).split(widths, dim=1)
+        return [p.reshape(-1, *x.shape[1:])[:x.shape[0]] if x.dim() > 1 else p.reshape(-1)[:x.shape[0]]
+                for p, x in zip(pieces, grads)]
+
+    def optimizer_step(self) -> None:
+        super().optimizer_step()
+        with torch.no_grad():
+            for name, master in self.masters.items():
+                self.compute[name].copy_(master)

@@ -1,0 +1,72 @@
+"""Mixed precision: a ``MixedPrecisionPolicy`` for each wrapped module.
+
+The root computes in ``param_dtype`` bf16, fp16, fp32 (below a float64 model)
+or the model's own dtype.  Every other wrapped module computes in the dtype
+its activations arrive in (that of the nearest wrapped module above it) or in
+another one; a module that differs casts its inputs (``cast_forward_inputs``)
+and casts its outputs back (``output_dtype``), as a model must for its layers
+to see matching dtypes.  ``reduce_dtype`` is drawn per module; the root may
+cast its output (e.g. to fp32 for the loss), and ``cast_forward_inputs=False``
+is drawn where it is legal (the module's inputs already have its dtype, or
+are token ids).
+
+Mixed precision is drawn only with SGD: the emulating reference matches FSDP2
+up to summation order and BLAS rounding in the low-precision dtype, and Adam's
+per-element normalisation turns rounding of near-zero gradients into
+O(lr) steps (the same reason float32 cases use SGD).
+
+Shrinking: toward no policy at all (the first coin), then the root computing
+in bf16, children following their parent, no reduce or output dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from fuzz.case import ModelSpec, PlanSpec, TrainSpec, Wrap
+
+LOW = ("bfloat16", "float16", "float32")
+
+
+def _nearest_wrapped(path: str, wrapped: set[str]) -> str:
+    while path:
+        path = path.rpartition(".")[0]
+        if path in wrapped:
+            return path
+    return ""
+
+
+@st.composite
+def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec) -> PlanSpec:
+    """``plan`` with mixed-precision policies on its wraps (or unchanged)."""
+    if train.optimizer != "sgd" or not draw(st.booleans()):
+        return plan
+    master = train.dtype
+    compute_choices = [d for d in LOW if d != master]
+    wrapped = {w.path for w in plan.wraps}
+    computes: dict[str, str] = {}  # path -> dtype the module computes in
+    new: dict[str, Wrap] = {}
+    for w in sorted(plan.wraps, key=lambda w: (w.path != "", w.path.count("."), w.path)):  # parents first
+        reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
+        if not w.path:
+            param = draw(st.sampled_from(tuple(compute_choices) + ("",)))
+            computes[""] = param or master
+            token_input = model.input == "embedding"
+            cast = True if computes[""] != master and not token_input else not draw(st.booleans())
+            output = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master)))))
+            new[""] = dataclasses.replace(w, param_dtype=param, reduce_dtype=reduce, output_dtype=output,
+                                          cast_forward_inputs=cast)
+            continue
+        entry = computes[_nearest_wrapped(w.path, wrapped)]
+        same = "" if entry == master else entry
+        param = draw(st.sampled_from((same,) + tuple(d for d in dict.fromkeys(LOW + (master,)) if d != entry)))
+        computes[w.path] = param or master
+        if computes[w.path] != entry:
+            cast, output = True, entry
+        else:
+            cast, output = not draw(st.booleans()), draw(st.sampled_from(("", entry)))
+        new[w.path] = dataclasses.replace(w, param_dtype=param, reduce_dtype=reduce, output_dtype=output,
+                                          cast_forward_inputs=cast)
+    return dataclasses.replace(plan, wraps=tuple(new[w.path] for w in plan.wraps))

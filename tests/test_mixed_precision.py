@@ -1,0 +1,120 @@
+"""Mixed precision: the emulating reference agrees with FSDP2 exactly where it should and the oracle
+still tells a wrong low-precision run apart."""
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.systems.mp_reference import divide_factors
+from fuzz.verify import check, traces
+from strategies import cases
+from tests.test_case import simple
+
+MLP_BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"), Node("layernorm"),
+                                 Node("twice", children=(Node("linear", out=8),)), Node("linear", out=3)))
+
+
+def mp_case(wraps, ws=2, mesh=None, **train) -> Case:
+    return simple(world_size=ws, mesh=mesh or MeshSpec((ws,)), model=ModelSpec(body=MLP_BODY),
+                  plan=PlanSpec(wraps=tuple(wraps)), reference="ddp_mp",
+                  train=TrainSpec(dtype="float32", steps=3, lr=0.1, batch=2, seq_len=2, **train)).validate()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_divide_factors_are_fsdp2s(dtype, n):
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_gradient_divide_factors
+
+    class Group:
+        def size(self):
+            return n
+
+    pre, post, rs_op, _ = _get_gradient_divide_factors(Group(), None, dtype, "cpu")
+    assert divide_factors(dtype, n) == (pre, post, rs_op)
+
+
+CASES = {
+    "bf16 everywhere": [Wrap("", param_dtype="bfloat16")],
+    "fp16 with fp32 reduce and output": [Wrap("", param_dtype="float16", reduce_dtype="float32",
+                                              output_dtype="float32")],
+    "fp32 island in a bf16 model": [Wrap("body.2", param_dtype="float32", output_dtype="bfloat16"),
+                                    Wrap("", param_dtype="bfloat16")],
+    "module called twice, fp16 reduce": [Wrap("body.3", param_dtype="bfloat16", reduce_dtype="float16",
+                                              output_dtype="float16"), Wrap("", param_dtype="float16")],
+    "reduce-only policy": [Wrap("body.0", reduce_dtype="bfloat16"), Wrap("")],
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("ws, mesh", [(2, (2,)), (4, (4,)), (4, (2, 2))])
+def test_fsdp2_matches_the_emulation(executor, name, ws, mesh):
+    names = ("shard",) if len(mesh) == 1 else ("replicate", "shard")
+    case = mp_case(CASES[name], ws=ws, mesh=MeshSpec(mesh, names))
+    assert check(case, executor).ok
+
+
+def test_accumulation_in_reduce_dtype_with_sync_off(executor):
+    wraps = [Wrap("body.3", param_dtype="bfloat16", reduce_dtype="float32", output_dtype="bfloat16"),
+             Wrap("", param_dtype="bfloat16")]
+    for no_sync in (("",), ("body.3", ""), ()):
+        case = mp_case(wraps, ws=2, microbatches=3, no_sync=no_sync)
+        outcomes = executor.run(case)
+        ref, sut = traces(outcomes, "reference"), traces(outcomes, "system")
+        for step in range(3):  # bit for bit, not merely within tolerance
+            for name, rec in ref.grads[step].items():
+                assert (rec.value == sut.grads[step][name].value).all(), (no_sync, step, name)
+
+
+def test_emulation_without_a_policy_is_ddp(executor):
+    case = dataclasses.replace(simple(model=ModelSpec(body=MLP_BODY), train=TrainSpec(steps=2, microbatches=2,
+                                                                                      no_sync=("",))),
+                               reference="ddp_mp", system="ddp")
+    assert check(case, executor).ok
+
+
+def test_low_precision_fault_is_caught_and_plain_policies_are_not_flagged(executor):
+    case = mp_case(CASES["bf16 everywhere"])
+    assert check(dataclasses.replace(case, system="tests.faults:LowPrecisionGradSummed"), executor).kind == "mismatch"
+    assert check(dataclasses.replace(case, plan=PlanSpec(wraps=(Wrap(""),)), reference="ddp",
+                                     system="tests.faults:LowPrecisionGradSummed"), executor).ok
+
+
+def test_plain_ddp_is_refused_as_a_mixed_precision_reference():
+    with pytest.raises(CaseError) as e:
+        dataclasses.replace(mp_case(CASES["bf16 everywhere"]), reference="ddp").validate()
+    assert e.value.field == "reference"
+    with pytest.raises(CaseError) as e:
+        mp_case([Wrap("", param_dtype="half")])
+    assert e.value.field == "plan.wraps[0].param_dtype"
+
+
+def test_precision_is_the_least_precise_dtype():
+    assert mp_case(CASES["fp32 island in a bf16 model"]).precision() == "bfloat16"
+    assert mp_case(CASES["reduce-only policy"]).precision() == "bfloat16"
+    assert simple().precision() == "float64"
+
+
+@settings(max_examples=200)
+@given(cases())
+def test_generated_policies_keep_activation_dtypes_consistent(case):
+    """A module computing in another dtype than its inputs arrive in casts them, and casts its outputs back."""
+    if not case.mixed_precision():
+        return
+    assert case.reference == "ddp_mp" and case.train.optimizer == "sgd"
+    wraps = {w.path: w for w in case.plan.wraps}
+    computes = {}
+    for path in sorted(wraps, key=lambda p: (p != "", p.count("."))):
+        w = wraps[path]
+        computes[path] = w.param_dtype or case.train.dtype
+        parent = path
+        while parent:
+            parent = parent.rpartition(".")[0]
+            if parent in wraps:
+                break
+        entry = computes[parent] if path else case.train.dtype
+        if computes[path] != entry and (path or case.model.input == "dense"):
+            assert w.cast_forward_inputs and w.param_dtype
+            assert not path or w.output_dtype == entry
