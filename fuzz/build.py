@@ -54,6 +54,39 @@ class Twice(nn.Module):
         return self.inner(self.inner(x))
 
 
+class Scale(nn.Module):
+    """``x * gain * w.sum(0)``: a constant (non-BatchNorm) buffer and a 3-D parameter ``(n, 1, width)``."""
+
+    def __init__(self, width: int, n: int):
+        super().__init__()
+        self.register_buffer("gain", 0.5 + torch.rand(width))
+        self.w = nn.Parameter(1.0 / n + 0.1 * torch.randn(n, 1, width))
+
+    def forward(self, x):
+        return x * self.gain.to(x.dtype) * self.w.sum(0)
+
+
+#: Index of the current forward in the run (``step * microbatches + microbatch``), set by the trainer.
+_forward_index = 0
+
+
+def set_forward_index(step: int, micro: int, microbatches: int) -> None:
+    global _forward_index
+    _forward_index = step * microbatches + micro
+
+
+class Gate(nn.Module):
+    """Runs its child only on forwards whose index is a multiple of ``period`` (the same on every rank)."""
+
+    def __init__(self, inner: nn.Module, period: int):
+        super().__init__()
+        self.inner = inner
+        self.period = period
+
+    def forward(self, x):
+        return self.inner(x) if _forward_index % self.period == 0 else x
+
+
 class MLP(nn.Module):
     def __init__(self, width: int, hidden: int):
         super().__init__()
@@ -115,6 +148,10 @@ def build_node(node: Node, width: int) -> nn.Module:
         return _ACTS[node.fn]()
     if k == "layernorm":
         return nn.LayerNorm(width)
+    if k == "dropout":
+        return nn.Dropout(node.p)
+    if k == "scale":
+        return Scale(width, node.out)
     if k == "mlp":
         return MLP(width, node.hidden)
     if k == "attention":
@@ -131,6 +168,8 @@ def build_node(node: Node, width: int) -> nn.Module:
         return Residual(mods[0])
     if k == "twice":
         return Twice(mods[0])
+    if k == "gate":
+        return Gate(mods[0], node.period)
     raise ValueError(f"unknown node kind {k!r}")
 
 

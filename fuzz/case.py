@@ -36,8 +36,8 @@ class CaseError(ValueError):
 # --------------------------------------------------------------------------- model
 
 #: Leaf kinds and the widths they need.  Containers hold ``children``.
-LEAF_KINDS = ("linear", "act", "layernorm", "mlp", "attention")
-CONTAINER_KINDS = ("seq", "block", "residual", "twice")
+LEAF_KINDS = ("linear", "act", "layernorm", "mlp", "attention", "dropout", "scale")
+CONTAINER_KINDS = ("seq", "block", "residual", "twice", "gate")
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu")
 
 
@@ -58,6 +58,14 @@ class Node:
     - ``block``: a generic module whose named children run in order.
     - ``residual``: ``x + child(x)`` over its single child (width-preserving).
     - ``twice``: ``child(child(x))``: one module called twice in a forward.
+    - ``dropout``: ``nn.Dropout(p)``; the trainer seeds the RNG per rank, step
+      and microbatch identically in both systems, so masks match.
+    - ``scale``: ``x * gain * w.sum(0)`` with a constant buffer ``gain`` and a
+      3-D parameter ``w`` of shape ``(out, 1, width)`` (``out`` small: a dim-0
+      below the shard count).
+    - ``gate``: ``child(x)`` on the forwards whose index (``step *
+      microbatches + microbatch``) is a multiple of ``period``, else ``x``: a
+      submodule used on some steps or microbatches only, alike on every rank.
     """
 
     kind: str
@@ -67,6 +75,8 @@ class Node:
     fn: str = ""
     hidden: int = 0
     heads: int = 0
+    p: float = 0.0
+    period: int = 0
 
     def walk(self, path: str) -> Iterator[tuple[str, Node]]:
         """Yield ``(module path, node)`` pairs, this node first (pre-order)."""
@@ -75,7 +85,10 @@ class Node:
             yield from child.walk(f"{path}.{name}")
 
     def has_params(self) -> bool:
-        return any(n.kind in ("linear", "layernorm", "mlp", "attention") for _, n in self.walk(""))
+        """Whether some parameter is used on every forward (a gate's child is not)."""
+        if self.kind in ("linear", "layernorm", "mlp", "attention", "scale"):
+            return True
+        return self.kind != "gate" and any(child.has_params() for child in self.children)
 
     def out_width(self, width: int) -> int:
         if self.kind == "linear":
@@ -92,7 +105,7 @@ def child_names(node: Node) -> list[str]:
         return [str(i) for i in range(len(node.children))]
     if node.kind == "block":
         return [f"{c.kind}{i}" for i, c in enumerate(node.children)]
-    if node.kind in ("residual", "twice"):
+    if node.kind in ("residual", "twice", "gate"):
         return ["inner"]
     return []
 
@@ -177,7 +190,7 @@ class Wrap:
         return bool(self.param_dtype or self.reduce_dtype or self.output_dtype) or not self.cast_forward_inputs
 
 
-CHECKPOINT_APIS = ("composable", "wrapper")
+CHECKPOINT_APIS = ("composable", "wrapper", "apply")
 
 
 @dataclass(frozen=True)
@@ -186,7 +199,8 @@ class Checkpoint:
 
     ``api``: ``composable`` (``torch.distributed._composable.checkpoint``) or
     ``wrapper`` (``checkpoint_wrapper``, which inserts a ``CheckpointWrapper``
-    into the module tree; not for the root).  ``before``: applied before
+    into the module tree; not for the root) or ``apply``
+    (``apply_activation_checkpointing`` selecting this module; not for the root).  ``before``: applied before
     ``fully_shard`` (else after).
     """
 
@@ -404,7 +418,7 @@ def _validate_model(m: ModelSpec) -> None:
         _check(not m.tie_head, "model.tie_head", "only an embedding input has a head to tie")
     out = _validate_node(m.body, m.in_dim, "model.body")
     _check(m.input == "embedding" or m.body.has_params(), "model.body",
-           "a dense model needs at least one module with parameters (DDP refuses a model without)")
+           "a dense model needs a module with parameters that every forward uses (backward needs a graph)")
     if m.tie_head:
         _check(out == m.in_dim, "model.tie_head",
                f"a tied head needs the body to end at width in_dim={m.in_dim}, it ends at {out}")
@@ -421,6 +435,10 @@ def _validate_node(node: Node, width: int, where: str) -> int:
         return node.out
     if k == "act":
         _check(node.fn in ACTIVATIONS, f"{where}.fn", f"must be one of {ACTIVATIONS}, got {node.fn!r}")
+    elif k == "dropout":
+        _check(0 < node.p < 1, f"{where}.p", f"must be in (0, 1), got {node.p}")
+    elif k == "scale":
+        _check(node.out >= 1, f"{where}.out", f"must be >= 1, got {node.out}")
     elif k == "mlp":
         _check(node.hidden >= 1, f"{where}.hidden", f"must be >= 1, got {node.hidden}")
     elif k == "attention":
@@ -430,7 +448,9 @@ def _validate_node(node: Node, width: int, where: str) -> int:
         _check(len(node.children) >= 1, f"{where}.children", f"a {k} needs at least one child")
         for i, child in enumerate(node.children):
             width = _validate_node(child, width, f"{where}.children[{i}]")
-    elif k in ("residual", "twice"):
+    elif k in ("residual", "twice", "gate"):
+        if k == "gate":
+            _check(node.period >= 2, f"{where}.period", f"must be >= 2, got {node.period}")
         _check(len(node.children) == 1, f"{where}.children", f"a {k} has exactly one child")
         out = _validate_node(node.children[0], width, f"{where}.children[0]")
         _check(out == width, f"{where}.children[0]", f"a {k} child must keep the width {width}, it gives {out}")
@@ -475,7 +495,8 @@ def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:
         _check(c.path not in checkpointed, f"{where}.path", f"module {c.path!r} is checkpointed twice")
         checkpointed.add(c.path)
         _check(c.api in CHECKPOINT_APIS, f"{where}.api", f"must be one of {CHECKPOINT_APIS}, got {c.api!r}")
-        _check(not (c.api == "wrapper" and c.path == ""), f"{where}.api", "the root cannot be checkpoint_wrapper'd")
+        _check(not (c.api != "composable" and c.path == ""), f"{where}.api",
+               "only the composable API can checkpoint the root")
     for i, p in enumerate(plan.prefetch):
         where = f"plan.prefetch[{i}]"
         _check(p.path in seen, f"{where}.path", f"{p.path!r} is not a wrapped module")

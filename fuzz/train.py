@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzz.build import batch_for, build_model
+from fuzz.build import batch_for, build_model, set_forward_index
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
 from fuzz.trace import RankTrace, Rec, ShardInfo
@@ -59,6 +59,11 @@ def reset_rank_state(seed: int) -> None:
     torch.set_grad_enabled(True)
 
 
+def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
+    """The RNG seed of one forward: differs per rank, step and microbatch, equal across systems."""
+    return (case.seed * 1_000_003 + rank * 7919 + step * 97 + micro * 13 + 1) % 2**63
+
+
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
 #: perturbed at rounding level (run only to confirm a mismatch; see ``fuzz.verify``).
 ROLES = ("reference", "system", "perturbed_reference")
@@ -84,6 +89,8 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         n = case.train.microbatches
         loss = 0.0
         for micro in range(n):
+            set_forward_index(step, micro, n)
+            torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
             with system.microbatch(micro, last=micro == n - 1):
                 out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro))
             loss += float(out)
@@ -93,5 +100,5 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
             trace.grads.append(_record(system.gradients(), ctx.rank))
         system.optimizer_step()
         if record:
-            trace.params.append(_record(system.parameters(), ctx.rank))
+            trace.params.append(_record({**system.parameters(), **system.buffers()}, ctx.rank))
     return trace

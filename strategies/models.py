@@ -3,7 +3,11 @@
 Shrinking: every choice lists its simplest option first, so Hypothesis moves a
 failing tree toward fewer children (lists shrink toward their minimum length),
 shallower nesting (leaves come before containers), ``linear`` leaves of width 4
-with bias, a dense input and no tied head.  A minimal failure therefore keeps
+with bias, a dense input and no tied head.
+
+Beyond layers: ``dropout`` (p 0.5, 0.1, 0.9), ``scale`` (a constant buffer and
+a 3-D parameter whose dim-0 of 1-3 is below the shard count) and ``gate``
+(a child used only on every 2nd or 3rd forward: SPMD-consistent control flow).  A minimal failure therefore keeps
 only the modules and widths that matter.
 """
 
@@ -17,8 +21,8 @@ from fuzz.case import ACTIVATIONS, ModelSpec, Node
 #: give a dim-0 smaller than the shard count.
 WIDTHS = (4, 16, 3, 17, 8, 1, 2, 5)
 VOCABS = (8, 17, 3, 16)
-LEAVES = ("linear", "act", "layernorm", "mlp", "attention")
-CONTAINERS = ("seq", "block", "residual", "twice")
+LEAVES = ("linear", "act", "layernorm", "mlp", "attention", "dropout", "scale")
+CONTAINERS = ("seq", "block", "residual", "twice", "gate")
 
 
 def _node(draw, width: int, depth: int) -> Node:
@@ -32,15 +36,20 @@ def _node(draw, width: int, depth: int) -> Node:
         return Node("layernorm")
     if kind == "mlp":
         return Node("mlp", hidden=draw(st.sampled_from(WIDTHS)))
+    if kind == "dropout":
+        return Node("dropout", p=draw(st.sampled_from((0.5, 0.1, 0.9))))
+    if kind == "scale":
+        return Node("scale", out=draw(st.sampled_from((1, 2, 3))))
     if kind == "attention":
         return Node("attention", heads=draw(st.sampled_from([h for h in (1, 2, 4) if width % h == 0])))
     if kind in ("seq", "block"):
         return Node(kind, children=_chain(draw, width, depth - 1, max_len=3))
-    # residual / twice: the child must keep the width; project back when it does not.
+    # residual / twice / gate: the child must keep the width; project back when it does not.
     child = _node(draw, width, depth - 1)
     if child.out_width(width) != width:
         child = Node("seq", children=(child, Node("linear", out=width)))
-    return Node(kind, children=(child,))
+    period = draw(st.sampled_from((2, 3))) if kind == "gate" else 0
+    return Node(kind, children=(child,), period=period)
 
 
 def _chain(draw, width: int, depth: int, max_len: int) -> tuple[Node, ...]:

@@ -8,7 +8,7 @@ non-trivial divisor of the shard group size.
 Each module is wrapped with probability 1/2 (a coin per module, so large trees
 see mixed plans rather than mostly the root alone), with CPU offload on a
 coin of its own.  Activation checkpointing picks up to three modules
-(composable or wrapper API, before or after ``fully_shard``), and explicit
+(composable, wrapper or ``apply_activation_checkpointing``, before or after ``fully_shard``), and explicit
 prefetching sets, on up to two wrapped modules, forward and backward lists of
 up to two wrapped modules.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import Checkpoint, MeshSpec, ModelSpec, PlanSpec, Prefetch, Wrap
+from fuzz.case import CHECKPOINT_APIS, Checkpoint, MeshSpec, ModelSpec, PlanSpec, Prefetch, Wrap
 
 
 def reshard_choices(shard_size: int) -> list:
@@ -42,7 +42,7 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> PlanSpec:
     picked = draw(st.lists(st.sampled_from(all_paths), unique=True, max_size=3))
     checkpoints = []
     for path in picked:
-        api = draw(st.sampled_from(("composable", "wrapper") if path else ("composable",)))
+        api = draw(st.sampled_from(CHECKPOINT_APIS if path else ("composable",)))
         checkpoints.append(Checkpoint(path, api=api, before=not draw(st.booleans())))
     choices = reshard_choices(mesh.shape[-1])
     wraps = [Wrap(p, draw(st.sampled_from(choices)), offload=draw(st.booleans()))

@@ -246,3 +246,34 @@ class LowPrecisionGradSummed(FSDP2System):
                         if fsdp_param.sharded_param.grad is not None:
                             fsdp_param.sharded_param.grad.mul_(self.ctx.world_size)
         return super().gradients()
+
+
+class CheckpointLosesRNG(FSDP2System):
+    """Activation checkpointing without ``preserve_rng_state``: recomputed Dropout masks differ."""
+
+    def wrap(self, model):
+        from fuzz.systems import fsdp2
+
+        original = fsdp2.apply_checkpoint
+        fsdp2.apply_checkpoint = lambda m, c: original(m, c, preserve_rng_state=False)
+        try:
+            return super().wrap(model)
+        finally:
+            fsdp2.apply_checkpoint = original
+
+
+class GatedGradDrop(_PathGradDropper):
+    """Loses the gradients of modules that run only on some forwards."""
+
+    def doomed_paths(self):
+        return [path for path, node in self.case.model.body.walk("body") if node.kind == "gate"]
+
+
+class BufferReset(FSDP2System):
+    """Resets every buffer to ones while wrapping (as a faulty materialisation would)."""
+
+    def wrap(self, model):
+        with torch.no_grad():
+            for b in model.buffers():
+                b.fill_(1.0)
+        return super().wrap(model)

@@ -12,6 +12,9 @@ from tests.test_case import simple
 @settings(max_examples=40)
 @given(cases())
 def test_generated_cases_build_and_run_forward(case):
+    from fuzz.build import set_forward_index
+
+    set_forward_index(0, 0, 1)  # gates run their child on forward 0
     model = build_model(case)
     paths = {name for name, _ in model.named_modules()}
     assert paths == {p for p, _ in case.model.module_paths()}
@@ -64,3 +67,44 @@ def test_twice_calls_its_child_twice():
     model.body.inner.register_forward_hook(lambda *a: calls.append(1))
     model(batch_for(case, 0, 0))
     assert len(calls) == 2
+
+
+def test_gate_runs_its_child_on_every_period_th_forward():
+    from fuzz.build import set_forward_index
+
+    case = simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=4),
+                                                             Node("gate", period=3, children=(Node("linear", out=4),))))))
+    model = build_model(case.validate())
+    calls = []
+    model.body[1].inner.register_forward_hook(lambda *a: calls.append(1))
+    ran = []
+    for step in range(3):
+        for micro in range(2):
+            set_forward_index(step, micro, 2)
+            before = len(calls)
+            model(batch_for(case, 0, step, micro=micro))
+            ran.append(len(calls) > before)
+    set_forward_index(0, 0, 1)
+    assert ran == [True, False, False, True, False, False]  # forward indices 0..5, multiples of 3
+
+
+def test_scale_has_a_constant_buffer_and_a_3d_parameter():
+    case = simple(model=ModelSpec(body=Node("seq", children=(Node("scale", out=3),))))
+    model = build_model(case.validate())
+    assert dict(model.named_buffers())["body.0.gain"].shape == (4,)
+    assert dict(model.named_parameters())["body.0.w"].shape == (3, 1, 4)
+
+
+def test_dropout_masks_match_under_checkpointing_and_a_lost_rng_state_is_caught(executor):
+    import dataclasses
+
+    from fuzz.case import Checkpoint, PlanSpec, TrainSpec, Wrap
+    from fuzz.verify import check
+
+    body = Node("seq", children=(Node("linear", out=8), Node("dropout", p=0.5), Node("linear", out=4)))
+    for api in ("composable", "wrapper", "apply"):
+        case = simple(model=ModelSpec(body=body), train=TrainSpec(steps=2, batch=4, microbatches=2),
+                      plan=PlanSpec(wraps=(Wrap("body"), Wrap("")), checkpoints=(Checkpoint("body", api=api),)))
+        assert check(case.validate(), executor).ok, api
+        lost = check(dataclasses.replace(case, system="tests.faults:CheckpointLosesRNG"), executor)
+        assert lost.kind == "mismatch", api

@@ -29,6 +29,9 @@ def fuzz(executor, tmp_path, system, seed=1):
     ("PrefetchTargetGradDrop", lambda c: bool(c.plan.prefetch)),
     ("OffloadForgetsUpdate", lambda c: any(w.offload for w in c.plan.wraps)),
     ("FirstMicrobatchGradDrop", lambda c: c.train.microbatches > 1 and bool(c.train.no_sync)),
+    ("CheckpointLosesRNG", lambda c: bool(c.plan.checkpoints) and "has:dropout" in c.features()),
+    ("GatedGradDrop", lambda c: "has:gate" in c.features()),
+    ("BufferReset", lambda c: "has:scale" in c.features()),
     ("LowPrecisionGradSummed", lambda c: any(w.param_dtype in ("bfloat16", "float16") for w in c.plan.wraps)),
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
@@ -39,7 +42,8 @@ def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, "
           f"shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules")
     assert f.verdict.kind == "mismatch"
-    assert body_modules(f.case) <= 3, f.case.to_json(indent=1)
+    # A gate drawn after other layers cannot move to the front of its chain; the rest shrink to 1-2 modules.
+    assert body_modules(f.case) <= (5 if fault == "GatedGradDrop" else 3), f.case.to_json(indent=1)
     assert shows(f.case), "the minimal case still shows the faulty situation"
     assert f.case.world_size == 2 and f.case.seed == 0
     entry = corpus.load(f.corpus_path)

@@ -113,6 +113,10 @@ class System:
         for name, p in self.inner().named_parameters():
             yield name.replace(CHECKPOINT_PREFIX, ""), p
 
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The model's buffers, as ``buffer:<name>`` (recorded with the parameters)."""
+        return {"buffer:" + n.replace(CHECKPOINT_PREFIX, ""): b for n, b in self.inner().named_buffers()}
+
     # -- one step
     def zero_grad(self, step: int) -> None:
         mode = self.case.train.zero_grad

@@ -15,7 +15,9 @@ class DDPSystem(System):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        return DDP(model, device_ids=device_ids)
+        # A gate leaves its child unused on some forwards (alike on every rank): DDP must be told.
+        gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
+        return DDP(model, device_ids=device_ids, find_unused_parameters=gated)
 
     def inner(self) -> nn.Module:
         return self.model.module

@@ -10,6 +10,7 @@ from the case.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn as nn
@@ -19,17 +20,24 @@ from fuzz.case import Checkpoint, Wrap
 from fuzz.systems.base import System, resolve
 
 
-def apply_checkpoint(model: nn.Module, c: Checkpoint) -> None:
+def apply_checkpoint(model: nn.Module, c: Checkpoint, **kwargs) -> None:
+    """Checkpoint the module at ``c.path`` with ``c.api``; ``kwargs`` go to the checkpoint function."""
     if c.api == "composable":
         from torch.distributed._composable import checkpoint
 
-        checkpoint(resolve(model, c.path))
+        checkpoint(resolve(model, c.path), **kwargs)
         return
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing, checkpoint_wrapper)
 
+    if c.api == "apply":
+        target = resolve(model, c.path)
+        apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **kwargs),
+                                       check_fn=lambda m: m is target)
+        return
     parent_path, _, name = c.path.rpartition(".")
     parent = resolve(model, parent_path)
-    setattr(parent, name, checkpoint_wrapper(getattr(parent, name)))
+    setattr(parent, name, checkpoint_wrapper(getattr(parent, name), **kwargs))
 
 
 def dtype(name: str) -> torch.dtype | None:
