@@ -139,6 +139,10 @@ class Net(nn.Module):
             x = self.head(x)
         return x
 
+    def forward_alt(self, x):
+        """The same computation under another name (for ``register_fsdp_forward_method``)."""
+        return self.forward(x)
+
 
 def build_node(node: Node, width: int) -> nn.Module:
     k = node.kind
@@ -190,5 +194,6 @@ def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cp
     if case.model.input == "embedding":
         x = torch.randint(0, case.model.vocab, shape, generator=g)
     else:
-        x = torch.randn(shape + (case.model.in_dim,), generator=g, dtype=torch.float64).to(DTYPES[t.dtype])
+        dtype = torch.float64 if t.to_float64 else DTYPES[t.dtype]
+        x = torch.randn(shape + (case.model.in_dim,), generator=g, dtype=torch.float64).to(dtype)
     return x.to(device)

@@ -274,6 +274,9 @@ class TrainSpec:
     is_last_backward: bool = False
     reshard_after_backward: bool = True
     unshard_first: bool = False
+    to_float64: bool = False
+    forward_method: bool = False
+    no_all_reduce: bool = False
 
 
 # --------------------------------------------------------------------------- case
@@ -336,7 +339,7 @@ class Case:
         _validate_model(self.model)
         _validate_mesh(self.mesh, self.world_size)
         _validate_plan(self.plan, self.model, self.mesh)
-        _validate_train(self.train, self.plan)
+        _validate_train(self.train, self.plan, self.mesh)
         _check(not self.mixed_precision() or self.reference != "ddp", "reference",
                "plain DDP cannot model mixed precision: use the emulating reference 'ddp_mp'")
         for i, d in enumerate(self.delays):
@@ -350,7 +353,7 @@ class Case:
 
     def precision(self) -> str:
         """The least precise dtype the case computes or reduces in (it sets the oracle's tolerance)."""
-        names = [self.train.dtype] + [d for w in self.plan.wraps
+        names = ["float64" if self.train.to_float64 else self.train.dtype] + [d for w in self.plan.wraps
                                       for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
         return max(names, key=MP_DTYPES.index)
 
@@ -394,7 +397,7 @@ class Case:
             wrapped = {w.path for w in self.plan.wraps}
             tags.add("no_sync=" + ("none" if not t.no_sync else "all" if set(t.no_sync) == wrapped
                                    else "root" if t.no_sync == ("",) else "subset"))
-        for flag in ("is_last_backward", "unshard_first"):
+        for flag in ("is_last_backward", "unshard_first", "to_float64", "forward_method", "no_all_reduce"):
             if getattr(t, flag):
                 tags.add(flag)
         if not t.reshard_after_backward:
@@ -505,7 +508,7 @@ def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:
                 _check(target in seen, f"{where}.{key}[{j}]", f"{target!r} is not a wrapped module")
 
 
-def _validate_train(t: TrainSpec, plan: PlanSpec) -> None:
+def _validate_train(t: TrainSpec, plan: PlanSpec, mesh: MeshSpec) -> None:
     _check(1 <= t.steps <= 50, "train.steps", f"must be in [1, 50], got {t.steps}")
     _check(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {t.optimizer!r}")
     _check(0 < t.lr <= 1, "train.lr", f"must be in (0, 1], got {t.lr}")
@@ -515,6 +518,13 @@ def _validate_train(t: TrainSpec, plan: PlanSpec) -> None:
     _check(t.loss in LOSSES, "train.loss", f"must be one of {LOSSES}, got {t.loss!r}")
     _check(t.dtype in DTYPES, "train.dtype", f"must be one of {DTYPES}, got {t.dtype!r}")
     _check(1 <= t.microbatches <= 8, "train.microbatches", f"must be in [1, 8], got {t.microbatches}")
+    if t.no_all_reduce:
+        _check(mesh.names == ("replicate", "shard") and t.microbatches > 1, "train.no_all_reduce",
+               "needs an HSDP mesh and more than one microbatch")
+    if t.to_float64:
+        _check(t.dtype == "float32", "train.to_float64", "converts a float32 model: needs dtype 'float32'")
+        _check(not any(w.mixed_precision() for w in plan.wraps), "train.to_float64",
+               "not combined with mixed precision (the policy's dtypes are relative to the model's)")
     wrapped = {w.path for w in plan.wraps}
     for i, path in enumerate(t.no_sync):
         _check(path in wrapped, f"train.no_sync[{i}]", f"{path!r} is not a wrapped module")

@@ -6,6 +6,8 @@ model tree, only the root wrapped, default training settings, no mixed precision
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from fuzz.case import Case
@@ -24,8 +26,10 @@ def cases(draw, allowed_world_sizes: tuple[int, ...] = (1, 2, 4), system: str = 
     mesh = draw(meshes(ws))
     model = draw(models(max_depth))
     plan = draw(plans(model, mesh))
-    train = draw(training(max_steps, tuple(w.path for w in plan.wraps)))
+    train = draw(training(max_steps, tuple(w.path for w in plan.wraps), hsdp=len(mesh.shape) == 2))
     plan = draw(precision_policies(plan, model, train))
+    if any(w.mixed_precision() for w in plan.wraps) and train.to_float64:
+        train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
     if reference == "ddp" and any(w.mixed_precision() for w in plan.wraps):
         reference = "ddp_mp"  # plain DDP cannot model mixed precision
     return Case(

@@ -12,7 +12,10 @@ Adam's eps, so every optimizer is drawn with it.
 Gradient accumulation: 1-3 microbatches per step; on the non-last ones
 gradient sync is turned off on all wrapped modules, only the root, a random
 subset or none; ``set_is_last_backward``, ``set_reshard_after_backward`` and
-an explicit ``unshard`` first are drawn independently.
+an explicit ``unshard`` first are drawn independently, and on HSDP meshes
+``set_requires_all_reduce(False)`` on the non-last microbatches.  Rare coins
+also convert a float32 model to float64 after sharding and run the root
+through a registered forward method.
 
 Shrinking: one step, SGD at lr 0.01 without foreach, ``set_to_none=True``,
 batch 1, sequence 1, sum loss, float64, different inputs per rank, one
@@ -30,7 +33,7 @@ RARE = st.sampled_from((False, False, False, True))
 
 
 @st.composite
-def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",)) -> TrainSpec:
+def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: bool = False) -> TrainSpec:
     optimizer = draw(st.sampled_from(OPTIMIZERS))
     dtype = draw(st.sampled_from(("float64", "float32")))
     micro = draw(st.integers(1, 3))
@@ -60,4 +63,8 @@ def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",)) -> Tra
         is_last_backward=draw(RARE),
         reshard_after_backward=not draw(RARE),
         unshard_first=draw(RARE),
+        # Always drawn, applied where legal (keeps the choice sequence stable while other fields shrink).
+        to_float64=draw(RARE) and dtype == "float32" and optimizer == "sgd",
+        forward_method=draw(RARE),
+        no_all_reduce=draw(RARE) and hsdp and micro > 1,
     )

@@ -277,3 +277,12 @@ class BufferReset(FSDP2System):
             for b in model.buffers():
                 b.fill_(1.0)
         return super().wrap(model)
+
+
+class NeverReshardsAfterForward(FSDP2System):
+    """Keeps parameters unsharded after forward although the case asks to reshard (the invariant must catch it)."""
+
+    def wrap(self, model):
+        model = super().wrap(model)
+        model.set_reshard_after_forward(False)
+        return model

@@ -110,3 +110,12 @@ def test_unsharded_parameters_after_backward_break_the_invariant(executor):
     verdict = check(fault("NeverReshardsAfterBackward"), executor, timeout_s=20)
     assert verdict.kind == "error" and "InvariantViolation" in verdict.describe()
     assert "not registered as sharded" in verdict.describe()
+
+
+def test_unsharded_parameters_after_forward_break_the_invariant(executor):
+    from fuzz.case import PlanSpec, Wrap
+
+    case = fault("NeverReshardsAfterForward", plan=PlanSpec(wraps=(Wrap("body"), Wrap(""))))
+    verdict = check(case, executor, timeout_s=20)
+    assert verdict.kind == "error" and "after forward" in verdict.describe()
+    assert check(dataclasses.replace(case, system="fsdp2"), executor).ok

@@ -118,3 +118,14 @@ def test_generated_policies_keep_activation_dtypes_consistent(case):
         if computes[path] != entry and (path or case.model.input == "dense"):
             assert w.cast_forward_inputs and w.param_dtype
             assert not path or w.output_dtype == entry
+
+
+def test_reduce_scatter_only_microbatches_on_hsdp(executor):
+    wraps = [Wrap("body.2", param_dtype="bfloat16", reduce_dtype="float16", output_dtype="float32"),
+             Wrap("", param_dtype="float32", reduce_dtype="bfloat16")]
+    case = mp_case(wraps, ws=4, mesh=MeshSpec((2, 2), ("replicate", "shard")), microbatches=3, no_all_reduce=True)
+    outcomes = executor.run(case)
+    ref, sut = traces(outcomes, "reference"), traces(outcomes, "system")
+    for step in range(3):
+        for name, rec in ref.grads[step].items():
+            assert (rec.value == sut.grads[step][name].value).all(), (step, name)

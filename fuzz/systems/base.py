@@ -101,8 +101,17 @@ class System:
         """The module whose parameter names are the case's names (unwrapped)."""
         return self.model
 
+    #: Whether ``train.to_float64`` converts the model after :meth:`wrap` (else before).
+    converts_after_wrap = False
+
     def setup(self, model: nn.Module) -> None:
-        self.model = self.wrap(model.to(self.ctx.device))
+        model = model.to(self.ctx.device)
+        to_float64 = self.case.train.to_float64
+        if to_float64 and not self.converts_after_wrap:
+            model = model.to(torch.float64)
+        self.model = self.wrap(model)
+        if to_float64 and self.converts_after_wrap:
+            self.model.to(torch.float64)
         self.optim = make_optimizer(self.case.train, self.inner().parameters())
         for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
             if where in self.delays:
@@ -129,8 +138,11 @@ class System:
         """Context for one forward/backward of a step (gradient accumulation hooks in here)."""
         return contextlib.nullcontext()
 
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.model(batch)
+
     def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
-        loss = self.loss(self.model(batch))
+        loss = self.loss(self.forward(batch))
         self._sleep("after_forward")
         loss.backward()
         return loss.detach()

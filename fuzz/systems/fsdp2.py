@@ -1,10 +1,13 @@
 """System under test: FSDP2 ``fully_shard`` applied per the case's plan.
 
-Activation checkpointing (composable or wrapper, before or after
-``fully_shard``), CPU offload, explicit prefetching and the gradient
-accumulation controls (``set_requires_gradient_sync``,
+Activation checkpointing (composable, wrapper or
+``apply_activation_checkpointing``, before or after ``fully_shard``), CPU
+offload, mixed precision, explicit prefetching, a registered forward method,
+``.to(torch.float64)`` after sharding and the gradient accumulation controls
+(``set_requires_gradient_sync``, ``set_requires_all_reduce``,
 ``set_is_last_backward``, ``set_reshard_after_backward``, ``unshard``) come
-from the case.
+from the case.  Invariants are checked after every forward and after each
+step's last backward.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class InvariantViolation(AssertionError):
 class FSDP2System(System):
     name = "fsdp2"
     _last = True
+    converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
 
     def wrap(self, model: nn.Module) -> nn.Module:
         plan = self.case.plan
@@ -78,7 +82,20 @@ class FSDP2System(System):
                 module.set_modules_to_forward_prefetch([resolve(model, t) for t in p.forward])
             if p.backward:
                 module.set_modules_to_backward_prefetch([resolve(model, t) for t in p.backward])
+        self._ran: set[str] = set()  # wrapped modules whose forward ran in the current pass
+        for w in plan.wraps:
+            resolve(model, w.path).register_forward_pre_hook(lambda *_, path=w.path: self._ran.add(path))
+        if self.case.train.forward_method:
+            from torch.distributed.fsdp import register_fsdp_forward_method
+
+            register_fsdp_forward_method(model, "forward_alt")
         return model
+
+    def forward(self, batch):
+        self._ran.clear()
+        out = self.model.forward_alt(batch) if self.case.train.forward_method else self.model(batch)
+        self.check_resharded_after_forward()
+        return out
 
     def forward_backward(self, batch):
         loss = super().forward_backward(batch)
@@ -95,6 +112,24 @@ class FSDP2System(System):
             raise InvariantViolation(f"{when}, parameters are not registered as sharded DTensors: "
                                      f"{', '.join(unsharded[:5])}")
 
+    def check_resharded_after_forward(self) -> None:
+        """Invariant: after the forward, modules that ran and reshard after forward have their sharded DTensors
+        registered.  (A module that did not run keeps whatever state the last backward left, e.g. unsharded
+        under ``set_reshard_after_backward(False)``.)"""
+        from torch.distributed.tensor import DTensor
+
+        unsharded = []
+        for w in self.case.plan.wraps:
+            if w.reshard_after_forward is False or w.path not in self._ran:
+                continue
+            for group in resolve(self.model, w.path)._get_fsdp_state()._fsdp_param_groups:
+                for fp in group.fsdp_params:
+                    if not isinstance(getattr(fp._module_info.module, fp._module_info.param_name), DTensor):
+                        unsharded.append(f"{w.path or '<root>'}:{fp._module_info.param_name}")
+        if unsharded:
+            raise InvariantViolation("after forward, parameters of modules with reshard_after_forward are not "
+                                     f"registered as sharded DTensors: {', '.join(unsharded[:5])}")
+
     def microbatch(self, index: int, last: bool):
         self._last = last
         t = self.case.train
@@ -105,6 +140,8 @@ class FSDP2System(System):
                 resolve(self.model, path).set_requires_gradient_sync(last, recurse=False)
             if not t.reshard_after_backward:
                 self.model.set_reshard_after_backward(last)
+        if t.no_all_reduce:
+            self.model.set_requires_all_reduce(last)
         if t.is_last_backward:
             self.model.set_is_last_backward(last)
         return contextlib.nullcontext()

@@ -93,6 +93,7 @@ class _Group:
         self.param_dtype = param if param not in (None, master_dtype) else master_dtype
         # FSDP2 drops reduce_dtype when it equals param_dtype (the policy's, before param_dtype is clamped).
         self.reduce_dtype = None if wrap.reduce_dtype == wrap.param_dtype else dtype(wrap.reduce_dtype)
+        self.partial: torch.Tensor | None = None  # reduce-scattered, not yet all-reduced (HSDP)
 
 
 class MixedPrecisionReference(System):
@@ -171,19 +172,24 @@ class MixedPrecisionReference(System):
         grads = [acc.pop(n) if n in acc else self.compute[n].grad for n in names]
         for name in names:
             self.compute[name].grad = None
-        reduced = self._reduce(grads, g.reduce_dtype or grads[0].dtype)
+        all_reduce = self._last or not t.no_all_reduce
+        reduced = self._reduce(grads, g.reduce_dtype or grads[0].dtype, g, all_reduce)
         for name, piece in zip(names, reduced):
             master = self.masters[name]
             piece = piece.to(master.dtype)
             master.grad = piece if master.grad is None else master.grad.add_(piece)
 
-    def _reduce(self, grads: list[torch.Tensor], reduce_dtype: torch.dtype) -> list[torch.Tensor]:
+    def _reduce(self, grads: list[torch.Tensor], reduce_dtype: torch.dtype, g: _Group,
+                all_reduce: bool = True) -> list[torch.Tensor]:
         """Average ``grads`` over all ranks with FSDP2's collectives, buffer layout and division.
 
         Gloo sums an element in an order that depends on its position in the
         buffer, so the reduce-scatter input is laid out as FSDP2 lays it out:
         row ``r`` holds rank ``r``'s dim-0 chunk of every gradient (padded).
         The reduced shards are all-gathered back into whole gradients (exact).
+        On HSDP with ``all_reduce`` off (``set_requires_all_reduce(False)``) the
+        reduce-scattered shard is kept in ``reduce_dtype`` and added before the
+        next all-reduce; nothing reaches the masters until then.
         """
         n = dist.get_world_size(self.shard_group)
         replicas = dist.get_world_size(self.replicate_group) if self.replicate_group is not None else 1
@@ -203,6 +209,12 @@ class MixedPrecisionReference(System):
         else:
             out = buf[0].clone()
         if self.replicate_group is not None:
+            if not all_reduce:
+                g.partial = out if g.partial is None else g.partial.add_(out)
+                return []
+            if g.partial is not None:
+                out += g.partial
+                g.partial = None
             dist.all_reduce(out, op=op, group=self.replicate_group)
         if post not in (None, 1):
             out.div_(post)
