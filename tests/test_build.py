@@ -20,8 +20,10 @@ def test_generated_cases_build_and_run_forward(case):
     assert paths == {p for p, _ in case.model.module_paths()}
     for w in case.plan.wraps:
         model.get_submodule(w.path)
+    if case.train.to_float64:  # as every system does, before or after wrapping
+        model = model.to(torch.float64)
     out = model(batch_for(case, 0, 0))
-    assert out.dtype == DTYPES[case.train.dtype]
+    assert out.dtype == (torch.float64 if case.train.to_float64 else DTYPES[case.train.dtype])
     assert out.shape[:2] == (case.train.batch, case.train.seq_len)
     out.sum().backward()
     assert all(p.grad is not None for p in model.parameters())
