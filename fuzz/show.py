@@ -17,6 +17,12 @@ def _leaf(node: Node, width: int) -> str:
         return f"MLP({width} -> {node.hidden} -> {width})"
     if k == "attention":
         return f"Attention(width {width}, {node.heads} heads)"
+    if k == "dropout":
+        return f"Dropout(p={node.p})"
+    if k == "scale":
+        return f"Scale: x * gain[{width}] (buffer) * w[{node.out}, 1, {width}].sum(0)"
+    if k == "gate":
+        return f"Gate: inner(x) on every {node.period}th forward, else x"
     return {"seq": "Sequential", "block": "Block", "residual": "Residual: x + inner(x)",
             "twice": "Twice: inner(inner(x))"}[k]
 
@@ -33,8 +39,11 @@ def describe_case(case: Case) -> str:
             notes.append(f"checkpoint[{c.api}]")
         w = wraps.get(path)
         if w:
+            mp = [f"{k}={getattr(w, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(w, k)]
+            mp += ["cast_forward_inputs=False"] if not w.cast_forward_inputs else []
             notes.append(f"fully_shard(reshard_after_forward={w.reshard_after_forward}"
-                         + (", offload=CPUOffloadPolicy()" if w.offload else "") + ")")
+                         + (", offload=CPUOffloadPolicy()" if w.offload else "")
+                         + (f", mp_policy=MixedPrecisionPolicy({', '.join(mp)})" if mp else "") + ")")
         if c and not c.before:
             notes.append(f"checkpoint[{c.api}]")
         p = prefetch.get(path)
@@ -62,8 +71,14 @@ def describe_case(case: Case) -> str:
         accum.append("set_reshard_after_backward(False) until the last microbatch")
     if t.unshard_first:
         accum.append("root.unshard(async_op=True) first")
+    if t.no_all_reduce:
+        accum.append("set_requires_all_reduce(False) until the last microbatch")
     if accum:
         lines.append("accumulation: " + "; ".join(accum))
+    if t.to_float64:
+        lines.append("model.to(torch.float64) after fully_shard")
+    if t.forward_method:
+        lines.append("root called through forward_alt, registered with register_fsdp_forward_method")
     if case.delays:
         lines.append("delays: " + ", ".join(f"rank {d.rank} sleeps {d.ms} ms {d.where.replace('_', ' ')}"
                                              for d in case.delays))
