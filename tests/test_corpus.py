@@ -85,3 +85,12 @@ def test_truncated_and_garbage_files(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(corpus.CorpusError, match="cannot read"):
         corpus.load(tmp_path / "nope.json")
+
+
+def test_known_bugs_name_shipped_expect_fail_corpus_files():
+    from fuzz.known import KNOWN_BUGS
+
+    for bug in KNOWN_BUGS:
+        for path in bug.corpus_file.split(", "):
+            entry = corpus.load(path)
+            assert entry.expect == "fail" and bug.applies(entry.case), path
