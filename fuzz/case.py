@@ -226,6 +226,14 @@ class PlanSpec:
     checkpoints: tuple[Checkpoint, ...] = ()
     prefetch: tuple[Prefetch, ...] = ()
 
+    def owner(self, path: str) -> str:
+        """The wrapped module whose FSDP group holds the module at ``path``: itself or its nearest wrapped
+        ancestor (the root, ``""``, is always wrapped)."""
+        wrapped = {w.path for w in self.wraps}
+        while path and path not in wrapped:
+            path = path.rpartition(".")[0]
+        return path
+
 
 DELAY_POINTS = ("all_gather", "reduce_scatter", "after_forward", "before_step")
 

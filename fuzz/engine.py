@@ -221,7 +221,7 @@ class Fuzzer:
                 verdict = cache[key] = check(case, self.executor, timeout)
                 bug = None if verdict.ok else known_bug(case)
                 if bug is not None:  # counted against the open torch bug, not failed again (fuzz/known.py)
-                    verdict = cache[key] = Verdict(PASS, note=f"known: {bug.name} ({verdict.describe()[:200]})")
+                    verdict = cache[key] = Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.describe()[:200]}")
                 if verdict.ok:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
@@ -233,8 +233,7 @@ class Fuzzer:
                     event(tag)
                 event(f"verdict={verdict.kind}")
                 if verdict.note and verdict.ok:
-                    stats.notes[verdict.note.split(" (")[0] if verdict.note.startswith("known: ")
-                                else verdict.note.split(":")[0].split(" at step")[0]] += 1
+                    stats.notes[verdict.note.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
                     found.update(at=time.monotonic(), cases=stats.cases, kind=verdict.kind)
                     self.log(f"{name}: {verdict.kind} found after {stats.cases} cases "

@@ -1,7 +1,7 @@
 """Open torch bugs the fuzzer has found, as preconditions on a case.
 
 A failing case that meets a known bug's precondition is counted as that bug
-("known: <name>" in the run summary) instead of failing the run: the cases are
+("known torch bug, <name>" in the run summary) instead of failing the run: the cases are
 still generated and run, and each bug stays tracked by its ``expect: fail``
 corpus file, which replays as a strict xfail and turns loud (XPASS) when torch
 fixes it.  Remove the entry then.
@@ -17,7 +17,7 @@ from fuzz.case import Case
 
 @dataclass(frozen=True)
 class KnownBug:
-    name: str
+    name: str  # no colon: the run summary keys notes by the text before the first one
     corpus_file: str
     applies: Callable[[Case], bool]
 

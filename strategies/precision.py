@@ -30,14 +30,6 @@ from fuzz.case import ModelSpec, PlanSpec, TrainSpec, Wrap
 LOW = ("bfloat16", "float16", "float32")
 
 
-def _nearest_wrapped(path: str, wrapped: set[str]) -> str:
-    while path:
-        path = path.rpartition(".")[0]
-        if path in wrapped:
-            return path
-    return ""
-
-
 @st.composite
 def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec) -> PlanSpec:
     """``plan`` with mixed-precision policies on its wraps (or unchanged)."""
@@ -45,7 +37,6 @@ def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec)
         return plan
     master = train.dtype
     compute_choices = [d for d in LOW if d != master]
-    wrapped = {w.path for w in plan.wraps}
     computes: dict[str, str] = {}  # path -> dtype the module computes in
     new: dict[str, Wrap] = {}
     for w in sorted(plan.wraps, key=lambda w: (w.path != "", w.path.count("."), w.path)):  # parents first
@@ -59,7 +50,7 @@ def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec)
             new[""] = dataclasses.replace(w, param_dtype=param, reduce_dtype=reduce, output_dtype=output,
                                           cast_forward_inputs=cast)
             continue
-        entry = computes[_nearest_wrapped(w.path, wrapped)]
+        entry = computes[plan.owner(w.path.rpartition(".")[0])]
         same = "" if entry == master else entry
         param = draw(st.sampled_from((same,) + tuple(d for d in dict.fromkeys(LOW + (master,)) if d != entry)))
         computes[w.path] = param or master

@@ -251,15 +251,7 @@ class LowPrecisionGradSummed(FSDP2System):
 class CheckpointLosesRNG(FSDP2System):
     """Activation checkpointing without ``preserve_rng_state``: recomputed Dropout masks differ."""
 
-    def wrap(self, model):
-        from fuzz.systems import fsdp2
-
-        original = fsdp2.apply_checkpoint
-        fsdp2.apply_checkpoint = lambda m, c: original(m, c, preserve_rng_state=False)
-        try:
-            return super().wrap(model)
-        finally:
-            fsdp2.apply_checkpoint = original
+    checkpoint_kwargs = {"preserve_rng_state": False}
 
 
 class GatedGradDrop(_PathGradDropper):

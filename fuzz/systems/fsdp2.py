@@ -61,13 +61,14 @@ class FSDP2System(System):
     name = "fsdp2"
     _last = True
     converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
+    checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every Checkpoint in the plan
 
     def wrap(self, model: nn.Module) -> nn.Module:
         plan = self.case.plan
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
         for c in plan.checkpoints:
             if c.before:
-                apply_checkpoint(model, c)
+                apply_checkpoint(model, c, **self.checkpoint_kwargs)
         # Children before parents: deepest paths first, the root ("") last.
         for w in sorted(plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
             offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
@@ -75,7 +76,7 @@ class FSDP2System(System):
                         offload_policy=offload, mp_policy=mp_policy(w))
         for c in plan.checkpoints:
             if not c.before:
-                apply_checkpoint(model, c)
+                apply_checkpoint(model, c, **self.checkpoint_kwargs)
         for p in plan.prefetch:
             module = resolve(model, p.path)
             if p.forward:

@@ -105,13 +105,13 @@ class MixedPrecisionReference(System):
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
         self.shard_group = mesh.get_group("shard")
         self.replicate_group = mesh.get_group("replicate") if "replicate" in self.case.mesh.names else None
-        wraps = sorted(self.case.plan.wraps, key=lambda w: -len(w.path) - (w.path != ""))
-        self.groups = [_Group(w, master_dtype) for w in wraps]
+        self.groups = [_Group(w, master_dtype) for w in self.case.plan.wraps]
+        by_path = {g.wrap.path: g for g in self.groups}
         compute: dict[int, nn.Parameter] = {}
         self.masters: dict[str, nn.Parameter] = {}
         self.compute: dict[str, nn.Parameter] = {}
         for name, p in model.named_parameters():
-            group = next(g for g in self.groups if not g.wrap.path or name.startswith(g.wrap.path + "."))
+            group = by_path[self.case.plan.owner(name.rpartition(".")[0])]
             group.names.append(name)
             self.masters[name] = nn.Parameter(p.detach().clone())
             compute[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(group.param_dtype))
