@@ -20,6 +20,7 @@ kinds of failure apart (with ``report_multiple_bugs``) and shrinks each.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import unittest
@@ -34,7 +35,7 @@ try:
 except NameError:  # Python 3.10: the backport Hypothesis depends on
     from exceptiongroup import BaseExceptionGroup
 
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, event, find, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
@@ -194,14 +195,45 @@ class Fuzzer:
         self.targets: dict[str, TargetStats] = {}
 
     def fuzz(self, name: str, strategy: st.SearchStrategy[Case], budget_s: float) -> TargetStats:
+        """Fuzz one target for ``budget_s`` seconds of generation.
+
+        A round is one Hypothesis run: it draws cases until a failure is found (then shrinks it) or the
+        generation time is spent.  Under a profile with ``report_multiple_bugs`` (``soak``) a round that
+        found failures is followed by another with a fresh seed derived from the fuzz seed, until the
+        generation time is spent.  In later rounds a failing case counts as passing ("already found in this
+        run") when it has every feature that an earlier shrunk failure has beyond the simplest case's (its
+        :func:`precondition`): the same bug seen again, under another tensor name or step.  So each round
+        looks for, and shrinks toward, a failure that needs something else.
+        """
         stats = self.targets[name] = TargetStats(name)
-        opts = self.options
         cache: dict[str, Verdict] = {}
+        found_before: list[tuple[frozenset[str], str]] = []  # (precondition, corpus file) of each failure
+        again = settings().report_multiple_bugs
+        baseline = simplest_features(strategy) if again else frozenset()
+        for number in itertools.count():
+            seed = self.seed if number == 0 else random.Random(f"{self.seed}:{number}").randrange(2**32)
+            if number:
+                self.log(f"{name}: round {number + 1} (seed {seed}), {budget_s - stats.generate_seconds:.0f}s "
+                         f"of generation left; failures already found count as passing")
+            failures = self._round(name, strategy, stats, cache, found_before, budget_s - stats.generate_seconds,
+                                   seed)
+            found_before += [(precondition(f.case, baseline), str(f.corpus_path)) for f in failures]
+            if not (failures and again and stats.generate_seconds < budget_s):
+                break
+        self.log(stats.summary_line())
+        return stats
+
+    def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
+               found_before: list[tuple[frozenset[str], str]], budget_s: float, seed: int) -> list[Failure]:
+        """One Hypothesis run; returns the failures it found and recorded."""
+        opts = self.options
         start = time.monotonic()
         gen_deadline = start + budget_s
-        found: dict = {}  # "at": first failure time, "cases": cases run until then, "kind"
+        found: dict = {}  # "at": first failure time, "cases": cases this round ran until then, "kind"
         best: dict = {}  # the latest (so smallest) failing case, kept if the run is interrupted
+        cases_before = stats.cases
         slowest_pass = [0.0]
+        shrink_runs = [0]
         last_progress = [start]
 
         def prop(case: Case) -> None:
@@ -218,16 +250,14 @@ class Fuzzer:
                     timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
                 self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
                 began = time.monotonic()
-                verdict = cache[key] = check(case, self.executor, timeout)
-                bug = None if verdict.ok else known_bug(case)
-                if bug is not None:  # counted against the open torch bug, not failed again (fuzz/known.py)
-                    verdict = cache[key] = Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.describe()[:200]}")
+                verdict = _already_found(case, cache.setdefault(key, self._judge(case, timeout)), found_before)
                 if verdict.ok:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
                     best.update(case=case, verdict=verdict)
                 stats.count(case, verdict)
                 if found:
+                    shrink_runs[0] += 1
                     stats.shrink_runs += 1
                 for tag in sorted(case.features()):
                     event(tag)
@@ -235,56 +265,69 @@ class Fuzzer:
                 if verdict.note and verdict.ok:
                     stats.notes[verdict.note.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
-                    found.update(at=time.monotonic(), cases=stats.cases, kind=verdict.kind)
-                    self.log(f"{name}: {verdict.kind} found after {stats.cases} cases "
+                    found.update(at=time.monotonic(), cases=stats.cases - cases_before, kind=verdict.kind)
+                    self.log(f"{name}: {verdict.kind} found after {found['cases']} cases "
                              f"({found['at'] - start:.1f}s); shrinking (up to {opts.shrink_budget_s:.0f}s)")
                 if time.monotonic() - last_progress[0] >= opts.progress_every_s:
                     last_progress[0] = time.monotonic()
                     phase = "shrinking" if found else f"{max(0.0, gen_deadline - last_progress[0]):.0f}s left"
                     self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
+            else:  # cached: the verdict of an earlier round may be a failure found since
+                verdict = _already_found(case, verdict, found_before)
             if not verdict.ok:
                 raise FAILURE_TYPES[verdict.kind](case, verdict)
 
         test = hypothesis_settings()(given(strategy)(prop))
-        test = hypothesis_seed(self.seed)(test)
+        test = hypothesis_seed(seed)(test)
         failures: list[CaseFailed] = []
         try:
             test()
         except _BudgetSpent:
             pass
         except KeyboardInterrupt:
-            self._finish(name, stats, start, found, [CaseFailed(best["case"], best["verdict"])] if best else [],
-                         interrupted=True)
+            self._record(name, stats, start, found, shrink_runs[0], seed,
+                         [CaseFailed(best["case"], best["verdict"])] if best else [], interrupted=True)
+            self.log(stats.summary_line() + " (interrupted)")
             raise
         except BaseException as e:  # noqa: BLE001 - sorted below
             failures = _case_failures(e)
             if not failures:
                 raise
-        self._finish(name, stats, start, found, failures)
-        return stats
+        return self._record(name, stats, start, found, shrink_runs[0], seed, failures)
 
-    def _finish(self, name: str, stats: TargetStats, start: float, found: dict, failures: list[CaseFailed],
-                interrupted: bool = False) -> None:
+    def _judge(self, case: Case, timeout: float | None) -> Verdict:
+        """Run and check a case; a failure that is a known torch bug passes with a note saying so."""
+        verdict = check(case, self.executor, timeout)
+        bug = None if verdict.ok else known_bug(case)
+        if bug is not None:  # counted against the open torch bug, not failed again (fuzz/known.py)
+            return Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.describe()[:200]}")
+        return verdict
+
+    def _record(self, name: str, stats: TargetStats, start: float, found: dict, shrink_runs: int, seed: int,
+                failures: list[CaseFailed], interrupted: bool = False) -> list[Failure]:
+        """Account a round's time and write its failures to the corpus."""
         end = time.monotonic()
         if found:
-            stats.generate_seconds = found["at"] - start
-            stats.shrink_seconds = end - found["at"]
+            stats.generate_seconds += found["at"] - start
+            stats.shrink_seconds += end - found["at"]
         else:
-            stats.generate_seconds = end - start
-        note = f"found by parityfuzz (target {name}, fuzz seed {self.seed}); triage me"
+            stats.generate_seconds += end - start
+        note = f"found by parityfuzz (target {name}, fuzz seed {self.seed}, round seed {seed}); triage me"
         if interrupted:
             note += "; the run was interrupted while shrinking, so this case may not be minimal"
+        recorded = []
         for f in failures:
             duplicate = corpus.find_duplicate(self.options.corpus_dir, f.case, f.verdict)
             path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
                                                                    expect="fail", note=note)
-            stats.failures.append(Failure(
+            recorded.append(Failure(
                 target=name, case=f.case, verdict=f.verdict, corpus_path=path,
                 cases_to_find=found.get("cases", 0), seconds_to_find=found.get("at", end) - start,
-                shrink_runs=stats.shrink_runs, shrink_seconds=stats.shrink_seconds,
+                shrink_runs=shrink_runs, shrink_seconds=end - found.get("at", end),
                 duplicate_of=duplicate.path if duplicate else None,
                 known_issue=duplicate.known_issue if duplicate else None, interrupted=interrupted))
-        self.log(stats.summary_line() + (" (interrupted)" if interrupted else ""))
+        stats.failures.extend(recorded)
+        return recorded
 
     def report(self) -> dict:
         import torch
@@ -308,6 +351,30 @@ class Fuzzer:
             "targets": targets,
             "failures": [f for t in targets.values() for f in t["failures"]],
         }
+
+
+def simplest_features(strategy: st.SearchStrategy[Case]) -> frozenset[str]:
+    """The features of the case every draw shrinks toward (world size 2, one Linear, defaults)."""
+    quiet = settings(database=None, deadline=None, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+    return find(strategy, lambda case: True, settings=quiet).features()
+
+
+def precondition(case: Case, baseline: frozenset[str]) -> frozenset[str]:
+    """What a shrunk failing case has beyond the simplest case: the features its bug needs (as far as the
+    shrinker could tell)."""
+    return case.features() - baseline
+
+
+def _already_found(case: Case, verdict: Verdict, found_before: list[tuple[frozenset[str], str]]) -> Verdict:
+    """A failure meeting the precondition of one found earlier in the run, as a pass saying which."""
+    if verdict.ok:
+        return verdict
+    features = case.features()
+    for needs, path in found_before:
+        if needs <= features:
+            return Verdict(PASS, note=f"already found in this run: {verdict.signature()}, a case with "
+                                      f"{', '.join(sorted(needs)) or 'no feature beyond the simplest'} like {path}")
+    return verdict
 
 
 def _case_failures(e: BaseException) -> list[CaseFailed]:

@@ -278,3 +278,8 @@ class NeverReshardsAfterForward(FSDP2System):
         model = super().wrap(model)
         model.set_reshard_after_forward(False)
         return model
+
+
+class OffloadForgetsUpdateAndBufferReset(OffloadForgetsUpdate, BufferReset):
+    """Two independent faults in one system: a soak run must report both."""
+

@@ -2,8 +2,9 @@
 the same budget against correct FSDP2 reports nothing."""
 
 import pytest
+from hypothesis import settings
 
-from fuzz import corpus
+from fuzz import corpus, known
 from fuzz.engine import Fuzzer, FuzzOptions
 from fuzz.verify import check
 from strategies import cases
@@ -16,9 +17,9 @@ def body_modules(case) -> int:
     return sum(1 for _ in case.model.body.walk("body")) - 1
 
 
-def fuzz(executor, tmp_path, system, seed=1):
+def fuzz(executor, tmp_path, system, seed=1, budget_s=BUDGET_S):
     fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120), executor, log=print)
-    return fuzzer.fuzz(system, cases((2,), system=system), budget_s=BUDGET_S)
+    return fuzzer.fuzz(system, cases((2,), system=system), budget_s=budget_s)
 
 
 @pytest.mark.parametrize("fault, shows", [
@@ -57,3 +58,43 @@ def test_correct_fsdp2_has_no_failures_in_the_same_budget(executor, tmp_path):
     assert stats.failures == [] and stats.verdicts["pass"] == stats.cases
     assert stats.cases >= 50
     assert corpus.discover(tmp_path) == []
+
+
+@pytest.fixture
+def load_profile():
+    """``settings.load_profile``, with the profile in force before the test put back after it."""
+    before = settings.get_current_profile_name()
+    yield settings.load_profile
+    settings.load_profile(before)
+
+
+def test_soak_profile_goes_on_after_a_failure_and_reports_another_bug(executor, tmp_path, load_profile):
+    """Under ``report_multiple_bugs`` (the soak profile) a shrunk failure starts a new round with a fresh
+    seed, in which cases with that failure's features count as passing: a system with two independent
+    faults gets each reported once (not again under other tensor names), shrunk to a case showing its own
+    situation."""
+    load_profile("soak")
+    stats = fuzz(executor, tmp_path, "tests.faults:OffloadForgetsUpdateAndBufferReset", budget_s=60)
+    for f in stats.failures:
+        print(f"{f.verdict.signature()}: found after {f.cases_to_find} cases, {body_modules(f.case)} modules")
+    shown = sorted(("offload" in f.case.features(), "has:scale" in f.case.features()) for f in stats.failures)
+    assert shown == [(False, True), (True, False)]
+    assert stats.notes["already found in this run"] > 0
+    assert len(corpus.discover(tmp_path)) == len(stats.failures)
+
+
+def test_dev_profile_stops_at_the_first_failure(executor, tmp_path, load_profile):
+    load_profile("dev")
+    stats = fuzz(executor, tmp_path, "tests.faults:OffloadForgetsUpdateAndBufferReset", budget_s=60)
+    assert len(stats.failures) == 1 and stats.generate_seconds < 60
+
+
+def test_a_failure_meeting_a_known_bug_precondition_passes_with_a_note(executor, tmp_path, monkeypatch):
+    """A failing case that meets a known torch bug's precondition is counted against that bug (run goes on,
+    nothing written); the same fault without the entry is a failure."""
+    bug = known.KnownBug("buffers reset by the test fault", "tests/faults.py", lambda c: "has:scale" in c.features())
+    monkeypatch.setattr(known, "KNOWN_BUGS", (bug,))
+    stats = fuzz(executor, tmp_path, "tests.faults:BufferReset", budget_s=20)
+    assert stats.failures == [] and corpus.discover(tmp_path) == []
+    assert stats.notes[f"known torch bug, {bug.name}"] > 0
+    assert stats.verdicts["pass"] == stats.cases
