@@ -185,15 +185,20 @@ def build_model(case: Case) -> nn.Module:
     return model.to(DTYPES[case.train.dtype])
 
 
-def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0) -> torch.Tensor:
-    """This rank's input for microbatch ``micro`` of ``step`` (independent of any global RNG state)."""
+def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0,
+              path: str = "") -> torch.Tensor:
+    """This rank's input for microbatch ``micro`` of ``step`` (independent of any global RNG state).
+
+    ``path`` names the module it is for: the root, or the non-root module of a ``train.nonroot`` pass, which
+    gets what it sees inside the model (token ids, or activations of its input width and dtype).
+    """
     t = case.train
     key = case.seed * 1_000_003 + (0 if t.same_input else rank + 1) * 7919 + step * 97 + micro
     g = torch.Generator().manual_seed(key % 2**63)
     shape = (t.batch, t.seq_len)
-    if case.model.input == "embedding":
+    width = case.model.input_width(path)
+    if width is None:
         x = torch.randint(0, case.model.vocab, shape, generator=g)
     else:
-        dtype = torch.float64 if t.to_float64 else DTYPES[t.dtype]
-        x = torch.randn(shape + (case.model.in_dim,), generator=g, dtype=torch.float64).to(dtype)
+        x = torch.randn(shape + (width,), generator=g, dtype=torch.float64).to(getattr(torch, case.activation_dtype(path)))
     return x.to(device)

@@ -131,6 +131,36 @@ class ModelSpec:
     vocab: int = 0
     tie_head: bool = False
 
+    def input_width(self, path: str) -> int | None:
+        """The width of the activations that reach the module at ``path`` in a forward of the whole model;
+        ``None`` where the module takes token ids (the root or ``inp`` of an embedding model)."""
+        if path in ("", "inp"):
+            return None if self.input == "embedding" else self.in_dim
+        if path == "head":
+            return self.body.out_width(self.in_dim)
+        widths = {}
+
+        def visit(p: str, node: Node, width: int) -> int:
+            widths[p] = width
+            if node.kind == "mlp":
+                widths[f"{p}.fc1"], widths[f"{p}.fc2"] = width, node.hidden
+            for sub in LEAF_SUBMODULES["attention"] if node.kind == "attention" else ():
+                widths[f"{p}.{sub}"] = width
+            for name, child in zip(child_names(node), node.children):
+                out = visit(f"{p}.{name}", child, width)
+                width = out if node.kind in ("seq", "block") else width
+            return node.out_width(widths[p])
+
+        visit("body", self.body, self.in_dim)
+        return widths[path]
+
+    def uses_params(self, path: str) -> bool:
+        """Whether the module at ``path`` has parameters that each of its forwards uses (so a backward
+        through it alone has a graph)."""
+        if path in ("", "inp", "head") or path.rpartition(".")[2] in {s for v in LEAF_SUBMODULES.values() for s in v}:
+            return True
+        return dict(self.body.walk("body"))[path].has_params()
+
     def module_paths(self) -> list[tuple[str, str]]:
         """``(path, kind)`` of every module of the built model, root (``""``) first."""
         out = [("", "root")]
@@ -264,7 +294,9 @@ class TrainSpec:
     ``zero_grad``: ``none`` = ``set_to_none=True`` every step, ``zeros`` =
     ``set_to_none=False``, ``alternate`` = as PyTorch's tests do
     (``set_to_none=(step % 2 == 0)``).  Inputs differ per rank unless
-    ``same_input``.
+    ``same_input``.  ``nonroot``: after each step, a second one whose forward and
+    backward run through only the wrapped non-root module at this path (fed
+    inputs of the width and dtype it sees inside the model).
     """
 
     steps: int = 1
@@ -285,6 +317,7 @@ class TrainSpec:
     to_float64: bool = False
     forward_method: bool = False
     no_all_reduce: bool = False
+    nonroot: str = ""
 
 
 # --------------------------------------------------------------------------- case
@@ -347,7 +380,7 @@ class Case:
         _validate_model(self.model)
         _validate_mesh(self.mesh, self.world_size)
         _validate_plan(self.plan, self.model, self.mesh)
-        _validate_train(self.train, self.plan, self.mesh)
+        _validate_train(self.train, self.plan, self.mesh, self.model)
         _check(not self.mixed_precision() or self.reference != "ddp", "reference",
                "plain DDP cannot model mixed precision: use the emulating reference 'ddp_mp'")
         for i, d in enumerate(self.delays):
@@ -358,6 +391,16 @@ class Case:
 
     def mixed_precision(self) -> bool:
         return any(w.mixed_precision() for w in self.plan.wraps)
+
+    def activation_dtype(self, path: str) -> str:
+        """The dtype of the floating-point activations that reach the module at ``path`` in a forward of the
+        whole model: the model's, or under mixed precision the compute dtype of the FSDP group they flow in
+        (the strategies keep every group's outputs in the dtype its parent group computes in)."""
+        master = "float64" if self.train.to_float64 else self.train.dtype
+        if not path:
+            return master
+        owner = self.plan.owner(path.rpartition(".")[0])
+        return next(w.param_dtype for w in self.plan.wraps if w.path == owner) or master
 
     def precision(self) -> str:
         """The least precise dtype the case computes or reduces in (it sets the oracle's tolerance)."""
@@ -410,6 +453,8 @@ class Case:
                 tags.add(flag)
         if not t.reshard_after_backward:
             tags.add("reshard_after_backward=False")
+        if t.nonroot:
+            tags.add("nonroot")
         tags.update(f"delay={d.where}" for d in self.delays)
         return frozenset(tags)
 
@@ -516,7 +561,7 @@ def _validate_plan(plan: PlanSpec, model: ModelSpec, mesh: MeshSpec) -> None:
                 _check(target in seen, f"{where}.{key}[{j}]", f"{target!r} is not a wrapped module")
 
 
-def _validate_train(t: TrainSpec, plan: PlanSpec, mesh: MeshSpec) -> None:
+def _validate_train(t: TrainSpec, plan: PlanSpec, mesh: MeshSpec, model: ModelSpec) -> None:
     _check(1 <= t.steps <= 50, "train.steps", f"must be in [1, 50], got {t.steps}")
     _check(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {t.optimizer!r}")
     _check(0 < t.lr <= 1, "train.lr", f"must be in (0, 1], got {t.lr}")
@@ -536,6 +581,10 @@ def _validate_train(t: TrainSpec, plan: PlanSpec, mesh: MeshSpec) -> None:
     wrapped = {w.path for w in plan.wraps}
     for i, path in enumerate(t.no_sync):
         _check(path in wrapped, f"train.no_sync[{i}]", f"{path!r} is not a wrapped module")
+    if t.nonroot:
+        _check(t.nonroot in wrapped - {""}, "train.nonroot", f"{t.nonroot!r} is not a wrapped non-root module")
+        _check(model.uses_params(t.nonroot), "train.nonroot",
+               f"{t.nonroot!r} has no parameters every forward uses: a backward through it alone has no graph")
 
 
 # --------------------------------------------------------------------------- strict JSON mapping

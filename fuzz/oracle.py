@@ -1,7 +1,8 @@
 """The oracle: pure comparison of a reference trace and a system-under-test trace.
 
-Per step, in order: every rank's loss, then rank 0's full gradients (taken
-before the optimizer step), then its full parameters (after it).  The first
+Per pass (a step, and with ``train.nonroot`` each step's second pass through a
+non-root module), in order: every rank's loss, then rank 0's full gradients
+(taken before the optimizer step), then its full parameters (after it).  The first
 element that is not close gives the verdict.
 
 Tolerances are torch.testing's defaults for the recorded dtype, applied at
@@ -43,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuzz.trace import Trace
-from fuzz.verdict import MISMATCH, PASS, Divergence, Verdict
+from fuzz.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 
 #: dtype -> (rtol, atol): torch.testing.assert_close defaults.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -66,7 +67,7 @@ DIVERGENCE_LIMIT = 1e6
 
 
 def reference_diverged_at(ref: Trace) -> int | None:
-    """The first step at which the reference left the sane range, if any."""
+    """The first pass (index into the trace) at which the reference left the sane range, if any."""
     for step in range(len(ref.losses)):
         values = [np.asarray(ref.losses[step], dtype=np.float64)]
         for tensors in (ref.grads, ref.params):
@@ -82,15 +83,18 @@ def reference_diverged_at(ref: Trace) -> int | None:
 UNSTABLE_RATIO = 100.0
 
 
-def deviation(a: Trace, b: Trace, step: int, what: str, tensor: str) -> float | None:
-    """Max abs difference between two traces at one step and tensor (None if not comparable)."""
+def deviation(a: Trace, b: Trace, step: int, what: str, tensor: str, phase: str = "") -> float | None:
+    """Max abs difference between two traces at one pass and tensor (None if not comparable)."""
+    i = a.index(step, phase)
+    if i is None or b.index(step, phase) != i:
+        return None
     if what == "loss" and tensor.startswith("loss[rank "):
         rank = int(tensor[len("loss[rank "):-1])
-        return abs(a.losses[step][rank] - b.losses[step][rank])
+        return abs(a.losses[i][rank] - b.losses[i][rank])
     tensors = {"grad": (a.grads, b.grads), "param": (a.params, b.params)}.get(what)
-    if tensors is None or step >= len(tensors[0]) or step >= len(tensors[1]):
+    if tensors is None or i >= len(tensors[0]) or i >= len(tensors[1]):
         return None
-    x, y = tensors[0][step].get(tensor), tensors[1][step].get(tensor)
+    x, y = tensors[0][i].get(tensor), tensors[1][i].get(tensor)
     if x is None or y is None or x.value.shape != y.value.shape:
         return None
     return float(np.abs(x.value - y.value).max()) if x.value.size else 0.0
@@ -101,12 +105,12 @@ def confirm(verdict: Verdict, ref: Trace, perturbed_ref: Trace) -> Verdict:
     d = verdict.divergence
     if verdict.kind != MISMATCH or d is None or not np.isfinite(d.max_abs):
         return verdict
-    self_dev = deviation(ref, perturbed_ref, d.step, d.what, d.tensor)
+    self_dev = deviation(ref, perturbed_ref, d.step, d.what, d.tensor, d.phase)
     if self_dev is None:
         return verdict
     if not np.isfinite(self_dev) or self_dev * UNSTABLE_RATIO >= d.max_abs:
-        return Verdict(PASS, note=f"numerically unstable: perturbing the reference's weights by 2 ulps moves step "
-                                  f"{d.step} {d.what} {d.tensor} by {self_dev:.3g}, the system by {d.max_abs:.3g}")
+        return Verdict(PASS, note=f"numerically unstable: perturbing the reference's weights by 2 ulps moves "
+                                  f"{d.where()} {d.what} {d.tensor} by {self_dev:.3g}, the system by {d.max_abs:.3g}")
     return Verdict(verdict.kind, d, verdict.ranks,
                    note=f"confirmed: the reference moves by only {self_dev:.3g} there under a 2-ulp perturbation")
 
@@ -147,46 +151,51 @@ def close_report(ref: np.ndarray, sut: np.ndarray, rtol: float, atol: float) -> 
 def compare(ref: Trace, sut: Trace, table: dict[str, tuple[float, float]] = TOLERANCES,
             precision: str | None = None) -> Verdict:
     """The first divergence of ``sut`` from ``ref``; ``precision`` (``Case.precision()``) loosens to its dtype."""
-    if len(ref.losses) != len(sut.losses):
-        return _mismatch(0, "loss", "steps", float("inf"), float("inf"),
-                         f"system ran {len(sut.losses)} steps, reference {len(ref.losses)}")
+    if len(ref.losses) != len(sut.losses) or [ref.pass_at(i) for i in range(len(ref.losses))] != \
+            [sut.pass_at(i) for i in range(len(sut.losses))]:
+        return _mismatch((0, ""), "loss", "steps", float("inf"), float("inf"),
+                         f"system ran {len(sut.losses)} passes, reference {len(ref.losses)}")
     stop = reference_diverged_at(ref)
-    for step in range(len(ref.losses) if stop is None else stop):
+    for i in range(len(ref.losses) if stop is None else stop):
+        at = ref.pass_at(i)
         rtol, atol = tolerance(ref.loss_dtype, table, precision)
-        for rank, (a, b) in enumerate(zip(ref.losses[step], sut.losses[step])):
+        for rank, (a, b) in enumerate(zip(ref.losses[i], sut.losses[i])):
             ok, mabs, mrel, detail = close_report(np.array(a), np.array(b), rtol, atol)
             if not ok:
-                return _mismatch(step, "loss", f"loss[rank {rank}]", mabs, mrel, f"reference {a!r}, system {b!r}")
+                return _mismatch(at, "loss", f"loss[rank {rank}]", mabs, mrel, f"reference {a!r}, system {b!r}")
         for what, ref_t, sut_t in (("grad", ref.grads, sut.grads), ("param", ref.params, sut.params)):
-            verdict = _compare_tensors(step, what, ref_t[step] if step < len(ref_t) else {},
-                                       sut_t[step] if step < len(sut_t) else {}, table, precision)
+            verdict = _compare_tensors(at, what, ref_t[i] if i < len(ref_t) else {},
+                                       sut_t[i] if i < len(sut_t) else {}, table, precision)
             if verdict is not None:
                 return verdict
     if stop is not None:
-        return Verdict(PASS, note=f"reference diverged numerically at step {stop}; compared steps before it")
+        return Verdict(PASS, note=f"reference diverged numerically at {pass_name(*ref.pass_at(stop))}; "
+                                  "compared passes before it")
     return Verdict(PASS)
 
 
-def _compare_tensors(step: int, what: str, ref: dict, sut: dict, table, precision) -> Verdict | None:
+def _compare_tensors(at: tuple, what: str, ref: dict, sut: dict, table, precision) -> Verdict | None:
     for name in list(ref) + sorted(set(sut) - set(ref)):
         if name not in sut:
-            return _mismatch(step, what, name, float("inf"), float("inf"), "missing in the system under test")
+            return _mismatch(at, what, name, float("inf"), float("inf"), "missing in the system under test")
         if name not in ref:
-            return _mismatch(step, what, name, float("inf"), float("inf"), "not in the reference")
+            return _mismatch(at, what, name, float("inf"), float("inf"), "not in the reference")
         a, b = ref[name], sut[name]
         if a is None or b is None:
             if a is None and b is None:
                 continue
-            return _mismatch(step, what, name, float("inf"), float("inf"),
+            return _mismatch(at, what, name, float("inf"), float("inf"),
                              "no gradient in the " + ("system under test" if b is None else "reference"))
         rtol, atol = tolerance(a.dtype, table, precision)
         ok, mabs, mrel, detail = close_report(a.value, b.value, rtol, atol)
         if not ok:
             if a.dtype != b.dtype:
                 detail += f"; dtype {b.dtype} != reference {a.dtype}"
-            return _mismatch(step, what, name, mabs, mrel, detail)
+            return _mismatch(at, what, name, mabs, mrel, detail)
     return None
 
 
-def _mismatch(step, what, tensor, mabs, mrel, detail) -> Verdict:
-    return Verdict(MISMATCH, Divergence(step=step, what=what, tensor=tensor, max_abs=mabs, max_rel=mrel, detail=detail))
+def _mismatch(at: tuple, what, tensor, mabs, mrel, detail) -> Verdict:
+    step, phase = at
+    return Verdict(MISMATCH, Divergence(step=step, what=what, tensor=tensor, max_abs=mabs, max_rel=mrel,
+                                        detail=detail, phase=phase))

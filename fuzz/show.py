@@ -79,6 +79,9 @@ def describe_case(case: Case) -> str:
         lines.append("model.to(torch.float64) after fully_shard")
     if t.forward_method:
         lines.append("root called through forward_alt, registered with register_fsdp_forward_method")
+    if t.nonroot:
+        lines.append(f"after each step, a second step whose forward/backward runs through only {t.nonroot} "
+                     f"(non-root), on inputs of width {m.input_width(t.nonroot) or 'token ids'}")
     if case.delays:
         lines.append("delays: " + ", ".join(f"rank {d.rank} sleeps {d.ms} ms {d.where.replace('_', ' ')}"
                                              for d in case.delays))

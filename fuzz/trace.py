@@ -66,28 +66,49 @@ def assemble(pieces: list[Rec]) -> Rec:
 Tensors = dict
 
 
+#: A pass of training: ``(step, phase)``; phase ``""`` is the step's forward/backward through the root,
+#: ``"non-root <path>"`` the one through only that submodule (``TrainSpec.nonroot``).
+Pass = tuple
+
+
 @dataclass
 class RankTrace:
     """One system's run on one rank.
 
-    ``grads``/``params`` hold, per step, rank 0's plain (full) tensors and every
-    rank's local pieces of sharded ones.
+    ``grads``/``params`` hold, per pass (an optimizer step each), rank 0's plain
+    (full) tensors and every rank's local pieces of sharded ones; ``passes``
+    says which step and phase each entry belongs to.
     """
 
     losses: list[float]
     loss_dtype: str
     grads: list[Tensors] = field(default_factory=list)
     params: list[Tensors] = field(default_factory=list)
+    passes: list[Pass] = field(default_factory=list)
 
 
 @dataclass
 class Trace:
-    """One system's run on all ranks: ``losses[step][rank]`` and full tensors per step."""
+    """One system's run on all ranks: ``losses[i][rank]`` and full tensors per pass ``i``.
+
+    ``passes[i]`` is pass ``i``'s ``(step, phase)``; left empty, pass ``i`` is step ``i``'s root pass.
+    """
 
     losses: list[list[float]]
     loss_dtype: str
     grads: list[Tensors]
     params: list[Tensors]
+    passes: list[Pass] = field(default_factory=list)
+
+    def pass_at(self, i: int) -> Pass:
+        return tuple(self.passes[i]) if self.passes else (i, "")
+
+    def index(self, step: int, phase: str = "") -> int | None:
+        """The index of a pass, or None if this trace has none such."""
+        for i in range(len(self.losses)):
+            if self.pass_at(i) == (step, phase):
+                return i
+        return None
 
     @classmethod
     def merge(cls, per_rank: list[RankTrace]) -> Trace:
@@ -98,6 +119,7 @@ class Trace:
             loss_dtype=first.loss_dtype,
             grads=[_merge_step([rt.grads[s] for rt in per_rank]) for s in range(len(first.grads))],
             params=[_merge_step([rt.params[s] for rt in per_rank]) for s in range(len(first.params))],
+            passes=list(first.passes),
         )
 
 

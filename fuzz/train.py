@@ -84,16 +84,9 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         perturb(model, case.seed)
     system.setup(model)
     trace = RankTrace(losses=[], loss_dtype="", grads=[], params=[])
-    for step in range(case.train.steps):
-        system.zero_grad(step)
-        n = case.train.microbatches
-        loss = 0.0
-        for micro in range(n):
-            set_forward_index(step, micro, n)
-            torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
-            with system.microbatch(micro, last=micro == n - 1):
-                out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro))
-            loss += float(out)
+
+    def finish_pass(step: int, phase: str, loss: float, out: torch.Tensor) -> None:
+        trace.passes.append((step, phase))
         trace.losses.append(loss)
         trace.loss_dtype = str(out.dtype).removeprefix("torch.")
         if record:
@@ -101,4 +94,22 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         system.optimizer_step()
         if record:
             trace.params.append(_record({**system.parameters(), **system.buffers()}, ctx.rank))
+
+    n = case.train.microbatches
+    for step in range(case.train.steps):
+        system.zero_grad(step)
+        loss = 0.0
+        for micro in range(n):
+            set_forward_index(step, micro, n)
+            torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
+            with system.microbatch(micro, last=micro == n - 1):
+                out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro))
+            loss += float(out)
+        finish_pass(step, "", loss, out)
+        if case.train.nonroot:  # a second pass, through only a non-root module (as after a root step)
+            path = case.train.nonroot
+            system.zero_grad(step)
+            torch.manual_seed(forward_seed(case, ctx.rank, step, n))
+            out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path), path)
+            finish_pass(step, f"non-root {path}", float(out), out)
     return trace

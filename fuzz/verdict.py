@@ -9,6 +9,11 @@ PASS, MISMATCH, ERROR, CRASH, HANG = "pass", "mismatch", "error", "crash", "hang
 KINDS = (PASS, MISMATCH, ERROR, CRASH, HANG)
 
 
+def pass_name(step: int, phase: str = "") -> str:
+    """How reports name a pass of training: ``step 3``, ``step 3 (non-root body.1 pass)``."""
+    return f"step {step}" + (f" ({phase} pass)" if phase else "")
+
+
 @dataclass(frozen=True)
 class Divergence:
     """The first place the system under test left the reference."""
@@ -19,9 +24,14 @@ class Divergence:
     max_abs: float
     max_rel: float
     detail: str = ""
+    #: Which pass of the step: "" (through the root) or "non-root <path>" (``TrainSpec.nonroot``).
+    phase: str = ""
+
+    def where(self) -> str:
+        return pass_name(self.step, self.phase)
 
     def describe(self) -> str:
-        return (f"step {self.step} {self.what} {self.tensor}: max abs err {self.max_abs:.3g}, "
+        return (f"{self.where()} {self.what} {self.tensor}: max abs err {self.max_abs:.3g}, "
                 f"max rel err {self.max_rel:.3g}{' (' + self.detail + ')' if self.detail else ''}")
 
 
@@ -47,7 +57,7 @@ class Verdict:
         """
         if self.divergence is not None:
             d = self.divergence
-            return f"{self.kind}:{d.step}:{d.what}:{d.tensor}"
+            return f"{self.kind}:{d.step}{':' + d.phase if d.phase else ''}:{d.what}:{d.tensor}"
         first = self.ranks[0] if self.ranks else {}
         if self.kind == ERROR:
             message = re.sub(r"\d+", "N", (first.get("message") or "").split("\n")[0])[:200]

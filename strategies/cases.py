@@ -26,7 +26,9 @@ def cases(draw, allowed_world_sizes: tuple[int, ...] = (1, 2, 4), system: str = 
     mesh = draw(meshes(ws))
     model = draw(models(max_depth))
     plan = draw(plans(model, mesh))
-    train = draw(training(max_steps, tuple(w.path for w in plan.wraps), hsdp=len(mesh.shape) == 2))
+    wrapped = tuple(w.path for w in plan.wraps)
+    train = draw(training(max_steps, wrapped, hsdp=len(mesh.shape) == 2,
+                          nonroot=tuple(p for p in wrapped if p and model.uses_params(p))))
     plan = draw(precision_policies(plan, model, train))
     if any(w.mixed_precision() for w in plan.wraps) and train.to_float64:
         train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's

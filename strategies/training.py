@@ -15,11 +15,12 @@ subset or none; ``set_is_last_backward``, ``set_reshard_after_backward`` and
 an explicit ``unshard`` first are drawn independently, and on HSDP meshes
 ``set_requires_all_reduce(False)`` on the non-last microbatches.  Rare coins
 also convert a float32 model to float64 after sharding and run the root
-through a registered forward method.
+through a registered forward method, and add to each step a second pass
+whose forward and backward run through only a wrapped non-root module.
 
 Shrinking: one step, SGD at lr 0.01 without foreach, ``set_to_none=True``,
 batch 1, sequence 1, sum loss, float64, different inputs per rank, one
-microbatch, no accumulation controls.
+microbatch, no accumulation controls, no non-root pass.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ RARE = st.sampled_from((False, False, False, True))
 
 
 @st.composite
-def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: bool = False) -> TrainSpec:
+def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: bool = False,
+             nonroot: tuple[str, ...] = ()) -> TrainSpec:
+    """Training settings for a plan that wraps ``wrapped``; ``nonroot`` lists the wrapped non-root modules a
+    second pass may run through alone (those with parameters every forward uses)."""
     optimizer = draw(st.sampled_from(OPTIMIZERS))
     dtype = draw(st.sampled_from(("float64", "float32")))
     micro = draw(st.integers(1, 3))
@@ -67,4 +71,6 @@ def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: 
         to_float64=draw(RARE) and dtype == "float32" and optimizer == "sgd",
         forward_method=draw(RARE),
         no_all_reduce=draw(RARE) and hsdp and micro > 1,
+        # On a rare coin, always drawn (a stable choice sequence while the plan shrinks).
+        nonroot=draw(st.sampled_from(nonroot)) if draw(RARE) and nonroot else "",
     )

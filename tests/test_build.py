@@ -110,3 +110,24 @@ def test_dropout_masks_match_under_checkpointing_and_a_lost_rng_state_is_caught(
         assert check(case.validate(), executor).ok, api
         lost = check(dataclasses.replace(case, system="tests.faults:CheckpointLosesRNG"), executor)
         assert lost.kind == "mismatch", api
+
+
+@settings(max_examples=40)
+@given(cases())
+def test_every_wrapped_module_takes_its_non_root_pass_input(case):
+    """``batch_for(path=...)`` feeds a non-root pass what the module sees inside the model: a forward and
+    backward through each wrapped submodule alone runs (mixed-precision cases need their policies' casts,
+    run on the executor)."""
+    from fuzz.build import set_forward_index
+
+    if case.mixed_precision():
+        return
+    set_forward_index(0, 0, 1)
+    model = build_model(case)
+    if case.train.to_float64:
+        model = model.to(torch.float64)
+    for path in [w.path for w in case.plan.wraps if w.path and case.model.uses_params(w.path)]:
+        module = model.get_submodule(path)
+        x = batch_for(case, 0, 0, path=path)
+        assert x.dtype == (torch.long if case.model.input_width(path) is None else next(module.parameters()).dtype)
+        module(x).sum().backward()

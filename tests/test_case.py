@@ -96,6 +96,7 @@ def test_garbage_json():
     (simple(train=TrainSpec(steps=0)), "train.steps"),
     (simple(train=TrainSpec(optimizer="lion")), "train.optimizer"),
     (simple(train=TrainSpec(dtype="int8")), "train.dtype"),
+    (simple(train=TrainSpec(nonroot="body.0")), "train.nonroot"),  # not wrapped
 ])
 def test_validate_names_the_bad_field(case, field):
     with pytest.raises(CaseError) as info:
@@ -116,3 +117,28 @@ def test_int_reshard_must_divide_shard_group():
     bad = dataclasses.replace(ok, plan=PlanSpec(wraps=(Wrap("", 3),)))
     with pytest.raises(CaseError):
         bad.validate()
+
+
+def test_non_root_pass_needs_a_wrapped_module_with_parameters():
+    body = Node("seq", children=(Node("act", fn="relu"), Node("gate", period=2, children=(Node("linear", out=4),)),
+                                 Node("mlp", hidden=3)))
+    wraps = (Wrap("body.0"), Wrap("body.1"), Wrap("body.2.fc2"), Wrap(""))
+    ok = simple(model=ModelSpec(body=body), plan=PlanSpec(wraps=wraps), train=TrainSpec(nonroot="body.2.fc2"))
+    assert ok.validate() is ok and "nonroot" in ok.features()
+    for path in ("body.0", "body.1"):  # an activation; a gate, whose child some forwards skip
+        with pytest.raises(CaseError, match="no parameters every forward uses") as info:
+            dataclasses.replace(ok, train=TrainSpec(nonroot=path)).validate()
+        assert info.value.field == "train.nonroot"
+
+
+def test_input_width_and_dtype_of_a_module():
+    body = Node("seq", children=(Node("linear", out=3), Node("mlp", hidden=5),
+                                 Node("residual", children=(Node("linear", out=3),))))
+    model = ModelSpec(body=body, input="embedding", in_dim=4, vocab=8)
+    assert [model.input_width(p) for p in ("", "inp", "body", "body.1", "body.1.fc2", "body.2.inner", "head")] \
+        == [None, None, 4, 3, 5, 3, 3]
+    wraps = (Wrap("body.1", param_dtype="float16"), Wrap("body.1.fc2"), Wrap("", param_dtype="bfloat16"))
+    case = simple(model=model, plan=PlanSpec(wraps=wraps), train=TrainSpec(dtype="float32"))
+    # body.1.fc2 computes in body.1's float16; body.1 itself receives the root's bfloat16 activations.
+    assert [case.activation_dtype(p) for p in ("body.1.fc2", "body.1", "body.0")] == ["float16", "bfloat16",
+                                                                                         "bfloat16"]

@@ -34,6 +34,7 @@ def fuzz(executor, tmp_path, system, seed=1, budget_s=BUDGET_S):
     ("GatedGradDrop", lambda c: "has:gate" in c.features()),
     ("BufferReset", lambda c: "has:scale" in c.features()),
     ("LowPrecisionGradSummed", lambda c: any(w.param_dtype in ("bfloat16", "float16") for w in c.plan.wraps)),
+    ("NonRootPassUnsynced", lambda c: bool(c.train.nonroot)),
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     system = f"tests.faults:{fault}"

@@ -154,3 +154,25 @@ def test_confirm_leaves_non_numeric_mismatches_alone():
     sut.grads[0]["w"] = None
     v = compare(ref, sut)
     assert confirm(v, ref, trace()) is v
+
+
+def test_non_root_pass_is_named_in_the_divergence_and_confirmed_at_its_own_pass():
+    """A trace with a non-root pass after each step: a divergence there names the step and the pass, and
+    confirmation looks at that pass, not at the step's root pass."""
+    passes = [(0, ""), (0, "non-root body.1"), (1, ""), (1, "non-root body.1")]
+    ref, sut, perturbed = (trace(steps=4) for _ in range(3))
+    for t in (ref, sut, perturbed):
+        t.passes = list(passes)
+    sut.grads[3]["w"].value[0] += 0.5
+    verdict = compare(ref, sut)
+    d = verdict.divergence
+    assert (d.step, d.phase, d.what) == (1, "non-root body.1", "grad")
+    assert "step 1 (non-root body.1 pass) grad w" in verdict.describe()
+    assert verdict.signature() == "mismatch:1:non-root body.1:grad:w"
+    perturbed.grads[2]["w"].value[0] += 0.5  # the root pass of step 1 is unstable; the non-root one is not
+    assert confirm(verdict, ref, perturbed).kind == "mismatch"
+    perturbed.grads[3]["w"].value[0] += 0.4
+    assert confirm(verdict, ref, perturbed).kind == "pass"
+    other = trace(steps=4)
+    other.passes = [(0, ""), (1, ""), (2, ""), (3, "")]
+    assert compare(ref, other).divergence.tensor == "steps"

@@ -138,14 +138,23 @@ class System:
         """Context for one forward/backward of a step (gradient accumulation hooks in here)."""
         return contextlib.nullcontext()
 
-    def forward(self, batch: torch.Tensor) -> torch.Tensor:
-        return self.model(batch)
+    def forward(self, batch: torch.Tensor, module: nn.Module | None = None) -> torch.Tensor:
+        """The model's forward, or ``module``'s (a non-root pass)."""
+        return (self.model if module is None else module)(batch)
 
-    def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
-        loss = self.loss(self.forward(batch))
+    def forward_backward(self, batch: torch.Tensor, path: str | None = None) -> torch.Tensor:
+        """A forward and backward through the model, or with ``path`` through only the (wrapped, non-root)
+        module there: a non-root pass, after which :meth:`sync_nonroot_gradients` runs."""
+        loss = self.loss(self.forward(batch, None if path is None else resolve(self.inner(), path)))
         self._sleep("after_forward")
         loss.backward()
+        if path is not None:
+            self.sync_nonroot_gradients()
         return loss.detach()
+
+    def sync_nonroot_gradients(self) -> None:
+        """Whatever averaging over ranks a non-root pass needs beyond autograd (nothing, for a system that
+        reduces in backward hooks)."""
 
     def gradients(self) -> dict[str, torch.Tensor | None]:
         return {n: p.grad for n, p in self.named_parameters()}

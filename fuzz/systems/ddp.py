@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -24,3 +25,11 @@ class DDPSystem(System):
 
     def microbatch(self, index: int, last: bool):
         return contextlib.nullcontext() if last else self.model.no_sync()
+
+    def sync_nonroot_gradients(self) -> None:
+        """A forward of a submodule bypasses DDP, whose reducer ignores a backward it did not prepare: the
+        gradients are averaged by hand, as PyTorch's own non-root test does."""
+        for p in self.inner().parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad.div_(self.ctx.world_size)

@@ -92,14 +92,17 @@ class FSDP2System(System):
             register_fsdp_forward_method(model, "forward_alt")
         return model
 
-    def forward(self, batch):
+    def forward(self, batch, module=None):
         self._ran.clear()
-        out = self.model.forward_alt(batch) if self.case.train.forward_method else self.model(batch)
+        if module is not None:
+            out = module(batch)
+        else:
+            out = self.model.forward_alt(batch) if self.case.train.forward_method else self.model(batch)
         self.check_resharded_after_forward()
         return out
 
-    def forward_backward(self, batch):
-        loss = super().forward_backward(batch)
+    def forward_backward(self, batch, path=None):
+        loss = super().forward_backward(batch, path)
         if self._last:
             self.check_resharded("after the last backward of a step")
         return loss
