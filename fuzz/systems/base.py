@@ -144,17 +144,11 @@ class System:
 
     def forward_backward(self, batch: torch.Tensor, path: str | None = None) -> torch.Tensor:
         """A forward and backward through the model, or with ``path`` through only the (wrapped, non-root)
-        module there: a non-root pass, after which :meth:`sync_nonroot_gradients` runs."""
+        module there: a non-root pass."""
         loss = self.loss(self.forward(batch, None if path is None else resolve(self.inner(), path)))
         self._sleep("after_forward")
         loss.backward()
-        if path is not None:
-            self.sync_nonroot_gradients()
         return loss.detach()
-
-    def sync_nonroot_gradients(self) -> None:
-        """Whatever averaging over ranks a non-root pass needs beyond autograd (nothing, for a system that
-        reduces in backward hooks)."""
 
     def gradients(self) -> dict[str, torch.Tensor | None]:
         return {n: p.grad for n, p in self.named_parameters()}

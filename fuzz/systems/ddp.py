@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from fuzz.systems.base import System
+from fuzz.systems.base import System, resolve
 
 
 class DDPSystem(System):
@@ -26,10 +27,19 @@ class DDPSystem(System):
     def microbatch(self, index: int, last: bool):
         return contextlib.nullcontext() if last else self.model.no_sync()
 
-    def sync_nonroot_gradients(self) -> None:
-        """A forward of a submodule bypasses DDP, whose reducer ignores a backward it did not prepare: the
-        gradients are averaged by hand, as PyTorch's own non-root test does."""
-        for p in self.inner().parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
-                p.grad.div_(self.ctx.world_size)
+    def forward_backward(self, batch, path=None):
+        """A non-root pass bypasses DDP: its gradients are averaged by hand, as PyTorch's own non-root test
+        does.  They are taken with ``autograd.grad``, not ``backward``: with ``find_unused_parameters`` DDP's
+        accumulate-grad hooks mark every parameter a backward reaches as used, even in a backward DDP did not
+        prepare, and the next step would then all-reduce gradients it never gets (a RuntimeError)."""
+        if path is None:
+            return super().forward_backward(batch)
+        module = resolve(self.inner(), path)
+        loss = self.loss(self.forward(batch, module))
+        params = list(module.parameters())
+        for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+            if grad is not None:
+                dist.all_reduce(grad)
+                grad.div_(self.ctx.world_size)
+                p.grad = grad if p.grad is None else p.grad.add_(grad)
+        return loss.detach()
