@@ -7,7 +7,8 @@ offload, mixed precision, explicit prefetching, a registered forward method,
 (``set_requires_gradient_sync``, ``set_requires_all_reduce``,
 ``set_is_last_backward``, ``set_reshard_after_backward``, ``unshard``) come
 from the case.  Invariants are checked after every forward and after each
-step's last backward.
+step's last backward; on an accelerator the root is fed its inputs on the CPU
+(FSDP2's root moves forward inputs to the model's device).
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ class FSDP2System(System):
         if module is not None:
             out = module(batch)
         else:
+            if batch.device.type != "cpu":  # invariant (accelerator runs): the root moves inputs to its device
+                batch = batch.cpu()
             out = self.model.forward_alt(batch) if self.case.train.forward_method else self.model(batch)
         self.check_resharded_after_forward()
         return out
