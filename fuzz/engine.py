@@ -242,6 +242,7 @@ class Fuzzer:
             if verdict is None:
                 now = time.monotonic()
                 if not found and now >= gen_deadline:
+                    event("not run: budget spent")
                     raise _BudgetSpent()
                 if found and now >= found["at"] + opts.shrink_budget_s:
                     return  # shrink budget spent: untried cases count as passing
@@ -259,9 +260,6 @@ class Fuzzer:
                 if found:
                     shrink_runs[0] += 1
                     stats.shrink_runs += 1
-                for tag in sorted(case.features()):
-                    event(tag)
-                event(f"verdict={verdict.kind}")
                 if verdict.note and verdict.ok:
                     stats.notes[verdict.note.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
@@ -274,6 +272,9 @@ class Fuzzer:
                     self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
             else:  # cached: the verdict of an earlier round may be a failure found since
                 verdict = _already_found(case, verdict, found_before)
+            for tag in sorted(case.features()):
+                event(tag)
+            event(f"verdict={verdict.kind}")
             if not verdict.ok:
                 raise FAILURE_TYPES[verdict.kind](case, verdict)
 

@@ -105,6 +105,23 @@ def test_clean_fuzz_run_exits_zero_and_reports(tmp_path):
     assert data["targets"]["fsdp2"]["distinct_feature_combinations"] >= 1
 
 
+def test_hypothesis_observability_records_each_case_with_its_features(tmp_path):
+    """Each feature tag and the verdict are Hypothesis ``event()``s: Hypothesis's observability output has
+    them per case (its end-of-run statistics are not noted for a run that the budget stops)."""
+    (tmp_path / "corpus").mkdir()
+    env = {**ENV, "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY": "1"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "fuzz/test_fsdp2.py"),
+                             "--fuzz-budget=4", "--world-sizes=1", f"--corpus-dir={tmp_path / 'corpus'}"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    observed = [json.loads(line) for f in (tmp_path / ".hypothesis" / "observed").glob("*testcases.jsonl")
+                for line in f.read_text().splitlines()]
+    ran = [o for o in observed if o["status"] == "passed" and "not run: budget spent" not in o["features"]]
+    assert ran and len(observed) - len(ran) <= 1, observed  # the draw that found the budget spent
+    for o in ran:
+        assert "verdict=pass" in o["features"] and "ws=1" in o["features"] and "mesh=1" in o["features"]
+
+
 def test_repro_bad_file_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"corpus_format": 1, "expect": "sometimes", "case": {}}')
