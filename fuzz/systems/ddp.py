@@ -39,6 +39,9 @@ class DDPSystem(System):
         params = list(module.parameters())
         for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
             if grad is not None:
+                # Dense, as AccumulateGrad would make it: the gradient of ``w.sum(0)`` is an expanded view
+                # that in-place collectives and division cannot write (a Scale module's 3-D parameter).
+                grad = grad.clone(memory_format=torch.contiguous_format)
                 dist.all_reduce(grad)
                 grad.div_(self.ctx.world_size)
                 p.grad = grad if p.grad is None else p.grad.add_(grad)
