@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
 import unittest
 from collections import Counter
@@ -72,6 +73,12 @@ class HangFound(CaseFailed):
 
 
 FAILURE_TYPES = {"mismatch": MismatchFound, "error": ErrorFound, "crash": CrashFound, "hang": HangFound}
+
+
+#: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer
+#: (``__del__``, a weakref callback) is only printed, never raised; the property checks this flag before
+#: every case, so such an interrupt still stops the run at the next case instead of being lost.
+interrupt_requested = threading.Event()
 
 
 class _BudgetSpent(unittest.SkipTest):
@@ -237,6 +244,8 @@ class Fuzzer:
         last_progress = [start]
 
         def prop(case: Case) -> None:
+            if interrupt_requested.is_set():
+                raise KeyboardInterrupt("interrupted (an earlier interrupt was swallowed on its way)")
             key = case.to_json()
             verdict = cache.get(key)
             if verdict is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import Verbosity, settings
 
+from fuzz import engine
 from fuzz.engine import Fuzzer, FuzzOptions
 
 DEFAULT_BUDGET_S = 30.0
@@ -182,13 +183,18 @@ _SESSION = pytest.StashKey[FuzzSession]()
 
 
 def _interrupt(signum, frame):
+    engine.interrupt_requested.set()  # kept even if this KeyboardInterrupt is swallowed (see fuzz.engine)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # SIGTERM stops a run like Ctrl-C does: the failure being shrunk is kept and the ranks are stopped.
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM stops a run like Ctrl-C does: the failure being shrunk is kept and the ranks are stopped.  Both
+    # also set a flag the fuzz loop checks before every case, so an interrupt cannot be lost.
+    if threading.current_thread() is threading.main_thread():
+        engine.interrupt_requested.clear()
+        for sig, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+            if signal.getsignal(sig) == default:
+                signal.signal(sig, _interrupt)
     config.addinivalue_line("markers", "fuzz_target: a parityfuzz fuzz target (shares the --fuzz-budget)")
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("ci" if os.environ.get("CI") else "dev")

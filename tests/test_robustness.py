@@ -159,3 +159,24 @@ def test_duplicates_by_hash_and_by_signature(tmp_path):
     assert same_failure.path == path and same_failure.known_issue == "pytorch/pytorch#12345"
     other = Verdict("mismatch", Divergence(step=0, what="param", tensor="body.0.weight", max_abs=1, max_rel=1))
     assert corpus.find_duplicate(tmp_path, simple(seed=9), other) is None
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt
+def test_an_interrupt_swallowed_in_a_finalizer_still_stops_the_run_at_the_next_case(executor, tmp_path):
+    """Python only prints a KeyboardInterrupt raised while a finalizer runs; the flag the signal handler sets
+    makes the fuzz loop stop before the next case all the same."""
+    from fuzz import engine, plugin
+
+    class Finalized:
+        def __del__(self):
+            plugin._interrupt(signal.SIGINT, None)  # as if the signal landed here
+
+    try:
+        Finalized()  # the KeyboardInterrupt is swallowed ("Exception ignored in ...")
+        assert engine.interrupt_requested.is_set()
+        fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=1), executor)
+        with pytest.raises(KeyboardInterrupt, match="swallowed"):
+            fuzzer.fuzz("fsdp2", cases((2,)), budget_s=60)
+    finally:
+        engine.interrupt_requested.clear()
+    assert fuzzer.targets["fsdp2"].cases == 0
