@@ -238,9 +238,8 @@ class Fuzzer:
         gen_deadline = start + budget_s
         found: dict = {}  # "at": first failure time, "cases": cases this round ran until then, "kind"
         best: dict = {}  # the latest (so smallest) failing case, kept if the run is interrupted
-        cases_before = stats.cases
+        cases_before, shrink_runs_before = stats.cases, stats.shrink_runs
         slowest_pass = [0.0]
-        shrink_runs = [0]
         last_progress = [start]
 
         def prop(case: Case) -> None:
@@ -267,7 +266,6 @@ class Fuzzer:
                     best.update(case=case, verdict=verdict)
                 stats.count(case, verdict)
                 if found:
-                    shrink_runs[0] += 1
                     stats.shrink_runs += 1
                 if verdict.note and verdict.ok:
                     stats.notes[verdict.note.split(":")[0].split(" at step")[0]] += 1
@@ -295,7 +293,7 @@ class Fuzzer:
         except _BudgetSpent:
             pass
         except KeyboardInterrupt:
-            self._record(name, stats, start, found, shrink_runs[0], seed,
+            self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed,
                          [CaseFailed(best["case"], best["verdict"])] if best else [], interrupted=True)
             self.log(stats.summary_line() + " (interrupted)")
             raise
@@ -303,7 +301,7 @@ class Fuzzer:
             failures = _case_failures(e)
             if not failures:
                 raise
-        return self._record(name, stats, start, found, shrink_runs[0], seed, failures)
+        return self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed, failures)
 
     def _judge(self, case: Case, timeout: float | None) -> Verdict:
         """Run and check a case; a failure that is a known torch bug passes with a note saying so."""
