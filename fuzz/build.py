@@ -200,5 +200,6 @@ def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cp
     if width is None:
         x = torch.randint(0, case.model.vocab, shape, generator=g)
     else:
-        x = torch.randn(shape + (width,), generator=g, dtype=torch.float64).to(getattr(torch, case.activation_dtype(path)))
+        dtype = getattr(torch, case.activation_dtype(path))
+        x = torch.randn(shape + (width,), generator=g, dtype=torch.float64).to(dtype)
     return x.to(device)

@@ -84,6 +84,14 @@ class Node:
         for name, child in zip(child_names(self), self.children):
             yield from child.walk(f"{path}.{name}")
 
+    def walk_widths(self, path: str, width: int) -> Iterator[tuple[str, Node, int]]:
+        """Like :meth:`walk`, with the width of the input reaching each node when this one gets ``width``."""
+        yield path, self, width
+        for name, child in zip(child_names(self), self.children):
+            yield from child.walk_widths(f"{path}.{name}", width)
+            if self.kind in ("seq", "block"):
+                width = child.out_width(width)
+
     def has_params(self) -> bool:
         """Whether some parameter is used on every forward (a gate's child is not)."""
         if self.kind in ("linear", "layernorm", "mlp", "attention", "scale"):
@@ -138,28 +146,18 @@ class ModelSpec:
             return None if self.input == "embedding" else self.in_dim
         if path == "head":
             return self.body.out_width(self.in_dim)
-        widths = {}
-
-        def visit(p: str, node: Node, width: int) -> int:
-            widths[p] = width
-            if node.kind == "mlp":
-                widths[f"{p}.fc1"], widths[f"{p}.fc2"] = width, node.hidden
-            for sub in LEAF_SUBMODULES["attention"] if node.kind == "attention" else ():
-                widths[f"{p}.{sub}"] = width
-            for name, child in zip(child_names(node), node.children):
-                out = visit(f"{p}.{name}", child, width)
-                width = out if node.kind in ("seq", "block") else width
-            return node.out_width(widths[p])
-
-        visit("body", self.body, self.in_dim)
-        return widths[path]
+        for p, node, width in self.body.walk_widths("body", self.in_dim):
+            if p == path:
+                return width
+            if node.kind in LEAF_SUBMODULES and path.startswith(p + "."):  # mlp.fc1/fc2, attention.q/k/v/o
+                return node.hidden if path == f"{p}.fc2" else width
+        raise KeyError(path)
 
     def uses_params(self, path: str) -> bool:
         """Whether the module at ``path`` has parameters that each of its forwards uses (so a backward
         through it alone has a graph)."""
-        if path in ("", "inp", "head") or path.rpartition(".")[2] in {s for v in LEAF_SUBMODULES.values() for s in v}:
-            return True
-        return dict(self.body.walk("body"))[path].has_params()
+        node = dict(self.body.walk("body")).get(path)
+        return node is None or node.has_params()  # the root, inp, head and a leaf block's Linears have them
 
     def module_paths(self) -> list[tuple[str, str]]:
         """``(path, kind)`` of every module of the built model, root (``""``) first."""
@@ -392,11 +390,15 @@ class Case:
     def mixed_precision(self) -> bool:
         return any(w.mixed_precision() for w in self.plan.wraps)
 
+    def model_dtype(self) -> str:
+        """The dtype of the model's parameters as trained (float64 after ``train.to_float64``)."""
+        return "float64" if self.train.to_float64 else self.train.dtype
+
     def activation_dtype(self, path: str) -> str:
         """The dtype of the floating-point activations that reach the module at ``path`` in a forward of the
         whole model: the model's, or under mixed precision the compute dtype of the FSDP group they flow in
         (the strategies keep every group's outputs in the dtype its parent group computes in)."""
-        master = "float64" if self.train.to_float64 else self.train.dtype
+        master = self.model_dtype()
         if not path:
             return master
         owner = self.plan.owner(path.rpartition(".")[0])
@@ -404,7 +406,7 @@ class Case:
 
     def precision(self) -> str:
         """The least precise dtype the case computes or reduces in (it sets the oracle's tolerance)."""
-        names = ["float64" if self.train.to_float64 else self.train.dtype] + [d for w in self.plan.wraps
+        names = [self.model_dtype()] + [d for w in self.plan.wraps
                                       for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
         return max(names, key=MP_DTYPES.index)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fuzz.case import LEAF_SUBMODULES, Case, Node, child_names
+from fuzz.case import LEAF_SUBMODULES, Case, Node
 
 
 def _leaf(node: Node, width: int) -> str:
@@ -91,17 +91,13 @@ def describe_case(case: Case) -> str:
     else:
         lines.append(f"  input: dense, width {m.in_dim}")
 
-    def walk(node: Node, path: str, name: str, width: int, depth: int) -> int:
-        lines.append(f"{'  ' * depth}{name}: {_leaf(node, width)}{mark(path)}")
+    for path, node, width in m.body.walk_widths("body", m.in_dim):
+        depth = path.count(".") + 1
+        lines.append(f"{'  ' * depth}{path.rpartition('.')[2]}: {_leaf(node, width)}{mark(path)}")
         for sub in LEAF_SUBMODULES.get(node.kind, ()):
             if f"{path}.{sub}" in wraps:
                 lines.append(f"{'  ' * (depth + 1)}{sub}{mark(f'{path}.{sub}')}")
-        w = width
-        for child_name, child in zip(child_names(node), node.children):
-            w = walk(child, f"{path}.{child_name}", child_name, w, depth + 1)
-        return node.out_width(width)
-
-    out = walk(m.body, "body", "body", m.in_dim, 1)
+    out = m.body.out_width(m.in_dim)
     if m.input == "embedding":
         tied = ", weight tied to inp" if m.tie_head else ""
         lines.append(f"  head: Linear({out} -> {m.vocab}{tied}){mark('head')}")
