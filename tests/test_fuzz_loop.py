@@ -97,7 +97,8 @@ def test_dev_profile_stops_at_the_first_failure(executor, tmp_path, load_profile
 
 def test_a_failure_meeting_a_known_bug_precondition_passes_with_a_note(executor, tmp_path, monkeypatch):
     """A failing case that meets a known torch bug's precondition is counted against that bug (run goes on,
-    nothing written); the same fault without the entry is a failure."""
+    nothing written).  Without the entry the same fault is a failure: test_injected_fault_is_found_and_shrunk
+    [BufferReset], same seed and system."""
     bug = known.KnownBug("buffers reset by the test fault", "tests/faults.py", lambda c: "has:scale" in c.features())
     monkeypatch.setattr(known, "KNOWN_BUGS", (bug,))
     stats = fuzz(executor, tmp_path, "tests.faults:BufferReset", budget_s=20)
