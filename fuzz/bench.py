@@ -35,7 +35,8 @@ import warnings
 from fuzz.case import Case
 
 
-def generate(n: int, world_size: int, seed: int = 0) -> list[Case]:
+def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, **options) -> list[Case]:
+    """``n`` cases drawn by the fuzz strategy (``strategies.cases(world_sizes, **options)``) with a fixed seed."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
@@ -45,7 +46,7 @@ def generate(n: int, world_size: int, seed: int = 0) -> list[Case]:
 
     @hseed(seed)
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(cases((world_size,)))
+    @given(cases(world_sizes, **options))
     def collect(case):
         out.append(case)
 
@@ -115,7 +116,7 @@ def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
     def figures(ex) -> list[dict]:
         return ex.pool(world_size).resources()
 
-    cases = generate(n, world_size, seed)
+    cases = generate(n, (world_size,), seed)
     meshes = sorted({c.mesh.shape for c in cases})
     verdicts: dict[str, int] = {}
     with Executor() as ex:
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for ws in sizes:
-        cases = generate(args.cases, ws, args.seed)
+        cases = generate(args.cases, (ws,), args.seed)
         ex_s, verdicts = executor_seconds(cases, ws)
         bare_s = bare_seconds(cases, ws)
         rows.append({"world_size": ws, "cases": len(cases), "executor_cases_per_min": 60 * len(cases) / ex_s,

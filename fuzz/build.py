@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fuzz import dtypes
 from fuzz.case import Case, ModelSpec, Node, child_names
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -185,21 +186,44 @@ def build_model(case: Case) -> nn.Module:
     return model.to(DTYPES[case.train.dtype])
 
 
+def _generator(case: Case, rank: int, step: int, micro: int, salt: int) -> torch.Generator:
+    """A generator keyed by the case, the rank's data (all ranks alike under ``train.same_input``), the step,
+    the microbatch and what is drawn: independent of any global RNG state."""
+    data = 0 if case.train.same_input else rank + 1
+    key = case.seed * 1_000_003 + data * 7919 + step * 97 + micro + salt * 2**40
+    return torch.Generator().manual_seed(key % 2**63)
+
+
 def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0,
               path: str = "") -> torch.Tensor:
-    """This rank's input for microbatch ``micro`` of ``step`` (independent of any global RNG state).
+    """This rank's input for microbatch ``micro`` of ``step``.
 
     ``path`` names the module it is for: the root, or the non-root module of a ``train.nonroot`` pass, which
     gets what it sees inside the model (token ids, or activations of its input width and dtype).
     """
     t = case.train
-    key = case.seed * 1_000_003 + (0 if t.same_input else rank + 1) * 7919 + step * 97 + micro
-    g = torch.Generator().manual_seed(key % 2**63)
+    g = _generator(case, rank, step, micro, salt=0)
     shape = (t.batch, t.seq_len)
     width = case.model.input_width(path)
     if width is None:
         x = torch.randint(0, case.model.vocab, shape, generator=g)
     else:
-        dtype = getattr(torch, case.activation_dtype(path))
+        dtype = getattr(torch, dtypes.activation_dtype(case, path))
         x = torch.randn(shape + (width,), generator=g, dtype=torch.float64).to(dtype)
     return x.to(device)
+
+
+def target_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0,
+               path: str = "") -> torch.Tensor:
+    """What the output of the module at ``path`` is trained toward, for this rank, step and microbatch:
+    token ids for an embedding model's logits (cross-entropy), else float64 values of the output's shape
+    (mean squared error; the loss casts them to the output's dtype).  A loss with a minimum keeps training
+    bounded, so every step stays comparable."""
+    t = case.train
+    g = _generator(case, rank, step, micro, salt=1)
+    shape = (t.batch, t.seq_len)
+    if not path and case.model.input == "embedding":
+        y = torch.randint(0, case.model.vocab, shape, generator=g)
+    else:
+        y = torch.randn(shape + (case.model.output_width(path),), generator=g, dtype=torch.float64)
+    return y.to(device)

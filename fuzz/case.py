@@ -21,6 +21,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
+from fuzz import dtypes
+from fuzz.dtypes import MP_DTYPES
+
 SCHEMA = 1
 
 
@@ -153,6 +156,20 @@ class ModelSpec:
                 return node.hidden if path == f"{p}.fc2" else width
         raise KeyError(path)
 
+    def output_width(self, path: str) -> int:
+        """The width of the output of the module at ``path`` (the root's: logits over the vocabulary for an
+        embedding model)."""
+        if path in ("", "head"):
+            return self.vocab if self.input == "embedding" else self.body.out_width(self.in_dim)
+        if path == "inp":
+            return self.in_dim
+        for p, node, width in self.body.walk_widths("body", self.in_dim):
+            if p == path:
+                return node.out_width(width)
+            if node.kind in LEAF_SUBMODULES and path.startswith(p + "."):  # mlp.fc1/fc2, attention.q/k/v/o
+                return node.hidden if path == f"{p}.fc1" else width
+        raise KeyError(path)
+
     def uses_params(self, path: str) -> bool:
         """Whether the module at ``path`` has parameters that each of its forwards uses (so a backward
         through it alone has a graph)."""
@@ -281,8 +298,6 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 ZERO_GRAD_MODES = ("none", "zeros", "alternate")
 LOSSES = ("sum", "mean")
 DTYPES = ("float64", "float32")
-#: Dtypes a MixedPrecisionPolicy may name, most precise first.
-MP_DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -381,6 +396,9 @@ class Case:
         _validate_train(self.train, self.plan, self.mesh, self.model)
         _check(not self.mixed_precision() or self.reference != "ddp", "reference",
                "plain DDP cannot model mixed precision: use the emulating reference 'ddp_mp'")
+        inconsistent = dtypes.check_consistent(self)
+        if inconsistent:
+            raise CaseError(*inconsistent)
         for i, d in enumerate(self.delays):
             _check(0 <= d.rank < self.world_size, f"delays[{i}].rank", f"must be a rank < {self.world_size}, got {d.rank}")
             _check(d.where in DELAY_POINTS, f"delays[{i}].where", f"must be one of {DELAY_POINTS}, got {d.where!r}")
@@ -389,26 +407,6 @@ class Case:
 
     def mixed_precision(self) -> bool:
         return any(w.mixed_precision() for w in self.plan.wraps)
-
-    def model_dtype(self) -> str:
-        """The dtype of the model's parameters as trained (float64 after ``train.to_float64``)."""
-        return "float64" if self.train.to_float64 else self.train.dtype
-
-    def activation_dtype(self, path: str) -> str:
-        """The dtype of the floating-point activations that reach the module at ``path`` in a forward of the
-        whole model: the model's, or under mixed precision the compute dtype of the FSDP group they flow in
-        (the strategies keep every group's outputs in the dtype its parent group computes in)."""
-        master = self.model_dtype()
-        if not path:
-            return master
-        owner = self.plan.owner(path.rpartition(".")[0])
-        return next(w.param_dtype for w in self.plan.wraps if w.path == owner) or master
-
-    def precision(self) -> str:
-        """The least precise dtype the case computes or reduces in (it sets the oracle's tolerance)."""
-        names = [self.model_dtype()] + [d for w in self.plan.wraps
-                                      for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
-        return max(names, key=MP_DTYPES.index)
 
     def features(self) -> frozenset[str]:
         """Feature tags of this case (for coverage counts and Hypothesis ``event()``)."""
@@ -430,7 +428,7 @@ class Case:
             if w.offload:
                 tags.add("offload")
         if self.mixed_precision():
-            tags.add(f"precision={self.precision()}")
+            tags.add(f"precision={dtypes.precision(self)}")
             param_dtypes = {w.param_dtype or self.train.dtype for w in self.plan.wraps}
             tags.add("mp=mixed" if len(param_dtypes) > 1 else "mp=uniform")
             if any(w.reduce_dtype for w in self.plan.wraps):

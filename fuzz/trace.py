@@ -1,7 +1,11 @@
 """What a system's run leaves behind, as plain data (numpy, no torch).
 
-Each rank returns a :class:`RankTrace` per system; the driver merges them into
-a :class:`Trace` that the oracle compares.
+Each rank records what it holds, per pass of training: its loss, and every
+gradient and parameter as its own piece (a plain tensor whole, a DTensor's
+local shard with its placement).  The driver keeps every rank's records
+(:class:`Trace`); the oracle asks it for one tensor's records across ranks,
+for the groups of ranks that hold the same region (replicas, which must be
+equal) and for the full tensor put together from one piece per region.
 """
 
 from __future__ import annotations
@@ -37,22 +41,35 @@ class ShardInfo:
 
 @dataclass
 class Rec:
-    """One recorded tensor: its original dtype and its value as float64.
+    """One recorded tensor on one rank: its dtype and its value as float64.
 
-    With ``shard`` set, ``value`` is one rank's local piece; :func:`assemble`
-    puts the pieces of all ranks together.
+    With ``shard`` set, ``value`` is this rank's local piece of a DTensor;
+    without, the whole tensor (a plain tensor, held whole by every rank).
     """
 
     dtype: str
     value: np.ndarray
     shard: ShardInfo | None = None
 
+    def region_key(self) -> tuple:
+        """Which part of the global tensor this record holds (equal keys: replicas of one region)."""
+        if self.shard is None:
+            return ("whole",)
+        return tuple((s.start, s.stop) for s in self.shard.region())
+
 
 def assemble(pieces: list[Rec]) -> Rec:
-    """The full tensor from every rank's local piece (ranks holding a replica write the same region)."""
+    """The full tensor from every rank's local piece (for a region held by several ranks, the first one's)."""
     first = pieces[0]
+    if first.shard is None:
+        return Rec(first.dtype, first.value)
     out = np.zeros(first.shard.global_shape, dtype=np.float64)
+    written = set()
     for piece in pieces:
+        key = piece.region_key()
+        if key in written:
+            continue
+        written.add(key)
         region = piece.shard.region()
         target = out[region]
         if target.shape != piece.value.shape:
@@ -62,69 +79,94 @@ def assemble(pieces: list[Rec]) -> Rec:
     return Rec(first.dtype, out)
 
 
-#: ``{parameter name: Rec or None (no gradient)}``
+def replica_groups(records: list[Rec]) -> list[list[int]]:
+    """Indices of the records that hold the same region, for every region held more than once.
+
+    Plain tensors are held whole by every rank, so all of them form one group.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, rec in enumerate(records):
+        groups.setdefault(rec.region_key(), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+#: ``{name: Rec, or None where the rank holds no gradient}``
 Tensors = dict
 
 
 #: A pass of training: ``(step, phase)``; phase ``""`` is the step's forward/backward through the root,
-#: ``"non-root <path>"`` the one through only that submodule (``TrainSpec.nonroot``).
+#: ``"non-root <path>"`` the one through only that submodule (``TrainSpec.nonroot``), ``"eval"`` a forward
+#: under ``torch.no_grad()`` after the step (loss only).
 Pass = tuple
+
+
+#: What a pass records besides its loss.
+KINDS = ("grad", "param")
+
+#: Marks a tensor a rank did not record at all (as opposed to ``None``: recorded, no gradient).
+ABSENT = "absent"
 
 
 @dataclass
 class RankTrace:
-    """One system's run on one rank.
+    """One system's run on one rank: per pass, its loss and every gradient (taken before the optimizer step)
+    and parameter (after it) this rank holds."""
 
-    ``grads``/``params`` hold, per pass (an optimizer step each), rank 0's plain
-    (full) tensors and every rank's local pieces of sharded ones; ``passes``
-    says which step and phase each entry belongs to.
-    """
-
-    losses: list[float]
-    loss_dtype: str
+    passes: list[Pass] = field(default_factory=list)
+    losses: list[Rec] = field(default_factory=list)
     grads: list[Tensors] = field(default_factory=list)
     params: list[Tensors] = field(default_factory=list)
-    passes: list[Pass] = field(default_factory=list)
+
+    def tensors(self, what: str) -> list[Tensors]:
+        return {"grad": self.grads, "param": self.params}[what]
 
 
 @dataclass
 class Trace:
-    """One system's run on all ranks: ``losses[i][rank]`` and full tensors per pass ``i``.
+    """One system's run on every rank (``ranks[r]`` is rank ``r``'s record)."""
 
-    ``passes[i]`` is pass ``i``'s ``(step, phase)``; left empty, pass ``i`` is step ``i``'s root pass.
-    """
+    ranks: list[RankTrace]
 
-    losses: list[list[float]]
-    loss_dtype: str
-    grads: list[Tensors]
-    params: list[Tensors]
-    passes: list[Pass] = field(default_factory=list)
-
-    def pass_at(self, i: int) -> Pass:
-        return tuple(self.passes[i]) if self.passes else (i, "")
+    @property
+    def passes(self) -> list[Pass]:
+        return [tuple(p) for p in self.ranks[0].passes]
 
     def index(self, step: int, phase: str = "") -> int | None:
         """The index of a pass, or None if this trace has none such."""
-        for i in range(len(self.losses)):
-            if self.pass_at(i) == (step, phase):
-                return i
-        return None
+        try:
+            return self.passes.index((step, phase))
+        except ValueError:
+            return None
+
+    def losses(self, i: int) -> list[Rec]:
+        """Every rank's loss in pass ``i``."""
+        return [rt.losses[i] for rt in self.ranks]
+
+    def names(self, i: int, what: str) -> list[str]:
+        """Every tensor name some rank recorded in pass ``i`` (rank 0's order first)."""
+        out: dict[str, None] = {}
+        for rt in self.ranks:
+            tensors = rt.tensors(what)
+            if i < len(tensors):
+                out.update(dict.fromkeys(tensors[i]))
+        return list(out)
+
+    def records(self, i: int, what: str, name: str) -> list:
+        """Each rank's record of one tensor in pass ``i``: a :class:`Rec`, ``None`` (no gradient) or
+        :data:`ABSENT`."""
+        out = []
+        for rt in self.ranks:
+            tensors = rt.tensors(what)
+            out.append(tensors[i].get(name, ABSENT) if i < len(tensors) else ABSENT)
+        return out
+
+    def full(self, i: int, what: str, name: str) -> Rec | None:
+        """The whole tensor (None where it is absent or has no gradient on some rank)."""
+        recs = self.records(i, what, name)
+        if any(r is None or r is ABSENT for r in recs):
+            return None
+        return assemble(recs)
 
     @classmethod
     def merge(cls, per_rank: list[RankTrace]) -> Trace:
-        first = per_rank[0]
-        steps = len(first.losses)
-        return cls(
-            losses=[[rt.losses[s] for rt in per_rank] for s in range(steps)],
-            loss_dtype=first.loss_dtype,
-            grads=[_merge_step([rt.grads[s] for rt in per_rank]) for s in range(len(first.grads))],
-            params=[_merge_step([rt.params[s] for rt in per_rank]) for s in range(len(first.params))],
-            passes=list(first.passes),
-        )
-
-
-def _merge_step(per_rank: list[Tensors]) -> Tensors:
-    out = {}
-    for name, rec in per_rank[0].items():
-        out[name] = assemble([t[name] for t in per_rank]) if rec is not None and rec.shard else rec
-    return out
+        return cls(list(per_rank))

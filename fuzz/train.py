@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from fuzz.build import batch_for, build_model, set_forward_index
+from fuzz.build import batch_for, build_model, set_forward_index, target_for
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
 from fuzz.trace import RankTrace, Rec, ShardInfo
@@ -14,32 +15,33 @@ def _numpy(t: torch.Tensor):
     return t.detach().to("cpu", torch.float64, copy=True).numpy()
 
 
-def _record(tensors: dict, rank: int) -> dict:
-    """Rank 0 records plain tensors whole; every rank records its piece of each DTensor.
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
-    Pieces of Shard/Replicate DTensors are put together by the driver (no
-    collective); other placements are gathered here with ``full_tensor()``.
+
+def _record(tensors: dict) -> dict:
+    """Every tensor as this rank holds it: a plain tensor whole, a DTensor's local piece with its placement.
+
+    Pieces of Shard/Replicate DTensors are put together by the driver (no collective); other placements are
+    gathered here with ``full_tensor()`` (a collective every rank takes for that tensor).
     """
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
     out = {}
     for name, t in tensors.items():
         if t is None:
-            if rank == 0:
-                out[name] = None
+            out[name] = None
             continue
-        dtype = str(t.dtype).removeprefix("torch.")
         if isinstance(t, DTensor):
             if all(type(p) in (Shard, Replicate) for p in t.placements):
                 info = ShardInfo(global_shape=tuple(t.shape),
                                  placements=tuple(p.dim if isinstance(p, Shard) else -1 for p in t.placements),
                                  mesh_shape=tuple(t.device_mesh.shape),
                                  coord=tuple(t.device_mesh.get_coordinate()))
-                out[name] = Rec(dtype, _numpy(t.to_local()), info)
+                out[name] = Rec(_dtype(t), _numpy(t.to_local()), info)
                 continue
-            t = t.full_tensor()  # a collective: every rank takes this branch for this tensor
-        if rank == 0:
-            out[name] = Rec(dtype, _numpy(t))
+            t = t.full_tensor()
+        out[name] = Rec(_dtype(t), _numpy(t))
     return out
 
 
@@ -65,7 +67,7 @@ def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
-#: perturbed at rounding level (run only to confirm a mismatch; see ``fuzz.verify``).
+#: perturbed at rounding level (run to measure the rounding noise of a case; see ``fuzz.oracle``).
 ROLES = ("reference", "system", "perturbed_reference")
 
 
@@ -81,35 +83,38 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
     system = cls(case, ctx, role)
     model = build_model(case)
     if role == "perturbed_reference":
+        if case.train.to_float64:
+            model = model.to(torch.float64)  # perturb what is trained, at its own precision
         perturb(model, case.seed)
     system.setup(model)
-    trace = RankTrace(losses=[], loss_dtype="", grads=[], params=[])
+    trace = RankTrace()
 
-    def finish_pass(step: int, phase: str, loss: float, out: torch.Tensor) -> None:
+    def finish_pass(step: int, phase: str, losses: list[torch.Tensor]) -> None:
         trace.passes.append((step, phase))
-        trace.losses.append(loss)
-        trace.loss_dtype = str(out.dtype).removeprefix("torch.")
+        kinds = "|".join(dict.fromkeys(_dtype(x) for x in losses))
+        trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
         if record:
-            trace.grads.append(_record(system.gradients(), ctx.rank))
+            trace.grads.append(_record(system.gradients()))
         system.optimizer_step()
         if record:
-            trace.params.append(_record({**system.parameters(), **system.buffers()}, ctx.rank))
+            trace.params.append(_record({**system.parameters(), **system.buffers()}))
 
     n = case.train.microbatches
     for step in range(case.train.steps):
         system.zero_grad(step)
-        loss = 0.0
+        losses = []
         for micro in range(n):
             set_forward_index(step, micro, n)
             torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
             with system.microbatch(micro, last=micro == n - 1):
-                out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro))
-            loss += float(out)
-        finish_pass(step, "", loss, out)
+                losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
+                                                      target_for(case, ctx.rank, step, ctx.device, micro)))
+        finish_pass(step, "", losses)
         if case.train.nonroot:  # a second pass, through only a non-root module (as after a root step)
             path = case.train.nonroot
             system.zero_grad(step)
             torch.manual_seed(forward_seed(case, ctx.rank, step, n))
-            out = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path), path)
-            finish_pass(step, f"non-root {path}", float(out), out)
+            loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path),
+                                           target_for(case, ctx.rank, step, ctx.device, n, path), path)
+            finish_pass(step, f"non-root {path}", [loss])
     return trace

@@ -8,6 +8,19 @@ from dataclasses import asdict, dataclass, field
 PASS, MISMATCH, ERROR, CRASH, HANG = "pass", "mismatch", "error", "crash", "hang"
 KINDS = (PASS, MISMATCH, ERROR, CRASH, HANG)
 
+#: What a mismatch can be (``Divergence.check``).
+CHECKS = {
+    "value": "values differ beyond tolerance",
+    "dtype": "dtype differs from what the case promises",
+    "replica": "replicas disagree",
+    "missing_grad": "no gradient in the system under test",
+    "extra_grad": "a gradient the reference does not have",
+    "uneven_grad": "a gradient on some ranks only",
+    "shape": "shapes differ",
+    "missing": "a tensor is missing",
+    "passes": "the passes of training differ",
+}
+
 
 def pass_name(step: int, phase: str = "") -> str:
     """How reports name a pass of training: ``step 3``, ``step 3 (non-root body.1 pass)``."""
@@ -24,15 +37,27 @@ class Divergence:
     max_abs: float
     max_rel: float
     detail: str = ""
-    #: Which pass of the step: "" (through the root) or "non-root <path>" (``TrainSpec.nonroot``).
+    #: Which pass of the step: "" (through the root), "non-root <path>" (``TrainSpec.nonroot``) or "eval".
     phase: str = ""
+    #: What the oracle found (:data:`CHECKS`): the values differ beyond tolerance, a dtype is not the one the
+    #: case promises, replicas disagree, a gradient is missing or extra, ...
+    check: str = "value"
+    #: The ranks concerned (replicas that disagree; ranks with and without a gradient; a rank with a bad dtype).
+    ranks: tuple[int, ...] = ()
+    #: For a value check: the largest difference the oracle allowed (noise-derived; see ``fuzz.oracle``).
+    allowed: float = 0.0
 
     def where(self) -> str:
         return pass_name(self.step, self.phase)
 
     def describe(self) -> str:
-        return (f"{self.where()} {self.what} {self.tensor}: max abs err {self.max_abs:.3g}, "
-                f"max rel err {self.max_rel:.3g}{' (' + self.detail + ')' if self.detail else ''}")
+        ranks = f" on ranks {list(self.ranks)}" if self.ranks else ""
+        head = f"{self.where()} {self.what} {self.tensor}{ranks}: "
+        if self.check != "value":
+            return head + CHECKS.get(self.check, self.check) + (f" ({self.detail})" if self.detail else "")
+        allowed = f" (allowed {self.allowed:.3g})" if self.allowed else ""
+        return (head + f"max abs err {self.max_abs:.3g}{allowed}, max rel err {self.max_rel:.3g}"
+                + (f" ({self.detail})" if self.detail else ""))
 
 
 @dataclass(frozen=True)
@@ -43,6 +68,9 @@ class Verdict:
     ranks: tuple[dict, ...] = field(default_factory=tuple)
     #: Anything the verdict's reader should know (e.g. comparison stopped early).
     note: str = ""
+    #: How close the system came to failing the value checks: the largest ratio of a difference to what the
+    #: oracle allowed (> 1 for a value mismatch).  Hypothesis's ``target()`` steers toward near misses with it.
+    closeness: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -62,6 +90,24 @@ class Verdict:
         if self.kind == ERROR:
             message = re.sub(r"\d+", "N", (first.get("message") or "").split("\n")[0])[:200]
             return f"{self.kind}:{first.get('role', '')}:{first.get('type', '')}:{message}"
+        return self.bug_signature()
+
+    def bug_signature(self) -> str:
+        """What kind of failure this is, without where it happened to show: for a mismatch what the oracle
+        found in which kind of tensor (``mismatch:value:grad``, ``mismatch:missing_grad:grad``); for an
+        error the failing role, exception type and innermost torch frame; for a crash the exit code.
+
+        A failure counts as a known bug or as one already found in a soak run only when this matches (and
+        the case meets the bug's precondition): tensor names and steps change as cases shrink, the kind of
+        failure does not.
+        """
+        if self.divergence is not None:
+            d = self.divergence
+            what = "buffer" if d.tensor.startswith("buffer:") else d.what
+            return f"{self.kind}:{d.check}:{what}"
+        first = self.ranks[0] if self.ranks else {}
+        if self.kind == ERROR:
+            return f"{self.kind}:{first.get('role', '')}:{first.get('type', '')}:{first.get('torch_frame', '')}"
         if self.kind == CRASH:
             return f"{self.kind}:{first.get('exitcode')}"
         return self.kind
@@ -86,5 +132,8 @@ class Verdict:
     @classmethod
     def from_dict(cls, data: dict) -> Verdict:
         div = data.get("divergence")
+        if div:
+            div = {**div, "ranks": tuple(div.get("ranks", ()))}
         return cls(kind=data["kind"], divergence=Divergence(**div) if div else None,
-                   ranks=tuple(data.get("ranks", ())), note=data.get("note", ""))
+                   ranks=tuple(data.get("ranks", ())), note=data.get("note", ""),
+                   closeness=data.get("closeness", 0.0))

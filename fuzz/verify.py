@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from fuzz import dtypes
 from fuzz.case import Case
 from fuzz.executor import Executor, RankOutcome
-from fuzz.oracle import compare, confirm
+from fuzz.oracle import Tolerance, compare
 from fuzz.trace import Trace
 from fuzz.verdict import CRASH, ERROR, HANG, MISMATCH, Verdict
 
@@ -13,10 +14,11 @@ def traces(outcomes: list[RankOutcome], role: str) -> Trace:
     return Trace.merge([o.result[role] for o in outcomes])
 
 
-def verdict_from_outcomes(outcomes: list[RankOutcome], precision: str | None = None) -> Verdict:
+def failure_verdict(outcomes: list[RankOutcome]) -> Verdict | None:
+    """ERROR, CRASH or HANG where some rank did not finish its case; None where all did."""
     failed = [o for o in outcomes if o.status != "ok"]
     if not failed:
-        return compare(traces(outcomes, "reference"), traces(outcomes, "system"), precision=precision)
+        return None
     statuses = {o.status for o in failed}
     # A crash explains errors and hangs on the other ranks, an error explains hangs.
     kind = CRASH if "crash" in statuses else ERROR if "error" in statuses else HANG
@@ -31,13 +33,27 @@ def verdict_from_outcomes(outcomes: list[RankOutcome], precision: str | None = N
     return Verdict(kind, ranks=tuple(ranks))
 
 
+def tolerance(case: Case) -> Tolerance:
+    """The case's tolerance: noise-derived, floored at the rounding of the model's dtype (``fuzz.oracle``)."""
+    return Tolerance(dtypes.model_dtype(case))
+
+
+def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace | None = None) -> Verdict:
+    failure = failure_verdict(outcomes)
+    if failure is not None:
+        return failure
+    return compare(traces(outcomes, "reference"), traces(outcomes, "system"), dtypes.promise(case),
+                   tolerance(case), noise)
+
+
 def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
-    """The case's verdict; a mismatch is confirmed against a perturbed reference run (``oracle.confirm``)."""
+    """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
+    measured by a perturbed reference run (``fuzz.oracle``)."""
     outcomes = executor.run(case, timeout_s)
-    verdict = verdict_from_outcomes(outcomes, case.precision())
-    if verdict.kind != MISMATCH:
+    verdict = verdict_from_outcomes(case, outcomes)
+    if verdict.kind != MISMATCH or verdict.divergence.check != "value":
         return verdict
     again = executor.run(case, timeout_s, roles=("perturbed_reference",))
-    if any(o.status != "ok" for o in again):
+    if failure_verdict(again) is not None:
         return verdict
-    return confirm(verdict, traces(outcomes, "reference"), traces(again, "perturbed_reference"))
+    return verdict_from_outcomes(case, outcomes, traces(again, "perturbed_reference"))

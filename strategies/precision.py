@@ -33,7 +33,7 @@ LOW = ("bfloat16", "float16", "float32")
 @st.composite
 def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec) -> PlanSpec:
     """``plan`` with mixed-precision policies on its wraps (or unchanged)."""
-    if train.optimizer != "sgd" or not draw(st.booleans()):
+    if not draw(st.booleans()):
         return plan
     master = train.dtype
     compute_choices = [d for d in LOW if d != master]

@@ -59,8 +59,7 @@ def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: 
         batch=draw(st.integers(1, 4)),
         seq_len=draw(st.integers(1, 3)),
         loss=draw(st.sampled_from(LOSSES)),
-        # Always drawn (keeps the choice sequence stable while the optimizer shrinks), forced for Adam(W).
-        dtype=dtype if optimizer == "sgd" else "float64",
+        dtype=dtype,
         same_input=draw(st.booleans()),
         microbatches=micro,
         no_sync=no_sync if micro > 1 else (),
@@ -68,7 +67,7 @@ def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: 
         reshard_after_backward=not draw(RARE),
         unshard_first=draw(RARE),
         # Always drawn, applied where legal (keeps the choice sequence stable while other fields shrink).
-        to_float64=draw(RARE) and dtype == "float32" and optimizer == "sgd",
+        to_float64=draw(RARE) and dtype == "float32",
         forward_method=draw(RARE),
         no_all_reduce=draw(RARE) and hsdp and micro > 1,
         # On a rare coin, always drawn (a stable choice sequence while the plan shrinks).

@@ -55,10 +55,10 @@ class _MisbehaveOnRank(FSDP2System):
     def misbehave(self) -> None:
         raise NotImplementedError
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         if self.ctx.rank == self.RANK:
             self.misbehave()
-        return super().forward_backward(batch, path)
+        return super().forward_backward(batch, target, path)
 
 
 class RaiseOnRank1(_MisbehaveOnRank):
@@ -88,12 +88,12 @@ class MismatchedCollectiveSize(_MisbehaveOnRank):
 
     RANK = -1
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         import torch
         import torch.distributed as dist
 
         dist.all_reduce(torch.ones(3 if self.ctx.rank == 1 else 5))
-        return super().forward_backward(batch, path)
+        return super().forward_backward(batch, target, path)
 
 
 class MismatchedCollectiveKind(_MisbehaveOnRank):
@@ -101,7 +101,7 @@ class MismatchedCollectiveKind(_MisbehaveOnRank):
 
     RANK = -1
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         import torch
         import torch.distributed as dist
 
@@ -110,7 +110,7 @@ class MismatchedCollectiveKind(_MisbehaveOnRank):
             dist.broadcast(t, src=1)
         else:
             dist.all_reduce(t)
-        return super().forward_backward(batch, path)
+        return super().forward_backward(batch, target, path)
 
 
 class Polluter(FSDP2System):
@@ -149,10 +149,10 @@ class HSDPSkipsReplicaAllReduce(FSDP2System):
 class HangWithLayerNorm(FSDP2System):
     """Rank 1 never returns from forward when the model has a LayerNorm."""
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         if self.ctx.rank == 1 and any(isinstance(m, nn.LayerNorm) for m in self.model.modules()):
             time.sleep(3600)
-        return super().forward_backward(batch, path)
+        return super().forward_backward(batch, target, path)
 
 
 class SlowOddLinearGradDrop(OddLinearGradDrop):
@@ -214,13 +214,13 @@ class FirstMicrobatchGradDrop(FSDP2System):
         self._index = index
         return super().microbatch(index, last)
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         t = self.case.train
         if self._index == 0 and t.microbatches > 1 and t.no_sync:
-            loss = self.loss(self.model(batch))
+            loss = self.loss(self.model(batch), target)
             (loss * 0).backward()
             return loss.detach()
-        return super().forward_backward(batch, path)
+        return super().forward_backward(batch, target, path)
 
 
 class NeverReshardsAfterBackward(FSDP2System):
@@ -288,14 +288,14 @@ class NonRootPassUnsynced(FSDP2System):
     """A forward/backward through a non-root module leaves gradient sync off: its gradients are never
     reduced (nor reach the sharded parameters), so that pass's optimizer step is lost."""
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         if path is None:
-            return super().forward_backward(batch)
+            return super().forward_backward(batch, target)
         from fuzz.systems.base import resolve
 
         module = resolve(self.model, path)
         module.set_requires_gradient_sync(False)
         try:
-            return super().forward_backward(batch, path)
+            return super().forward_backward(batch, target, path)
         finally:
             module.set_requires_gradient_sync(True)

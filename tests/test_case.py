@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 
 from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.dtypes import activation_dtype
 from strategies import cases
 
 
@@ -140,5 +141,5 @@ def test_input_width_and_dtype_of_a_module():
     wraps = (Wrap("body.1", param_dtype="float16"), Wrap("body.1.fc2"), Wrap("", param_dtype="bfloat16"))
     case = simple(model=model, plan=PlanSpec(wraps=wraps), train=TrainSpec(dtype="float32"))
     # body.1.fc2 computes in body.1's float16; body.1 itself receives the root's bfloat16 activations.
-    assert [case.activation_dtype(p) for p in ("body.1.fc2", "body.1", "body.0")] == ["float16", "bfloat16",
+    assert [activation_dtype(case, p) for p in ("body.1.fc2", "body.1", "body.0")] == ["float16", "bfloat16",
                                                                                          "bfloat16"]

@@ -15,12 +15,17 @@ CASES = {
 }
 
 
+def losses_of(outcomes) -> list[list[tuple[str, float]]]:
+    """Each rank's losses of the system under test, with their dtypes."""
+    return [[(rec.dtype, float(rec.value)) for rec in o.result["system"].losses] for o in outcomes]
+
+
 def run_in_order(executor, order):
     out = {}
     for name in order:
         outcomes = executor.run(CASES[name])
-        verdict = verdict_from_outcomes(outcomes)
-        losses = [o.result["system"].losses for o in outcomes] if verdict.kind != "error" else None
+        verdict = verdict_from_outcomes(CASES[name], outcomes)
+        losses = losses_of(outcomes) if verdict.kind != "error" else None
         out[name] = (verdict.kind, losses)
     return out
 
@@ -44,7 +49,7 @@ def test_ten_replays_ten_identical_verdicts(executor):
     results = []
     for _ in range(10):
         outcomes = executor.run(case)
-        results.append((verdict_from_outcomes(outcomes).kind, [o.result["system"].losses for o in outcomes]))
+        results.append((verdict_from_outcomes(case, outcomes).kind, losses_of(outcomes)))
     assert all(r == results[0] for r in results) and results[0][0] == "pass"
 
 
@@ -56,5 +61,5 @@ def test_mesh_layouts_in_any_order_in_one_pool(executor):
     layouts = [MeshSpec((1, 4), hsdp), MeshSpec((2, 2), hsdp), MeshSpec((4, 1), hsdp), MeshSpec((4,))]
     for mesh in layouts + layouts[::-1]:
         case = simple(world_size=4, mesh=mesh).validate()
-        verdict = verdict_from_outcomes(executor.run(case))
+        verdict = verdict_from_outcomes(case, executor.run(case))
         assert verdict.ok, (mesh, verdict.describe())

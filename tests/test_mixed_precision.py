@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 
 from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.dtypes import check_consistent, precision
 from fuzz.systems.mp_reference import divide_factors
 from fuzz.verify import check, traces
 from strategies import cases
@@ -61,11 +62,16 @@ def test_accumulation_in_reduce_dtype_with_sync_off(executor):
              Wrap("", param_dtype="bfloat16")]
     for no_sync in (("",), ("body.3", ""), ()):
         case = mp_case(wraps, ws=2, microbatches=3, no_sync=no_sync)
-        outcomes = executor.run(case)
-        ref, sut = traces(outcomes, "reference"), traces(outcomes, "system")
-        for step in range(3):  # bit for bit, not merely within tolerance
-            for name, rec in ref.grads[step].items():
-                assert (rec.value == sut.grads[step][name].value).all(), (no_sync, step, name)
+        assert_same_gradients_bit_for_bit(executor.run(case), steps=3)
+
+
+def assert_same_gradients_bit_for_bit(outcomes, steps: int) -> None:
+    ref, sut = traces(outcomes, "reference"), traces(outcomes, "system")
+    for step in range(steps):
+        names = ref.names(step, "grad")
+        assert names and names == sut.names(step, "grad")
+        for name in names:
+            assert (ref.full(step, "grad", name).value == sut.full(step, "grad", name).value).all(), (step, name)
 
 
 def test_emulation_without_a_policy_is_ddp(executor):
@@ -92,40 +98,38 @@ def test_plain_ddp_is_refused_as_a_mixed_precision_reference():
 
 
 def test_precision_is_the_least_precise_dtype():
-    assert mp_case(CASES["fp32 island in a bf16 model"]).precision() == "bfloat16"
-    assert mp_case(CASES["reduce-only policy"]).precision() == "bfloat16"
-    assert simple().precision() == "float64"
+    assert precision(mp_case(CASES["fp32 island in a bf16 model"])) == "bfloat16"
+    assert precision(mp_case(CASES["reduce-only policy"])) == "bfloat16"
+    assert precision(mp_case([Wrap("", param_dtype="float16", reduce_dtype="bfloat16")])) == "bfloat16"
+    assert precision(mp_case([Wrap("", param_dtype="float16")])) == "float16"
+    assert precision(simple()) == "float64"
 
 
 @settings(max_examples=200)
 @given(cases())
 def test_generated_policies_keep_activation_dtypes_consistent(case):
     """A module computing in another dtype than its inputs arrive in casts them, and casts its outputs back."""
-    if not case.mixed_precision():
-        return
-    assert case.reference == "ddp_mp" and case.train.optimizer == "sgd"
-    wraps = {w.path: w for w in case.plan.wraps}
-    computes = {}
-    for path in sorted(wraps, key=lambda p: (p != "", p.count("."))):
-        w = wraps[path]
-        computes[path] = w.param_dtype or case.train.dtype
-        parent = path
-        while parent:
-            parent = parent.rpartition(".")[0]
-            if parent in wraps:
-                break
-        entry = computes[parent] if path else case.train.dtype
-        if computes[path] != entry and (path or case.model.input == "dense"):
-            assert w.cast_forward_inputs and w.param_dtype
-            assert not path or w.output_dtype == entry
+    if case.mixed_precision():
+        assert case.reference == "ddp_mp"
+        assert check_consistent(case) is None
+
+
+@pytest.mark.parametrize("wraps, field", [
+    ([Wrap("", param_dtype="bfloat16", cast_forward_inputs=False)], "plan.wraps[0].cast_forward_inputs"),
+    ([Wrap("body.2", param_dtype="float32"), Wrap("", param_dtype="bfloat16")], "plan.wraps[0].output_dtype"),
+    ([Wrap("body.2", param_dtype="float32", output_dtype="float16"), Wrap("", param_dtype="bfloat16")],
+     "plan.wraps[0].output_dtype"),
+    ([Wrap("body.2", param_dtype="float32", output_dtype="bfloat16", cast_forward_inputs=False),
+      Wrap("", param_dtype="bfloat16")], "plan.wraps[0].cast_forward_inputs"),
+])
+def test_a_policy_that_leaves_a_layer_two_dtypes_is_refused(wraps, field):
+    with pytest.raises(CaseError) as e:
+        mp_case(wraps)
+    assert e.value.field == field
 
 
 def test_reduce_scatter_only_microbatches_on_hsdp(executor):
     wraps = [Wrap("body.2", param_dtype="bfloat16", reduce_dtype="float16", output_dtype="float32"),
              Wrap("", param_dtype="float32", reduce_dtype="bfloat16")]
     case = mp_case(wraps, ws=4, mesh=MeshSpec((2, 2), ("replicate", "shard")), microbatches=3, no_all_reduce=True)
-    outcomes = executor.run(case)
-    ref, sut = traces(outcomes, "reference"), traces(outcomes, "system")
-    for step in range(3):
-        for name, rec in ref.grads[step].items():
-            assert (rec.value == sut.grads[step][name].value).all(), (step, name)
+    assert_same_gradients_bit_for_bit(executor.run(case), steps=3)

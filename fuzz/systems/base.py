@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from fuzz.case import Case, TrainSpec
 
@@ -131,8 +132,12 @@ class System:
         mode = self.case.train.zero_grad
         self.optim.zero_grad(set_to_none=(mode == "none") or (mode == "alternate" and step % 2 == 0))
 
-    def loss(self, out: torch.Tensor) -> torch.Tensor:
-        return out.sum() if self.case.train.loss == "sum" else out.mean()
+    def loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy against token ids, else mean squared error against ``target`` cast to the output's
+        dtype; reduced by ``train.loss`` (sum or mean)."""
+        if not target.is_floating_point():
+            return F.cross_entropy(out.flatten(0, -2), target.flatten(), reduction=self.case.train.loss)
+        return F.mse_loss(out, target.to(out.dtype), reduction=self.case.train.loss)
 
     def microbatch(self, index: int, last: bool):
         """Context for one forward/backward of a step (gradient accumulation hooks in here)."""
@@ -142,10 +147,10 @@ class System:
         """The model's forward, or ``module``'s (a non-root pass)."""
         return (self.model if module is None else module)(batch)
 
-    def forward_backward(self, batch: torch.Tensor, path: str | None = None) -> torch.Tensor:
+    def forward_backward(self, batch: torch.Tensor, target: torch.Tensor, path: str | None = None) -> torch.Tensor:
         """A forward and backward through the model, or with ``path`` through only the (wrapped, non-root)
-        module there: a non-root pass."""
-        loss = self.loss(self.forward(batch, None if path is None else resolve(self.inner(), path)))
+        module there: a non-root pass.  Returns the loss."""
+        loss = self.loss(self.forward(batch, None if path is None else resolve(self.inner(), path)), target)
         self._sleep("after_forward")
         loss.backward()
         return loss.detach()

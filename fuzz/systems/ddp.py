@@ -27,15 +27,15 @@ class DDPSystem(System):
     def microbatch(self, index: int, last: bool):
         return contextlib.nullcontext() if last else self.model.no_sync()
 
-    def forward_backward(self, batch, path=None):
+    def forward_backward(self, batch, target, path=None):
         """A non-root pass bypasses DDP: its gradients are averaged by hand, as PyTorch's own non-root test
         does.  They are taken with ``autograd.grad``, not ``backward``: with ``find_unused_parameters`` DDP's
         accumulate-grad hooks mark every parameter a backward reaches as used, even in a backward DDP did not
         prepare, and the next step would then all-reduce gradients it never gets (a RuntimeError)."""
         if path is None:
-            return super().forward_backward(batch)
+            return super().forward_backward(batch, target)
         module = resolve(self.inner(), path)
-        loss = self.loss(self.forward(batch, module))
+        loss = self.loss(self.forward(batch, module), target)
         params = list(module.parameters())
         for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
             if grad is not None:

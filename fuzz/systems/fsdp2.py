@@ -104,8 +104,8 @@ class FSDP2System(System):
         self.check_resharded_after_forward()
         return out
 
-    def forward_backward(self, batch, path=None):
-        loss = super().forward_backward(batch, path)
+    def forward_backward(self, batch, target, path=None):
+        loss = super().forward_backward(batch, target, path)
         if self._last:
             self.check_resharded("after the last backward of a step")
         return loss

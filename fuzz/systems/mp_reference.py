@@ -146,8 +146,8 @@ class MixedPrecisionReference(System):
         self._last = last
         return super().microbatch(index, last)
 
-    def forward_backward(self, batch, path=None):
-        loss = super().forward_backward(batch, path)
+    def forward_backward(self, batch, target, path=None):
+        loss = super().forward_backward(batch, target, path)
         for g in self.groups:  # groups whose inputs needed no gradient (the rest have nothing left)
             self._post_backward(g)
         return loss

@@ -1,0 +1,130 @@
+"""Measure the oracle's tolerance on clean cases: how far correct FSDP2 strays from its reference, against the
+noise a perturbed reference measures.
+
+    python -m fuzz.calibrate [--cases 500] [--world-sizes 1,2,4] [--seed 0] [--json rows.json]
+
+Each generated case runs the reference, the system under test and the reference from perturbed weights in
+one round trip.  For every pass, loss and tensor it takes the deviation ``max |sut - ref|``, the noise
+``max |perturbed - ref|`` and the scale ``max |ref|``; per dtype class it prints
+
+- the deviation in ulps of the model's dtype at the tensor's scale (quantiles), for tensors where the noise
+  is not larger (what the floor must cover), and
+- for a grid of ``k`` and floor (in ulps), how many cases would fail the value check
+  (``deviation > k * noise + floor * eps * scale`` somewhere): false alarms, since the system is unmodified.
+
+It also runs the full oracle and lists every non-pass verdict (replicas, dtypes, gradients present on some
+ranks only) on these clean cases: each must be explained.  ``fuzz.oracle``'s ``K`` and ``FLOOR_ULPS`` come
+from this table; the README has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from fuzz import dtypes
+from fuzz.bench import generate
+from fuzz.case import Case
+
+KS = (2, 4, 8, 16, 32)
+FLOORS = (4, 8, 16, 32, 64, 128)
+
+
+def dtype_class(case: Case) -> str:
+    if case.mixed_precision():
+        return f"mixed/{dtypes.precision(case)}"
+    return dtypes.model_dtype(case) + ("/adam" if case.train.optimizer != "sgd" else "/sgd")
+
+
+def run(n: int, world_sizes: tuple[int, ...], seed: int, log=print) -> dict:
+    from fuzz.executor import Executor
+    from fuzz.oracle import measure
+    from fuzz.verify import traces, verdict_from_outcomes
+
+    cases = generate(n, world_sizes, seed)
+    rows, findings, failed = [], [], 0
+    start = time.monotonic()
+    with Executor() as executor:
+        for number, case in enumerate(cases):
+            outcomes = executor.run(case, roles=("reference", "system", "perturbed_reference"))
+            if any(o.status != "ok" for o in outcomes):
+                failed += 1
+                findings.append((case.case_id(), verdict_from_outcomes(case, outcomes).describe()[:300]))
+                continue
+            noise = traces(outcomes, "perturbed_reference")
+            verdict = verdict_from_outcomes(case, outcomes, noise)
+            if not verdict.ok:
+                findings.append((case.case_id(), verdict.describe()[:300]))
+            eps = dtypes.EPS[dtypes.model_dtype(case)]
+            for at, what, name, dev, measured, scale in measure(traces(outcomes, "reference"),
+                                                               traces(outcomes, "system"), noise):
+                rows.append({"case": number, "class": dtype_class(case), "step": at[0], "phase": at[1],
+                             "what": what, "tensor": name, "dev": dev, "noise": measured, "scale": scale,
+                             "eps": eps})
+            if (number + 1) % 50 == 0:
+                log(f"{number + 1}/{len(cases)} cases, {time.monotonic() - start:.0f}s")
+    return {"cases": len(cases), "errors": failed, "findings": findings, "rows": rows,
+            "seconds": time.monotonic() - start}
+
+
+def summarize(result: dict) -> str:
+    rows = result["rows"]
+    by_class: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_class[r["class"]].append(r)
+    lines = [f"{result['cases']} cases, {len(rows)} compared tensors, {result['seconds']:.0f}s"]
+    for cls in sorted(by_class):
+        group = by_class[cls]
+        cases = {r["case"] for r in group}
+        ulps = np.array([r["dev"] / (r["eps"] * r["scale"]) for r in group if r["scale"] > 0])
+        quiet = np.array([r["dev"] / (r["eps"] * r["scale"]) for r in group if r["scale"] > 0 and r["noise"] <= 0])
+        lines.append(f"\n{cls}: {len(cases)} cases, {len(group)} tensors")
+        if ulps.size:
+            q = np.quantile(ulps, [0.5, 0.9, 0.99, 1.0])
+            lines.append(f"  deviation in ulps at scale: median {q[0]:.3g}, 90% {q[1]:.3g}, 99% {q[2]:.3g}, "
+                         f"max {q[3]:.3g}")
+        if quiet.size:
+            lines.append(f"  where the perturbation moved nothing ({quiet.size} tensors): max {quiet.max():.3g} ulps")
+        ratio = np.array([r["dev"] / r["noise"] for r in group if r["noise"] > 0 and r["dev"] > 0])
+        if ratio.size:
+            q = np.quantile(ratio, [0.5, 0.99, 1.0])
+            lines.append(f"  deviation / measured noise: median {q[0]:.3g}, 99% {q[1]:.3g}, max {q[2]:.3g}")
+        lines.append("  cases failing the value check, by k (rows) and floor ulps (columns):")
+        lines.append("       " + "".join(f"{f:>7}" for f in FLOORS))
+        for k in KS:
+            counts = []
+            for f in FLOORS:
+                bad = {r["case"] for r in group if r["dev"] > k * r["noise"] + f * r["eps"] * r["scale"]}
+                counts.append(len(bad))
+            lines.append(f"  k={k:<4}" + "".join(f"{c:>7}" for c in counts))
+    lines.append(f"\nnon-pass verdicts at the default tolerance on these clean cases: {len(result['findings'])}")
+    lines += [f"  {cid}: {text}" for cid, text in result["findings"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz.calibrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=500)
+    parser.add_argument("--world-sizes", default="1,2,4")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="PATH", help="also write every measured row here")
+    args = parser.parse_args(argv)
+    try:
+        world_sizes = tuple(int(w) for w in args.world_sizes.split(","))
+    except ValueError:
+        parser.error(f"--world-sizes: expected comma-separated integers, got {args.world_sizes!r}")
+    result = run(args.cases, world_sizes, args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(summarize(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

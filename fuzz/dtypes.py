@@ -1,0 +1,107 @@
+"""What dtypes a case promises: the rules of FSDP2's ``MixedPrecisionPolicy`` as plain data.
+
+Torch-free, like :mod:`fuzz.case` (which imports this module, never the other way round at run time).
+
+- The model's parameters, buffers and gradients are in the model's dtype (``float64`` after
+  ``train.to_float64``): FSDP2 keeps sharded parameters and their gradients in the original dtype
+  whatever the policy.
+- A wrapped module computes in its policy's ``param_dtype``, or in the model's dtype without one.
+- The activations reaching a module are in the compute dtype of the wrapped module that holds its parent.
+- A wrapped module's output is in its ``output_dtype``, or else in its compute dtype.  The root's output
+  (and so the loss) follows the same rule; every other wrapped module that computes in another dtype than
+  the activations reaching it must cast its inputs and cast its output back (:func:`check_consistent`),
+  so every layer sees one dtype and the root's output is well defined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fuzz.case import Case
+
+#: Dtypes a MixedPrecisionPolicy may name, most precise first.
+MP_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+#: Machine epsilon of each dtype (torch.finfo(dtype).eps).
+EPS = {"float64": 2.220446049250313e-16, "float32": 1.1920928955078125e-07, "float16": 0.0009765625,
+       "bfloat16": 0.0078125}
+
+
+def model_dtype(case: Case) -> str:
+    """The dtype of the model's parameters as trained (float64 after ``train.to_float64``)."""
+    return "float64" if case.train.to_float64 else case.train.dtype
+
+
+def _wrap(case: Case, path: str):
+    return next(w for w in case.plan.wraps if w.path == path)
+
+
+def compute_dtype(case: Case, wrapped: str) -> str:
+    """The dtype the wrapped module at ``wrapped`` computes in."""
+    return _wrap(case, wrapped).param_dtype or model_dtype(case)
+
+
+def activation_dtype(case: Case, path: str) -> str:
+    """The dtype of the floating-point activations that reach the module at ``path`` in a forward of the
+    whole model: the compute dtype of the wrapped module that holds its parent (the model's for the root)."""
+    if not path:
+        return model_dtype(case)
+    return compute_dtype(case, case.plan.owner(path.rpartition(".")[0]))
+
+
+def output_dtype(case: Case, wrapped: str) -> str:
+    """The dtype of the output of the wrapped module at ``wrapped`` (the root: ``""``)."""
+    return _wrap(case, wrapped).output_dtype or compute_dtype(case, wrapped)
+
+
+def pass_output_dtype(case: Case, phase: str) -> str:
+    """The dtype of the output, and so of the loss, of a pass: the root's, or a non-root pass's module's."""
+    return output_dtype(case, phase.removeprefix("non-root ")) if phase.startswith("non-root ") \
+        else output_dtype(case, "")
+
+
+def precision(case: Case) -> str:
+    """The least precise dtype the case computes, reduces or outputs in."""
+    names = [model_dtype(case)] + [d for w in case.plan.wraps
+                                   for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
+    return max(names, key=MP_DTYPES.index)
+
+
+def check_consistent(case: Case) -> tuple[str, str] | None:
+    """``(field, message)`` for the first wrapped module whose policy leaves a layer seeing two dtypes, or
+    None.  A module computing in another dtype than the activations reaching it casts its inputs (a dense
+    root; a non-root module) and, below the root, casts its output back to them."""
+    for i, w in enumerate(case.plan.wraps):
+        where = f"plan.wraps[{i}]"
+        entry = activation_dtype(case, w.path)
+        mine = compute_dtype(case, w.path)
+        takes_tokens = case.model.input == "embedding" and w.path in ("", "inp")
+        if mine != entry and not takes_tokens and not w.cast_forward_inputs:
+            return f"{where}.cast_forward_inputs", (f"computes in {mine} but receives {entry}: it must cast its "
+                                                    "inputs")
+        if w.path and (w.output_dtype or mine) != entry:
+            return f"{where}.output_dtype", (f"must be '' or {entry!r} (what its parent computes in): its "
+                                             f"output would reach the parent in {w.output_dtype or mine}")
+    return None
+
+
+@dataclass(frozen=True)
+class Promise:
+    """The dtypes a case promises for what the trace records."""
+
+    #: Parameters, buffers and gradients.
+    state: str
+    #: The output (and loss) of each kind of pass: ``""`` the root's, ``"non-root <path>"``'s, ``"eval"``.
+    outputs: dict
+
+    def output(self, phase: str) -> str:
+        return self.outputs.get(phase, self.outputs[""])
+
+
+def promise(case: Case) -> Promise:
+    outputs = {"": output_dtype(case, "")}
+    if case.train.nonroot:
+        outputs[f"non-root {case.train.nonroot}"] = output_dtype(case, case.train.nonroot)
+    return Promise(state=model_dtype(case), outputs=outputs)
