@@ -96,26 +96,19 @@ def record(corpus_dir: Path | str, case: Case, verdict: Verdict, expect: str = "
     return path
 
 
-def find_duplicate(corpus_dir: Path | str, case: Case, verdict: Verdict) -> Entry | None:
-    """An entry for the same case (content hash) or the same failure signature, if the corpus has one.
+def existing(corpus_dir: Path | str, case: Case) -> Entry | None:
+    """The corpus entry for this very case (same content hash), if there is a readable one.
 
-    Unreadable files are skipped here (their replay reports them).
+    Only the same case counts: another case that fails with a look-alike signature may be another bug, and
+    is written and reported on its own (an entry silences a failure only through ``fuzz.known``).
     """
-    exact = entry_path(corpus_dir, case)
-    folder = exact.parent
-    if not folder.is_dir():
+    path = entry_path(corpus_dir, case)
+    if not path.exists():
         return None
-    signature = verdict.signature()
-    for path in [exact] + sorted(p for p in folder.glob("*.json") if p != exact and not p.name.startswith(".")):
-        if not path.exists():
-            continue
-        try:
-            entry = load(path)
-        except CorpusError:
-            continue
-        if path == exact or (entry.verdict is not None and entry.verdict.signature() == signature):
-            return entry
-    return None
+    try:
+        return load(path)
+    except CorpusError:
+        return None
 
 
 def load(path: Path | str) -> Entry:

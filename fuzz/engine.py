@@ -107,6 +107,7 @@ class Failure:
             "case_id": self.case.case_id(),
             "verdict_kind": self.verdict.kind,
             "signature": self.verdict.signature(),
+            "bug_signature": self.verdict.bug_signature(),
             "first_divergence": None if d is None else asdict(d),
             "description": self.verdict.describe(),
             "known_issue": self.known_issue,
@@ -208,13 +209,14 @@ class Fuzzer:
         generation time is spent.  Under a profile with ``report_multiple_bugs`` (``soak``) a round that
         found failures is followed by another with a fresh seed derived from the fuzz seed, until the
         generation time is spent.  In later rounds a failing case counts as passing ("already found in this
-        run") when it has every feature that an earlier shrunk failure has beyond the simplest case's (its
-        :func:`precondition`): the same bug seen again, under another tensor name or step.  So each round
-        looks for, and shrinks toward, a failure that needs something else.
+        run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has
+        every feature that failure's case has beyond the simplest case's (its :func:`precondition`, never
+        empty): the same bug seen again, under another tensor name or step.  So each round looks for, and
+        shrinks toward, a failure that needs something else.
         """
         stats = self.targets[name] = TargetStats(name)
         cache: dict[str, Verdict] = {}
-        found_before: list[tuple[frozenset[str], str]] = []  # (precondition, corpus file) of each failure
+        found_before: list[Found] = []
         again = settings().report_multiple_bugs
         baseline = simplest_features(strategy) if again else frozenset()
         for number in itertools.count():
@@ -224,14 +226,15 @@ class Fuzzer:
                          f"of generation left; failures already found count as passing")
             failures = self._round(name, strategy, stats, cache, found_before, budget_s - stats.generate_seconds,
                                    seed)
-            found_before += [(precondition(f.case, baseline), str(f.corpus_path)) for f in failures]
+            found_before += [Found(precondition(f.case, baseline), f.verdict.bug_signature(), str(f.corpus_path))
+                             for f in failures]
             if not (failures and again and stats.generate_seconds < budget_s):
                 break
         self.log(stats.summary_line())
         return stats
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
-               found_before: list[tuple[frozenset[str], str]], budget_s: float, seed: int) -> list[Failure]:
+               found_before: list[Found], budget_s: float, seed: int) -> list[Failure]:
         """One Hypothesis run; returns the failures it found and recorded."""
         opts = self.options
         start = time.monotonic()
@@ -306,7 +309,7 @@ class Fuzzer:
     def _judge(self, case: Case, timeout: float | None) -> Verdict:
         """Run and check a case; a failure that is a known torch bug passes with a note saying so."""
         verdict = check(case, self.executor, timeout)
-        bug = None if verdict.ok else known_bug(case)
+        bug = known_bug(case, verdict)
         if bug is not None:  # counted against the open torch bug, not failed again (fuzz/known.py)
             return Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.describe()[:200]}")
         return verdict
@@ -325,7 +328,7 @@ class Fuzzer:
             note += "; the run was interrupted while shrinking, so this case may not be minimal"
         recorded = []
         for f in failures:
-            duplicate = corpus.find_duplicate(self.options.corpus_dir, f.case, f.verdict)
+            duplicate = corpus.existing(self.options.corpus_dir, f.case)
             path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
                                                                    expect="fail", note=note)
             recorded.append(Failure(
@@ -373,15 +376,27 @@ def precondition(case: Case, baseline: frozenset[str]) -> frozenset[str]:
     return case.features() - baseline
 
 
-def _already_found(case: Case, verdict: Verdict, found_before: list[tuple[frozenset[str], str]]) -> Verdict:
-    """A failure meeting the precondition of one found earlier in the run, as a pass saying which."""
+@dataclass(frozen=True)
+class Found:
+    """A failure found earlier in a soak run: what its shrunk case needs beyond the simplest case, what kind
+    of failure it is, and where it was written."""
+
+    precondition: frozenset[str]
+    bug_signature: str
+    corpus_file: str
+
+
+def _already_found(case: Case, verdict: Verdict, found_before: list[Found]) -> Verdict:
+    """A failure of the same kind as one found earlier in the run, in a case meeting that failure's (non-empty)
+    precondition, as a pass saying which."""
     if verdict.ok:
         return verdict
     features = case.features()
-    for needs, path in found_before:
-        if needs <= features:
-            return Verdict(PASS, note=f"already found in this run: {verdict.signature()}, a case with "
-                                      f"{', '.join(sorted(needs)) or 'no feature beyond the simplest'} like {path}")
+    signature = verdict.bug_signature()
+    for f in found_before:
+        if f.precondition and f.precondition <= features and f.bug_signature == signature:
+            return Verdict(PASS, note=f"already found in this run: {signature}, a case with "
+                                      f"{', '.join(sorted(f.precondition))} like {f.corpus_file}")
     return verdict
 
 

@@ -1,10 +1,16 @@
-"""Open torch bugs the fuzzer has found, as preconditions on a case.
+"""Open torch bugs the fuzzer has found and a person has triaged.
 
-A failing case that meets a known bug's precondition is counted as that bug
-("known torch bug, <name>" in the run summary) instead of failing the run: the cases are
-still generated and run, and each bug stays tracked by its ``expect: fail``
-corpus file, which replays as a strict xfail and turns loud (XPASS) when torch
-fixes it.  Remove the entry then.
+A failing case counts as a known bug ("known torch bug, <name>" in the run summary) instead of failing the
+run only when all three hold:
+
+- the case meets the bug's precondition (what the shrunk cases needed);
+- the failure has one of the bug's signatures (:meth:`fuzz.verdict.Verdict.bug_signature`: the verdict kind,
+  what failed, and for an error the exception type and innermost torch frame), so another bug that happens
+  to need the same features still fails the run;
+- the bug has triaged corpus files (``expect: fail`` with a ``known_issue``); they replay as strict xfails
+  and turn loud (XPASS) when torch fixes the bug.  Remove the entry then.
+
+A corpus file without a ``known_issue`` (a fresh finding, "triage me") silences nothing.
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fuzz.case import Case
+from fuzz.verdict import Verdict
 
 
 @dataclass(frozen=True)
 class KnownBug:
     name: str  # no colon: the run summary keys notes by the text before the first one
-    corpus_file: str
+    corpus_files: tuple[str, ...]
     applies: Callable[[Case], bool]
+    signatures: tuple[str, ...]
+
+    def explains(self, case: Case, verdict: Verdict) -> bool:
+        return not verdict.ok and verdict.bug_signature() in self.signatures and self.applies(case)
 
 
 def _hsdp_deferred_all_reduce_with_gated_params(case: Case) -> bool:
@@ -29,14 +40,19 @@ def _hsdp_deferred_all_reduce_with_gated_params(case: Case) -> bool:
 KNOWN_BUGS = (
     # set_requires_all_reduce(False) on HSDP keeps a group's reduce-scattered gradients in
     # partial_reduce_output; a parameter used on some microbatches only changes the group's buffer layout
-    # (size-mismatch RuntimeError) or leaves no gradient on the all-reduce microbatch, whose post-backward
-    # then returns early and drops the held partial sum (silently missing gradient).
+    # (size-mismatch RuntimeError in foreach_reduce) or leaves no gradient on the all-reduce microbatch,
+    # whose post-backward then returns early and drops the held partial sum (silently missing gradient, or
+    # under zero_grad(set_to_none=False) a zero one).
     KnownBug("fsdp2 HSDP set_requires_all_reduce(False) with a parameter unused on some microbatches",
-             "corpus/fsdp2/914c660278fd8a93.json, corpus/fsdp2/67543a90b0f9adfe.json",
-             _hsdp_deferred_all_reduce_with_gated_params),
+             ("corpus/fsdp2/914c660278fd8a93.json", "corpus/fsdp2/67543a90b0f9adfe.json",
+              "corpus/fsdp2/023ba768ad6930f1.json"),
+             _hsdp_deferred_all_reduce_with_gated_params,
+             ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:foreach_reduce",
+              "mismatch:missing_grad:grad",  # set_to_none=True: the gradient is missing
+              "mismatch:value:grad")),  # set_to_none=False: the gradient stays the zeros zero_grad left
 )
 
 
-def known_bug(case: Case) -> KnownBug | None:
-    """The known bug whose precondition ``case`` meets, if any."""
-    return next((b for b in KNOWN_BUGS if b.applies(case)), None)
+def known_bug(case: Case, verdict: Verdict) -> KnownBug | None:
+    """The known bug that explains ``verdict`` on ``case``, if any."""
+    return next((b for b in KNOWN_BUGS if b.explains(case, verdict)), None)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fuzz import corpus
-from fuzz.verdict import Verdict
+from fuzz.verdict import Divergence, Verdict
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +49,16 @@ FAULT_TARGET = textwrap.dedent("""
 
 
 def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
+    """... even where the corpus holds other cases failing with a look-alike signature, untriaged or triaged:
+    only a fuzz/known.py entry silences a failure."""
     (tmp_path / "test_faulty.py").write_text(FAULT_TARGET)
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()
+    look_alike = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1, max_rel=1))
+    system = "tests.faults:OddLinearGradDrop"
+    corpus.record(corpus_dir, simple(seed=5, system=system), look_alike, note="triage me")
+    corpus.record(corpus_dir, simple(seed=6, system=system), look_alike, known_issue="pytorch/pytorch#1")
+    seeded = set(corpus.discover(corpus_dir))
     report = tmp_path / "report.json"
     result = pytest_run("-p", "fuzz.plugin", str(tmp_path / "test_faulty.py"), "--fuzz-budget=60",
                         "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=60",
@@ -59,13 +66,17 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "mismatch" in out and "python -m fuzz.repro" in out
-    files = corpus.discover(corpus_dir)
+    files = [p for p in corpus.discover(corpus_dir) if p not in seeded]
     assert len(files) == 1
     data = json.loads(report.read_text())
     assert data["cases_run"] >= 1 and data["verdicts"]["mismatch"] >= 1
     assert data["failures"][0]["corpus_file"] == str(files[0])
     assert data["failures"][0]["first_divergence"]["what"] == "grad"
 
+    assert len(data["failures"]) == 1
+    assert data["failures"][0]["bug_signature"] == look_alike.bug_signature()  # it did look alike
+    for path in seeded:
+        path.unlink()
     # Replay: expected to fail -> xfail, exit 0.
     replay = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={corpus_dir}", "-rxX")
     assert replay.returncode == 0 and "1 xfailed" in replay.stdout, replay.stdout

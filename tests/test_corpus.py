@@ -87,10 +87,20 @@ def test_missing_file(tmp_path):
         corpus.load(tmp_path / "nope.json")
 
 
-def test_known_bugs_name_shipped_expect_fail_corpus_files():
+def test_known_bugs_name_triaged_shipped_corpus_files_with_their_signatures():
+    """Every known bug points at shipped ``expect: fail`` files that a person triaged (``known_issue``), whose
+    cases meet its precondition and whose recorded verdicts it explains."""
     from fuzz.known import KNOWN_BUGS
 
     for bug in KNOWN_BUGS:
-        for path in bug.corpus_file.split(", "):
+        assert bug.corpus_files and bug.signatures
+        for path in bug.corpus_files:
             entry = corpus.load(path)
-            assert entry.expect == "fail" and bug.applies(entry.case), path
+            assert entry.expect == "fail" and entry.known_issue, path
+            assert bug.applies(entry.case) and bug.explains(entry.case, entry.verdict), path
+
+
+def test_only_the_very_same_case_is_an_existing_entry(tmp_path):
+    path = corpus.record(tmp_path, simple(), MISMATCH)
+    assert corpus.existing(tmp_path, simple()).path == path
+    assert corpus.existing(tmp_path, simple(seed=9)) is None  # same failure signature, another case

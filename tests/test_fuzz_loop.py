@@ -5,9 +5,12 @@ import pytest
 from hypothesis import settings
 
 from fuzz import corpus, known
-from fuzz.engine import Fuzzer, FuzzOptions
+from fuzz.case import ModelSpec, Node
+from fuzz.engine import Found, Fuzzer, FuzzOptions, _already_found, precondition, simplest_features
+from fuzz.verdict import Divergence, Verdict
 from fuzz.verify import check
 from strategies import cases
+from tests.test_case import simple
 
 BUDGET_S = 45.0
 
@@ -71,22 +74,26 @@ def load_profile():
 
 def test_soak_profile_goes_on_after_a_failure_and_reports_another_bug(executor, tmp_path, load_profile):
     """Under ``report_multiple_bugs`` (the soak profile) a shrunk failure starts a new round with a fresh
-    seed, in which cases with that failure's features count as passing: a system with two independent
-    faults gets both reported, each shrunk to a case showing its own situation.
-
-    A bug can come back once more when its first shrunk case kept an incidental feature (here the
-    offload fault first shrinks to a case with Adam, then shows again with SGD); the corpus then reports
-    it as a duplicate of the first file by its signature instead of writing it again."""
+    seed, in which a failure of the same kind (bug signature) in a case meeting the earlier failure's
+    precondition counts as passing: a system with two independent faults gets both reported, each shrunk to
+    a case showing its own situation.  A fault that shows in several ways (the buffer fault as a loss or as
+    a buffer mismatch) may be reported once per way: no failure is masked by one of another kind."""
     load_profile("soak")
-    stats = fuzz(executor, tmp_path, "tests.faults:OffloadForgetsUpdateAndBufferReset", budget_s=60)
+    system = "tests.faults:OffloadForgetsUpdateAndBufferReset"
+    stats = fuzz(executor, tmp_path, system, budget_s=60)
     for f in stats.failures:
-        print(f"{f.verdict.signature()}: found after {f.cases_to_find} cases, {body_modules(f.case)} modules, "
-              f"needs {sorted(f.case.features())}, duplicate of {f.duplicate_of}")
+        print(f"{f.verdict.bug_signature()}: found after {f.cases_to_find} cases, {body_modules(f.case)} modules, "
+              f"needs {sorted(f.case.features())}")
     shown = {("offload" in f.case.features(), "has:scale" in f.case.features()) for f in stats.failures}
-    assert shown == {(False, True), (True, False)}
+    assert {(False, True), (True, False)} <= shown
     assert stats.notes["already found in this run"] > 0
-    written = [f for f in stats.failures if f.duplicate_of is None]
-    assert len(corpus.discover(tmp_path)) == len(written) == 2
+    assert len(corpus.discover(tmp_path)) == len(stats.failures)
+    baseline = simplest_features(cases((2,), system=system))
+    for i, later in enumerate(stats.failures):
+        for earlier in stats.failures[:i]:
+            needs = precondition(earlier.case, baseline)
+            assert not (needs <= later.case.features()
+                        and earlier.verdict.bug_signature() == later.verdict.bug_signature()), "masked, yet reported"
 
 
 def test_dev_profile_stops_at_the_first_failure(executor, tmp_path, load_profile):
@@ -95,13 +102,44 @@ def test_dev_profile_stops_at_the_first_failure(executor, tmp_path, load_profile
     assert len(stats.failures) == 1 and stats.generate_seconds < 60
 
 
-def test_a_failure_meeting_a_known_bug_precondition_passes_with_a_note(executor, tmp_path, monkeypatch):
-    """A failing case that meets a known torch bug's precondition is counted against that bug (run goes on,
-    nothing written).  Without the entry the same fault is a failure: test_injected_fault_is_found_and_shrunk
-    [BufferReset], same seed and system."""
-    bug = known.KnownBug("buffers reset by the test fault", "tests/faults.py", lambda c: "has:scale" in c.features())
+def test_a_failure_meeting_a_known_bug_precondition_and_signature_passes_with_a_note(executor, tmp_path,
+                                                                                   monkeypatch):
+    """A failing case that meets a known torch bug's precondition and fails the way the bug does is counted
+    against that bug (run goes on, nothing written).  Without the entry the same fault is a failure:
+    test_injected_fault_is_found_and_shrunk[BufferReset], same seed and system."""
+    signature = check(BUFFER_CASE, executor).bug_signature()
+    bug = known.KnownBug("buffers reset by the test fault", ("tests/faults.py",), lambda c: "has:scale" in c.features(),
+                         (signature,))
     monkeypatch.setattr(known, "KNOWN_BUGS", (bug,))
     stats = fuzz(executor, tmp_path, "tests.faults:BufferReset", budget_s=20)
     assert stats.failures == [] and corpus.discover(tmp_path) == []
     assert stats.notes[f"known torch bug, {bug.name}"] > 0
     assert stats.verdicts["pass"] == stats.cases
+
+
+def test_another_bug_meeting_a_known_bugs_precondition_still_fails(executor, tmp_path, monkeypatch):
+    """Same precondition, another kind of failure: not the known bug, so it is reported and written."""
+    bug = known.KnownBug("gradients lost when buffers exist", ("tests/faults.py",),
+                         lambda c: "has:scale" in c.features(), ("mismatch:missing_grad:grad",))
+    monkeypatch.setattr(known, "KNOWN_BUGS", (bug,))
+    stats = fuzz(executor, tmp_path, "tests.faults:BufferReset", budget_s=20)
+    assert len(stats.failures) == 1 and stats.failures[0].verdict.bug_signature() not in bug.signatures
+    assert corpus.discover(tmp_path) == [stats.failures[0].corpus_path]
+
+
+BUFFER_CASE = simple(system="tests.faults:BufferReset",
+                     model=ModelSpec(body=Node("seq", children=(Node("scale", out=1), Node("linear", out=4)))))
+
+
+def test_soak_masking_needs_the_same_kind_of_failure_and_a_non_empty_precondition():
+    mismatch = Verdict("mismatch", Divergence(step=1, what="grad", tensor="body.0.w", max_abs=1, max_rel=1))
+    case = simple(model=ModelSpec(body=Node("seq", children=(Node("scale", out=1),))))
+    earlier = Found(frozenset({"has:scale"}), mismatch.bug_signature(), "corpus/x.json")
+    assert _already_found(case, mismatch, [earlier]).ok  # same kind, precondition met
+    other = Verdict("mismatch", Divergence(step=1, what="grad", tensor="body.0.w", max_abs=1, max_rel=1,
+                                           check="replica", ranks=(0, 1)))
+    assert not _already_found(case, other, [earlier]).ok  # another kind of failure in the same situation
+    anything = Found(frozenset(), mismatch.bug_signature(), "corpus/y.json")
+    assert not _already_found(case, mismatch, [anything]).ok  # an empty precondition masks nothing
+    elsewhere = Found(frozenset({"has:gate"}), mismatch.bug_signature(), "corpus/z.json")
+    assert not _already_found(case, mismatch, [elsewhere]).ok

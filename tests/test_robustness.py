@@ -148,19 +148,6 @@ def test_two_writers_in_one_corpus_lose_nothing(tmp_path):
     assert not [p for p in (tmp_path / "fsdp2").iterdir() if p.name.startswith(".")]
 
 
-def test_duplicates_by_hash_and_by_signature(tmp_path):
-    mismatch = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1, max_rel=1))
-    path = corpus.record(tmp_path, simple(), mismatch)
-    doc = json.loads(path.read_text())
-    doc["known_issue"] = "pytorch/pytorch#12345"
-    path.write_text(json.dumps(doc))
-    assert corpus.find_duplicate(tmp_path, simple(), Verdict("crash")).path == path  # same case
-    same_failure = corpus.find_duplicate(tmp_path, simple(seed=9), mismatch)
-    assert same_failure.path == path and same_failure.known_issue == "pytorch/pytorch#12345"
-    other = Verdict("mismatch", Divergence(step=0, what="param", tensor="body.0.weight", max_abs=1, max_rel=1))
-    assert corpus.find_duplicate(tmp_path, simple(seed=9), other) is None
-
-
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt
 def test_an_interrupt_swallowed_in_a_finalizer_still_stops_the_run_at_the_next_case(executor, tmp_path):
     """Python only prints a KeyboardInterrupt raised while a finalizer runs; the flag the signal handler sets

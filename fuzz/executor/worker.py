@@ -46,6 +46,19 @@ def _redirect_output(log_path: str) -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
+def innermost_frame(e: BaseException) -> str:
+    """Where an exception was raised, as ``path/inside/package.py:function``: the innermost frame in torch if
+    the traceback reaches torch, else the innermost frame (a bug's fingerprint that survives shrinking)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return ""
+    in_torch = [f for f in frames if f"{os.sep}torch{os.sep}" in f.filename]
+    frame = (in_torch or frames)[-1]
+    parts = frame.filename.split(os.sep)
+    keep = parts[parts.index("torch"):] if "torch" in parts else parts[-2:]
+    return f"{'/'.join(keep)}:{frame.name}"
+
+
 def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
                 parent_pid: int, pg_timeout_s: float) -> None:
     # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
@@ -94,7 +107,7 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
         except BaseException as e:  # noqa: BLE001 - any failure is a verdict, reported as data
             clean.restore()
             conn.send(("error", {"role": role, "type": type(e).__name__, "message": str(e)[:2000],
-                                 "traceback": traceback.format_exc()}))
+                                 "traceback": traceback.format_exc(), "torch_frame": innermost_frame(e)}))
             continue  # the pool is replaced after an error, groups and all
         ctx.release_groups()
         conn.send(("ok", traces))
