@@ -36,7 +36,7 @@ from fuzz.case import Case
 
 
 def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, **options) -> list[Case]:
-    """``n`` cases drawn by the fuzz strategy (``strategies.cases(world_sizes, **options)``) with a fixed seed."""
+    """``n`` cases drawn by the fuzz strategy (``strategies.cases(world_sizes=world_sizes, **options)``) with a fixed seed."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
@@ -46,7 +46,7 @@ def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, **options) -> 
 
     @hseed(seed)
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(cases(world_sizes, **options))
+    @given(cases(world_sizes=world_sizes, **options))
     def collect(case):
         out.append(case)
 

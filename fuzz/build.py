@@ -77,15 +77,17 @@ def set_forward_index(step: int, micro: int, microbatches: int) -> None:
 
 
 class Gate(nn.Module):
-    """Runs its child only on forwards whose index is a multiple of ``period`` (the same on every rank)."""
+    """Runs its child only on forwards whose index is a multiple of ``period`` (the same on every rank), or with
+    ``rank`` set on those where ``index + rank`` is (control flow that differs per rank)."""
 
-    def __init__(self, inner: nn.Module, period: int):
+    def __init__(self, inner: nn.Module, period: int, rank: int = 0):
         super().__init__()
         self.inner = inner
         self.period = period
+        self.rank = rank
 
     def forward(self, x):
-        return self.inner(x) if _forward_index % self.period == 0 else x
+        return self.inner(x) if (_forward_index + self.rank) % self.period == 0 else x
 
 
 class MLP(nn.Module):
@@ -121,11 +123,11 @@ class Attention(nn.Module):
 class Net(nn.Module):
     """The root: optional embedding ``inp``, the ``body`` tree, optional ``head``."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, rank: int = 0):
         super().__init__()
         if spec.input == "embedding":
             self.inp = nn.Embedding(spec.vocab, spec.in_dim)
-        self.body = build_node(spec.body, spec.in_dim)
+        self.body = build_node(spec.body, spec.in_dim, rank)
         if spec.input == "embedding":
             out = spec.body.out_width(spec.in_dim)
             self.head = nn.Linear(out, spec.vocab, bias=not spec.tie_head)
@@ -145,7 +147,7 @@ class Net(nn.Module):
         return self.forward(x)
 
 
-def build_node(node: Node, width: int) -> nn.Module:
+def build_node(node: Node, width: int, rank: int = 0) -> nn.Module:
     k = node.kind
     if k == "linear":
         return nn.Linear(width, node.out, bias=node.bias)
@@ -163,7 +165,7 @@ def build_node(node: Node, width: int) -> nn.Module:
         return Attention(width, node.heads)
     mods = []
     for child in node.children:
-        mods.append(build_node(child, width))
+        mods.append(build_node(child, width, rank))
         width = child.out_width(width)
     if k == "seq":
         return nn.Sequential(*mods)
@@ -174,15 +176,15 @@ def build_node(node: Node, width: int) -> nn.Module:
     if k == "twice":
         return Twice(mods[0])
     if k == "gate":
-        return Gate(mods[0], node.period)
+        return Gate(mods[0], node.period, rank if node.by_rank else 0)
     raise ValueError(f"unknown node kind {k!r}")
 
 
-def build_model(case: Case) -> nn.Module:
-    """The initial model, identical on every rank for a given case."""
+def build_model(case: Case, rank: int = 0) -> nn.Module:
+    """The initial model, identical on every rank for a given case (``rank`` only steers per-rank gates)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seed)
-        model = Net(case.model)
+        model = Net(case.model, rank)
     return model.to(DTYPES[case.train.dtype])
 
 

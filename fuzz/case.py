@@ -69,6 +69,9 @@ class Node:
     - ``gate``: ``child(x)`` on the forwards whose index (``step *
       microbatches + microbatch``) is a multiple of ``period``, else ``x``: a
       submodule used on some steps or microbatches only, alike on every rank.
+      With ``by_rank``, on the forwards where ``index + rank`` is a multiple of
+      ``period``: control flow that differs per rank (some rank uses the child
+      on every forward, since ``period`` is at most the world size).
     """
 
     kind: str
@@ -80,6 +83,7 @@ class Node:
     heads: int = 0
     p: float = 0.0
     period: int = 0
+    by_rank: bool = False
 
     def walk(self, path: str) -> Iterator[tuple[str, Node]]:
         """Yield ``(module path, node)`` pairs, this node first (pre-order)."""
@@ -123,6 +127,25 @@ def child_names(node: Node) -> list[str]:
 
 #: Submodule names inside the leaf blocks the builder creates.
 LEAF_SUBMODULES = {"mlp": ("fc1", "fc2"), "attention": ("q", "k", "v", "o")}
+#: Module kinds (as ``ModelSpec.module_paths`` names them) that hold parameters of their own.
+PARAM_KINDS = ("linear", "layernorm", "scale", "embedding")
+
+
+def under(path: str, prefixes) -> bool:
+    """Whether the module at ``path`` is one of the module paths in ``prefixes`` or inside one."""
+    return any(path == p or path.startswith(p + ".") or p == "" for p in prefixes)
+
+
+def _trains(node: Node, path: str, frozen) -> bool:
+    """Whether a forward of ``node`` always uses a parameter outside the ``frozen`` module paths."""
+    if under(path, frozen):
+        return False
+    if node.kind in ("linear", "layernorm", "scale"):
+        return True
+    if node.kind in LEAF_SUBMODULES:
+        return any(not under(f"{path}.{sub}", frozen) for sub in LEAF_SUBMODULES[node.kind])
+    return node.kind != "gate" and any(_trains(child, f"{path}.{name}", frozen)
+                                       for name, child in zip(child_names(node), node.children))
 
 
 @dataclass(frozen=True)
@@ -170,11 +193,24 @@ class ModelSpec:
                 return node.hidden if path == f"{p}.fc1" else width
         raise KeyError(path)
 
-    def uses_params(self, path: str) -> bool:
-        """Whether the module at ``path`` has parameters that each of its forwards uses (so a backward
-        through it alone has a graph)."""
+    def uses_params(self, path: str, frozen: frozenset[str] = frozenset()) -> bool:
+        """Whether the module at ``path`` has trainable parameters (outside the ``frozen`` module paths) that
+        each of its forwards uses, so a backward through it alone has a graph."""
+        if under(path, frozen):
+            return False
+        if path == "":
+            embedding = self.input == "embedding" and not (under("inp", frozen) and
+                                                          (self.tie_head or under("head", frozen)))
+            return embedding or _trains(self.body, "body", frozen)
+        if path in ("inp", "head"):
+            return True
         node = dict(self.body.walk("body")).get(path)
-        return node is None or node.has_params()  # the root, inp, head and a leaf block's Linears have them
+        return node is None or _trains(node, path, frozen)  # a leaf block's Linears have parameters
+
+    def param_modules(self) -> list[str]:
+        """Paths of the modules that hold parameters of their own (a tied head holds none)."""
+        return [path for path, kind in self.module_paths()
+                if kind in PARAM_KINDS and not (path == "head" and self.tie_head)]
 
     def module_paths(self) -> list[tuple[str, str]]:
         """``(path, kind)`` of every module of the built model, root (``""``) first."""
@@ -270,6 +306,9 @@ class PlanSpec:
     wraps: tuple[Wrap, ...] = (Wrap(""),)
     checkpoints: tuple[Checkpoint, ...] = ()
     prefetch: tuple[Prefetch, ...] = ()
+    #: ``set_reduce_scatter_unused_params(True)`` on every wrapped module: zero gradients for parameters a
+    #: rank did not use, so the ranks' reduce-scatters match (needed by per-rank control flow).
+    reduce_scatter_unused: bool = False
 
     def owner(self, path: str) -> str:
         """The wrapped module whose FSDP group holds the module at ``path``: itself or its nearest wrapped
@@ -297,6 +336,8 @@ class Delay:
 OPTIMIZERS = ("sgd", "adam", "adamw")
 ZERO_GRAD_MODES = ("none", "zeros", "alternate")
 LOSSES = ("sum", "mean")
+#: LR schedulers stepped after every optimizer step: StepLR(step_size=2, gamma=0.5), LinearLR(1.0 -> 0.1).
+SCHEDULERS = ("", "step", "linear")
 DTYPES = ("float64", "float32")
 
 
@@ -331,6 +372,47 @@ class TrainSpec:
     forward_method: bool = False
     no_all_reduce: bool = False
     nonroot: str = ""
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    groups: tuple[ParamGroup, ...] = ()
+    clip: float = 0.0
+    scheduler: str = ""
+    frozen: tuple[Freeze, ...] = ()
+    eval: bool = False
+
+    def group_of(self, param: str) -> int | None:
+        """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
+        whose paths hold its module), or None for the default group."""
+        module = param.rpartition(".")[0]
+        return next((i for i, g in enumerate(self.groups) if under(module, g.paths)), None)
+
+    def frozen_at(self, param: str, step: int) -> bool:
+        """Whether the parameter named ``param`` has ``requires_grad=False`` during ``step``."""
+        module = param.rpartition(".")[0]
+        return any(under(module, (f.path,)) and (f.until == 0 or step < f.until) for f in self.frozen)
+
+    def unfreezes_at(self, step: int) -> bool:
+        return any(f.until == step for f in self.frozen)
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """An optimizer parameter group: the parameters of the modules at ``paths`` (and inside them), at
+    ``lr_scale`` times the case's learning rate, with their own weight decay."""
+
+    paths: tuple[str, ...]
+    lr_scale: float = 1.0
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """The parameters of the module at ``path`` (and inside it) get ``requires_grad=False`` before the
+    parallel API is applied, and ``requires_grad=True`` again at the start of step ``until`` (fine-tuning
+    schedules); ``until=0``: frozen for the whole run."""
+
+    path: str
+    until: int = 0
 
 
 # --------------------------------------------------------------------------- case
@@ -399,6 +481,7 @@ class Case:
         inconsistent = dtypes.check_consistent(self)
         if inconsistent:
             raise CaseError(*inconsistent)
+        _validate_rank_gates(self)
         for i, d in enumerate(self.delays):
             _check(0 <= d.rank < self.world_size, f"delays[{i}].rank", f"must be a rank < {self.world_size}, got {d.rank}")
             _check(d.where in DELAY_POINTS, f"delays[{i}].where", f"must be one of {DELAY_POINTS}, got {d.where!r}")
@@ -412,12 +495,16 @@ class Case:
         """Feature tags of this case (for coverage counts and Hypothesis ``event()``)."""
         tags = {f"ws={self.world_size}", "mesh=" + "x".join(map(str, self.mesh.shape)), f"opt={self.train.optimizer}", f"dtype={self.train.dtype}",
                 f"loss={self.train.loss}", f"zero_grad={self.train.zero_grad}", f"input={self.model.input}"}
+        if self.mesh.shape[-1] == 1:
+            tags.add("unsharded")  # world size 1, or a shard dimension of 1: every rank holds whole parameters
         if self.train.foreach:
             tags.add("foreach")
         if self.model.tie_head:
             tags.add("tied")
         kinds = {node.kind for _, node in self.model.body.walk("body")}
         tags.update(f"has:{k}" for k in kinds if k not in ("seq", "act", "linear"))
+        if self.plan.reduce_scatter_unused:
+            tags.add("rank_flow")  # control flow that differs per rank
         if any(node.kind == "linear" and node.out % self.world_size for _, node in self.model.body.walk("body")):
             tags.add("uneven_shard")
         wrapped = [w for w in self.plan.wraps if w.path]
@@ -455,6 +542,22 @@ class Case:
             tags.add("reshard_after_backward=False")
         if t.nonroot:
             tags.add("nonroot")
+        if t.momentum:
+            tags.add("momentum")
+        if t.weight_decay or any(g.weight_decay for g in t.groups):
+            tags.add("weight_decay")
+        if t.groups:
+            tags.add(f"param_groups={len(t.groups) + 1}")
+        if t.clip:
+            tags.add("clip")
+        if t.scheduler:
+            tags.add(f"scheduler={t.scheduler}")
+        if t.frozen:
+            tags.add("frozen")
+        if any(f.until for f in t.frozen):
+            tags.add("unfrozen_later")
+        if t.eval:
+            tags.add("eval")
         tags.update(f"delay={d.where}" for d in self.delays)
         return frozenset(tags)
 
@@ -511,6 +614,30 @@ def _validate_node(node: Node, width: int, where: str) -> int:
         out = _validate_node(node.children[0], width, f"{where}.children[0]")
         _check(out == width, f"{where}.children[0]", f"a {k} child must keep the width {width}, it gives {out}")
     return width
+
+
+def _validate_rank_gates(case: Case) -> None:
+    """Per-rank control flow: some rank uses the gated child on every forward, nothing inside it is wrapped
+    (FSDP2 all-gathers a group on every rank), and the plan includes unused parameters in its reductions."""
+    gates = [(path, node) for path, node in case.model.body.walk("body") if node.kind == "gate"]
+    rank_gates = [path for path, node in gates if node.by_rank]
+    for path, node in gates:
+        if node.by_rank:
+            _check(node.period <= case.world_size, "model.body", f"the per-rank gate at {path} needs a period <= "
+                   f"world_size={case.world_size} (some rank must use its child), got {node.period}")
+            for i, w in enumerate(case.plan.wraps):
+                _check(not w.path.startswith(path + "."), f"plan.wraps[{i}].path",
+                       f"{w.path!r} is inside the per-rank gate at {path}: ranks would all-gather it unevenly")
+    _check(bool(rank_gates) == case.plan.reduce_scatter_unused, "plan.reduce_scatter_unused",
+           "is exactly what per-rank gates need: set with them, not without (it gives unused parameters zero "
+           "gradients where DDP gives none)")
+    if rank_gates:
+        _check(len(rank_gates) == len(gates), "model.body",
+               "per-rank gates do not mix with step gates (a step gate's child unused on every rank would get a "
+               "zero gradient from set_reduce_scatter_unused_params, none from DDP)")
+        _check(not case.train.nonroot, "train.nonroot",
+               "not with per-rank gates (set_reduce_scatter_unused_params zeroes every group's gradients in a "
+               "non-root pass)")
 
 
 def _validate_mesh(mesh: MeshSpec, world_size: int) -> None:
@@ -581,10 +708,38 @@ def _validate_train(t: TrainSpec, plan: PlanSpec, mesh: MeshSpec, model: ModelSp
     wrapped = {w.path for w in plan.wraps}
     for i, path in enumerate(t.no_sync):
         _check(path in wrapped, f"train.no_sync[{i}]", f"{path!r} is not a wrapped module")
+    _check(t.momentum == 0 or (0 < t.momentum < 1 and t.optimizer == "sgd"), "train.momentum",
+           f"must be 0, or in (0, 1) with sgd, got {t.momentum}")
+    _check(0 <= t.weight_decay < 1, "train.weight_decay", f"must be in [0, 1), got {t.weight_decay}")
+    _check(t.clip >= 0, "train.clip", f"must be >= 0 (0: no clipping), got {t.clip}")
+    _check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")
+    paths = {p for p, _ in model.module_paths()}
+    owners = model.param_modules()
+    claimed: set[str] = set()
+    for i, g in enumerate(t.groups):
+        where = f"train.groups[{i}]"
+        _check(bool(g.paths), f"{where}.paths", "must name at least one module")
+        for j, path in enumerate(g.paths):
+            _check(path in paths and path != "", f"{where}.paths[{j}]", f"no non-root module at path {path!r}")
+        mine = {m for m in owners if under(m, g.paths)} - claimed
+        _check(bool(mine), f"{where}.paths", "holds no parameter an earlier group does not take")
+        claimed |= mine
+        _check(0 < g.lr_scale <= 10, f"{where}.lr_scale", f"must be in (0, 10], got {g.lr_scale}")
+        _check(0 <= g.weight_decay < 1, f"{where}.weight_decay", f"must be in [0, 1), got {g.weight_decay}")
+    for i, f in enumerate(t.frozen):
+        where = f"train.frozen[{i}]"
+        _check(f.path in paths and f.path != "", f"{where}.path", f"no non-root module at path {f.path!r}")
+        _check(any(under(m, (f.path,)) for m in owners), f"{where}.path", f"{f.path!r} holds no parameter")
+        _check(0 <= f.until < t.steps, f"{where}.until", f"must be in [0, steps={t.steps}), got {f.until}")
+    frozen = frozenset(f.path for f in t.frozen)
+    if frozen:
+        _check(model.uses_params("", frozen), "train.frozen",
+               "leaves no trainable parameter that every forward uses (backward needs a graph)")
     if t.nonroot:
         _check(t.nonroot in wrapped - {""}, "train.nonroot", f"{t.nonroot!r} is not a wrapped non-root module")
-        _check(model.uses_params(t.nonroot), "train.nonroot",
-               f"{t.nonroot!r} has no parameters every forward uses: a backward through it alone has no graph")
+        _check(model.uses_params(t.nonroot, frozen), "train.nonroot",
+               f"{t.nonroot!r} has no trainable parameters every forward uses: a backward through it alone "
+               "has no graph")
 
 
 # --------------------------------------------------------------------------- strict JSON mapping

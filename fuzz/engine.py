@@ -36,7 +36,7 @@ try:
 except NameError:  # Python 3.10: the backport Hypothesis depends on
     from exceptiongroup import BaseExceptionGroup
 
-from hypothesis import HealthCheck, Phase, Verbosity, event, find, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, event, find, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
@@ -143,6 +143,13 @@ class TargetStats:
         self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
         self.combinations[feats] += 1
 
+    def shares(self) -> dict[str, float]:
+        """The share of cases per world size and mesh, with nothing sharded, and with CPU offload."""
+        if not self.cases:
+            return {}
+        keys = sorted(k for k in self.features if k.startswith(("ws=", "mesh="))) + ["unsharded", "offload"]
+        return {k: self.features[k] / self.cases for k in keys}
+
     def summary_line(self) -> str:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
         notes = "".join(f"; {n} cases: {reason}" for reason, n in self.notes.items())
@@ -158,6 +165,7 @@ class TargetStats:
             "shrink_runs": self.shrink_runs,
             "cut_short": dict(self.notes),
             "distinct_feature_combinations": len(self.combinations),
+            "shares": {k: round(v, 4) for k, v in self.shares().items()},
             "feature_counts": dict(sorted(self.features.items())),
             "pair_counts": dict(sorted(self.pairs.items())),
             "failures": [f.to_dict() for f in self.failures],
@@ -285,6 +293,8 @@ class Fuzzer:
             for tag in sorted(case.features()):
                 event(tag)
             event(f"verdict={verdict.kind}")
+            # Near misses (a difference close to what the oracle allows) are worth exploring around.
+            target(min(verdict.closeness, 1e3), label="closeness to the tolerance")
             if not verdict.ok:
                 raise FAILURE_TYPES[verdict.kind](case, verdict)
 

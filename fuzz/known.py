@@ -37,6 +37,16 @@ def _hsdp_deferred_all_reduce_with_gated_params(case: Case) -> bool:
     return case.train.no_all_reduce and any(n.kind == "gate" for _, n in case.model.body.walk("body"))
 
 
+def _mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
+    t = case.train
+    gated = any(n.kind == "gate" for _, n in case.model.body.walk("body"))
+    return gated and case.mixed_precision() and t.microbatches > 1 and bool(t.no_sync)
+
+
+def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
+    return case.mixed_precision() and any(f.until for f in case.train.frozen)
+
+
 KNOWN_BUGS = (
     # set_requires_all_reduce(False) on HSDP keeps a group's reduce-scattered gradients in
     # partial_reduce_output; a parameter used on some microbatches only changes the group's buffer layout
@@ -50,6 +60,22 @@ KNOWN_BUGS = (
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:foreach_reduce",
               "mismatch:missing_grad:grad",  # set_to_none=True: the gradient is missing
               "mismatch:value:grad")),  # set_to_none=False: the gradient stays the zeros zero_grad left
+    # FSDPParamGroup._init_mp_dtypes (at the first forward) takes _orig_dtype and _reduce_dtype from trainable
+    # parameters only: a group frozen at its first forward keeps None for both, so after unfreezing its reduced
+    # gradients are not cast back (RuntimeError assigning .grad) or are reduced in the gradient's dtype instead
+    # of the policy's reduce_dtype (silent).
+    KnownBug("fsdp2 mixed precision after unfreezing a group frozen at its first forward (pytorch#186998)",
+             ("corpus/fsdp2/70ea3e3bbb0bd3b6.json", "corpus/fsdp2/d4621d78c7da2e18.json"),
+             _mixed_precision_group_unfrozen_later,
+             ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:foreach_reduce",
+              "mismatch:value:grad")),
+    # With gradient sync off, FSDP2 accumulates unsharded gradients in reduce_dtype; a parameter first used on
+    # the last (synced) microbatch brings a fresh gradient in param_dtype, and foreach_reduce asserts one dtype.
+    KnownBug("fsdp2 accumulation with a parameter first used on the last microbatch, reduce_dtype != param_dtype "
+             "(pytorch#196996)",
+             ("corpus/fsdp2/21a8181c1bd0e477.json",),
+             _mixed_precision_accumulation_with_gated_params,
+             ("error:system:AssertionError:torch/distributed/fsdp/_fully_shard/_fsdp_common.py:_raise_assert_with_print",)),
 )
 
 

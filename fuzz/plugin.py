@@ -21,7 +21,7 @@ from fuzz.engine import Fuzzer, FuzzOptions
 
 DEFAULT_BUDGET_S = 30.0
 DEFAULT_WORLD_SIZES = (1, 2, 4)
-SUPPORTED_WORLD_SIZES = (1, 2, 4, 8)
+SUPPORTED_WORLD_SIZES = (1, 2, 3, 4, 8)
 
 settings.register_profile("dev", max_examples=50, deadline=None, report_multiple_bugs=False)
 settings.register_profile("ci", max_examples=50, deadline=None, report_multiple_bugs=False, print_blob=True,
@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--corpus-dir", metavar="DIR", default=None,
                 help="where failures are written and replays read (default: corpus/ in the repository)")
     g.addoption("--world-sizes", metavar="N,N", default=None,
-                help="world sizes strategies may choose, e.g. 2,4 (default 1,2,4; 8 only when asked)")
+                help="world sizes strategies may choose, e.g. 2,4 (default 1,2,4; 3 and 8 only when asked)")
     g.addoption("--fuzz-seed", metavar="N", default=None, help="seed for a reproducible run")
     g.addoption("--fuzz-report", metavar="PATH", default=None, help="write a JSON summary of the run here")
     g.addoption("--case-timeout", metavar="SECONDS", default=None,
@@ -215,6 +215,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tr.write_line(f"fuzz seed {fuzzer.seed} (rerun with --fuzz-seed={fuzzer.seed})")
     for stats in fuzzer.targets.values():
         tr.write_line(stats.summary_line())
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in stats.shares().items())
+        if shares:
+            tr.write_line(f"  shares of cases: {shares}")
         common = ", ".join(f"{k} {v}" for k, v in stats.features.most_common(12))
         if common:
             tr.write_line(f"  most exercised features: {common}")

@@ -54,13 +54,28 @@ def describe_case(case: Case) -> str:
 
     t = case.train
     m = case.model
+    optim = [f"lr={t.lr}"] + [f"{k}={getattr(t, k)}" for k in ("momentum", "weight_decay") if getattr(t, k)]
+    objective = "cross-entropy" if m.input == "embedding" else "mse"
     lines = [
         f"case {case.case_id()}: {case.system} vs {case.reference}, world size {case.world_size}, "
         f"mesh {list(case.mesh.shape)} {list(case.mesh.names)}, seed {case.seed}",
-        f"train: {t.steps} step(s) of {t.optimizer}(lr={t.lr}, foreach={t.foreach}), zero_grad={t.zero_grad}, "
-        f"batch {t.batch} x seq {t.seq_len}, loss={t.loss}, {t.dtype}, "
+        f"train: {t.steps} step(s) of {t.optimizer}({', '.join(optim)}, foreach={t.foreach}), "
+        f"zero_grad={t.zero_grad}, batch {t.batch} x seq {t.seq_len}, {objective} loss ({t.loss}), {t.dtype}, "
         f"{'same' if t.same_input else 'different'} inputs per rank",
     ]
+    for g in t.groups:
+        lines.append(f"param group: modules {list(g.paths)} at lr x{g.lr_scale}, weight_decay={g.weight_decay}")
+    if t.clip:
+        lines.append(f"clip_grad_norm_(max_norm={t.clip}) before every optimizer step")
+    if t.scheduler:
+        lines.append({"step": "StepLR(step_size=2, gamma=0.5)",
+                      "linear": f"LinearLR(1.0 -> 0.1 over {t.steps} steps)"}[t.scheduler]
+                     + " stepped after every optimizer step")
+    for f in t.frozen:
+        lines.append(f"frozen (requires_grad=False before wrapping): {f.path}"
+                     + (f", unfrozen at step {f.until}" if f.until else ""))
+    if t.eval:
+        lines.append("after every step, an evaluation forward (model.eval(), torch.no_grad())")
     accum = []
     if t.microbatches > 1:
         accum.append(f"{t.microbatches} microbatches, gradient sync off on non-last ones for "
@@ -70,7 +85,7 @@ def describe_case(case: Case) -> str:
     if not t.reshard_after_backward:
         accum.append("set_reshard_after_backward(False) until the last microbatch")
     if t.unshard_first:
-        accum.append("root.unshard(async_op=True) first")
+        accum.append("every wrapped module's unshard(async_op=True) issued first, handles left pending (1F1B)")
     if t.no_all_reduce:
         accum.append("set_requires_all_reduce(False) until the last microbatch")
     if accum:

@@ -81,26 +81,33 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
     cls = resolve(case.system if role == "system" else case.reference)
     reset_rank_state(case.seed)
     system = cls(case, ctx, role)
-    model = build_model(case)
+    model = build_model(case, ctx.rank)
     if role == "perturbed_reference":
         if case.train.to_float64:
             model = model.to(torch.float64)  # perturb what is trained, at its own precision
         perturb(model, case.seed)
+    for name, p in model.named_parameters():  # frozen before the parallel API is applied, as users do
+        p.requires_grad_(not case.train.frozen_at(name, 0))
     system.setup(model)
     trace = RankTrace()
 
-    def finish_pass(step: int, phase: str, losses: list[torch.Tensor]) -> None:
+    def finish_pass(step: int, phase: str, losses: list[torch.Tensor], trains: bool = True) -> None:
+        """Record a pass (its losses summed over microbatches) and, unless it is an evaluation, step."""
         trace.passes.append((step, phase))
         kinds = "|".join(dict.fromkeys(_dtype(x) for x in losses))
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
         if record:
-            trace.grads.append(_record(system.gradients()))
-        system.optimizer_step()
+            trace.grads.append(_record(system.gradients()) if trains else {})
+        if trains:
+            system.optimizer_step()
         if record:
-            trace.params.append(_record({**system.parameters(), **system.buffers()}))
+            trace.params.append(_record({**system.parameters(), **system.buffers()}) if trains else {})
 
     n = case.train.microbatches
     for step in range(case.train.steps):
+        if step and case.train.unfreezes_at(step):
+            system.unfreeze({name for name, _ in system.named_parameters()
+                             if case.train.frozen_at(name, step - 1) and not case.train.frozen_at(name, step)})
         system.zero_grad(step)
         losses = []
         for micro in range(n):
@@ -117,4 +124,9 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
             loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path),
                                            target_for(case, ctx.rank, step, ctx.device, n, path), path)
             finish_pass(step, f"non-root {path}", [loss])
+        if case.train.eval:  # an evaluation forward between steps: its loss is compared, nothing is stepped
+            set_forward_index(step, 0, n)
+            loss = system.evaluate(batch_for(case, ctx.rank, step, ctx.device, n + 1),
+                                   target_for(case, ctx.rank, step, ctx.device, n + 1))
+            finish_pass(step, "eval", [loss], trains=False)
     return trace

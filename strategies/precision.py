@@ -10,10 +10,9 @@ cast its output (e.g. to fp32 for the loss), and ``cast_forward_inputs=False``
 is drawn where it is legal (the module's inputs already have its dtype, or
 are token ids).
 
-Mixed precision is drawn only with SGD: the emulating reference matches FSDP2
-up to summation order and BLAS rounding in the low-precision dtype, and Adam's
-per-element normalisation turns rounding of near-zero gradients into
-O(lr) steps (the same reason float32 cases use SGD).
+Mixed precision is drawn with every optimizer: the emulating reference
+reproduces FSDP2's low-precision arithmetic bit for bit (measured), and the
+oracle judges what rounding differences remain by their measured noise.
 
 Shrinking: toward no policy at all (the first coin), then the root computing
 in bf16, children following their parent, no reduce or output dtype.
@@ -32,7 +31,7 @@ LOW = ("bfloat16", "float16", "float32")
 
 @st.composite
 def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec) -> PlanSpec:
-    """``plan`` with mixed-precision policies on its wraps (or unchanged)."""
+    """``plan`` with mixed-precision policies on its wraps (or unchanged: the first coin)."""
     if not draw(st.booleans()):
         return plan
     master = train.dtype

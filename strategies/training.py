@@ -1,43 +1,75 @@
-"""Training settings.
+"""Training settings: what a user's training loop has.
 
-float32 is drawn only with SGD.  In float32 the reference and FSDP2 differ
-legitimately in the last bits: BLAS results depend on buffer alignment (FSDP2
-computes with parameters that live in all-gather buffers) and at world size
->= 3 the ranks' gradients are summed in a different order.  SGD keeps that
-noise small (measured: <= 7.5e-5 relative over 150 cases, see the oracle's
-float32 tolerance), but Adam's per-element normalisation turns a near-zero
-gradient's rounding into an O(lr) step.  float64 keeps the noise far below
-Adam's eps, so every optimizer is drawn with it.
+Every optimizer (SGD with or without momentum, Adam, AdamW) in float64 and float32, with weight decay,
+several parameter groups with their own learning rate and weight decay, gradient clipping on the full
+gradient, an LR scheduler stepped every step, frozen parameters (for the whole run, or for the first steps
+and then unfrozen: fine-tuning schedules), and an evaluation forward under ``torch.no_grad()`` after every
+step.  The oracle's tolerance comes from measured noise, so Adam's per-element normalisation of rounding in
+float32 is judged by what it does to this very case.
 
-Gradient accumulation: 1-3 microbatches per step; on the non-last ones
-gradient sync is turned off on all wrapped modules, only the root, a random
-subset or none; ``set_is_last_backward``, ``set_reshard_after_backward`` and
-an explicit ``unshard`` first are drawn independently, and on HSDP meshes
-``set_requires_all_reduce(False)`` on the non-last microbatches.  Rare coins
-also convert a float32 model to float64 after sharding and run the root
-through a registered forward method, and add to each step a second pass
-whose forward and backward run through only a wrapped non-root module.
+Gradient accumulation: 1-3 microbatches per step; on the non-last ones gradient sync is turned off on all
+wrapped modules, only the root, a random subset or none; ``set_is_last_backward``,
+``set_reshard_after_backward`` and every wrapped module's ``unshard(async_op=True)`` first (1F1B) are drawn
+independently, and on HSDP meshes ``set_requires_all_reduce(False)`` on the non-last microbatches.  Rare
+coins also convert a float32 model to float64 after sharding, run the root through a registered forward
+method, and add to each step a second pass whose forward and backward run through only a wrapped non-root
+module.
 
-Shrinking: one step, SGD at lr 0.01 without foreach, ``set_to_none=True``,
-batch 1, sequence 1, sum loss, float64, different inputs per rank, one
-microbatch, no accumulation controls, no non-root pass.
+Shrinking: one step, SGD at lr 0.01 without momentum, weight decay or foreach, ``set_to_none=True``, batch
+1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, no accumulation controls, one
+parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass.
 """
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, TrainSpec
+from fuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, Freeze, ModelSpec, ParamGroup, TrainSpec, under
+from strategies.coins import RARE
 
-#: A rare coin: first choice False, so it shrinks to "off".
-RARE = st.sampled_from((False, False, False, True))
+
+def _holding_params(model: ModelSpec) -> list[str]:
+    """Non-root module paths with parameters at or below them (what a group or a freeze can name)."""
+    owners = model.param_modules()
+    return [p for p, _ in model.module_paths() if p and any(under(m, (p,)) for m in owners)]
 
 
 @st.composite
-def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: bool = False,
-             nonroot: tuple[str, ...] = ()) -> TrainSpec:
-    """Training settings for a plan that wraps ``wrapped``; ``nonroot`` lists the wrapped non-root modules a
-    second pass may run through alone (those with parameters every forward uses)."""
+def _groups(draw, model: ModelSpec) -> tuple[ParamGroup, ...]:
+    """Up to two parameter groups besides the default one, each taking parameters no earlier group took."""
+    holding = _holding_params(model)
+    picks = draw(st.lists(st.sampled_from(holding), min_size=1, max_size=2)) if draw(RARE) else []
+    owners, claimed, groups = model.param_modules(), set(), []
+    for path in picks:
+        lr_scale = draw(st.sampled_from((2.0, 0.5, 0.1)))
+        weight_decay = draw(st.sampled_from((0.0, 0.05)))
+        mine = {m for m in owners if under(m, (path,))} - claimed
+        if mine:
+            claimed |= mine
+            groups.append(ParamGroup((path,), lr_scale=lr_scale, weight_decay=weight_decay))
+    return tuple(groups)
+
+
+@st.composite
+def _frozen(draw, model: ModelSpec, steps: int) -> tuple[Freeze, ...]:
+    """Up to two frozen modules, each for the whole run or until a later step; dropped where they would
+    leave no trainable parameter every forward uses."""
+    holding = _holding_params(model)
+    picks = draw(st.lists(st.sampled_from(holding), unique=True, min_size=1, max_size=2)) if draw(RARE) else []
+    frozen = []
+    for path in picks:
+        until = draw(st.sampled_from((0, 1, 2)))
+        candidate = frozen + [Freeze(path, until=until if until < steps else 0)]
+        if model.uses_params("", frozenset(f.path for f in candidate)):
+            frozen = candidate
+    return tuple(frozen)
+
+
+@st.composite
+def training(draw, model: ModelSpec, *, max_steps: int = 10, wrapped: tuple[str, ...] = ("",),
+             hsdp: bool = False, nonroot_pass: bool = True) -> TrainSpec:
+    """Training settings for ``model`` under a plan that wraps ``wrapped`` (paths; the root ``""`` always);
+    ``nonroot_pass=False`` rules the non-root pass out."""
     optimizer = draw(st.sampled_from(OPTIMIZERS))
     dtype = draw(st.sampled_from(("float64", "float32")))
     micro = draw(st.integers(1, 3))
@@ -50,8 +82,14 @@ def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: 
         no_sync = tuple(p for p in wrapped if draw(st.booleans()))
     else:
         no_sync = ()
+    steps = draw(st.integers(1, max_steps))
+    frozen = draw(_frozen(model, steps))
+    trainable = frozenset(f.path for f in frozen)
+    nonroot = tuple(p for p in wrapped if p and model.uses_params(p, trainable)) if nonroot_pass else ()
+    momentum = draw(st.sampled_from((0.0, 0.9, 0.5)))
+    clip = draw(st.sampled_from((1.0, 0.1)))
     return TrainSpec(
-        steps=draw(st.integers(1, max_steps)),
+        steps=steps,
         optimizer=optimizer,
         lr=draw(st.sampled_from((0.01, 0.1, 0.001))),
         foreach=draw(st.booleans()),
@@ -70,6 +108,12 @@ def training(draw, max_steps: int = 10, wrapped: tuple[str, ...] = ("",), hsdp: 
         to_float64=draw(RARE) and dtype == "float32",
         forward_method=draw(RARE),
         no_all_reduce=draw(RARE) and hsdp and micro > 1,
-        # On a rare coin, always drawn (a stable choice sequence while the plan shrinks).
         nonroot=draw(st.sampled_from(nonroot)) if draw(RARE) and nonroot else "",
+        momentum=momentum if optimizer == "sgd" else 0.0,
+        weight_decay=draw(st.sampled_from((0.0, 0.01, 0.1))),
+        groups=draw(_groups(model)),
+        clip=clip if draw(RARE) else 0.0,
+        scheduler=draw(st.sampled_from(("", "", "step", "linear"))),
+        frozen=frozen,
+        eval=draw(RARE),
     )

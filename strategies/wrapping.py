@@ -6,11 +6,15 @@ one group).  ``reshard_after_forward`` is True, False, or an int that is a
 non-trivial divisor of the shard group size.
 
 Each module is wrapped with probability 1/2 (a coin per module, so large trees
-see mixed plans rather than mostly the root alone), with CPU offload on a
-coin of its own.  Activation checkpointing picks up to three modules
+see mixed plans rather than mostly the root alone).  CPU offload (close to a
+no-op on a CPU) is drawn on a rare case-level coin, then on a coin per module.  Activation checkpointing picks up to three modules
 (composable, wrapper or ``apply_activation_checkpointing``, before or after ``fully_shard``), and explicit
 prefetching sets, on up to two wrapped modules, forward and backward lists of
 up to two wrapped modules.
+
+With per-rank gates in the model, ``set_reduce_scatter_unused_params(True)``
+is set on every wrapped module (FSDP2 needs it for control flow that differs
+per rank).
 
 Shrinking: each coin shrinks toward "not wrapped" and "no offload" (only the
 root wrapped); ``reshard_after_forward`` toward True, FSDP2's default;
@@ -23,6 +27,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from fuzz.case import CHECKPOINT_APIS, Checkpoint, MeshSpec, ModelSpec, PlanSpec, Prefetch, Wrap
+from strategies.coins import RARE
 
 
 def reshard_choices(shard_size: int) -> list:
@@ -30,8 +35,12 @@ def reshard_choices(shard_size: int) -> list:
 
 
 def wrappable_paths(model: ModelSpec) -> list[str]:
+    """Non-root modules ``fully_shard`` may take: not a tied embedding or head alone, nothing inside a
+    per-rank gate (ranks would all-gather it unevenly)."""
     excluded = {"", "inp", "head"} if model.tie_head else {""}
-    return [path for path, _ in model.module_paths() if path not in excluded]
+    rank_gated = [f"{path}." for path, node in model.body.walk("body") if node.kind == "gate" and node.by_rank]
+    return [path for path, _ in model.module_paths()
+            if path not in excluded and not path.startswith(tuple(rank_gated))]
 
 
 @st.composite
@@ -45,9 +54,10 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> PlanSpec:
         api = draw(st.sampled_from(CHECKPOINT_APIS if path else ("composable",)))
         checkpoints.append(Checkpoint(path, api=api, before=not draw(st.booleans())))
     choices = reshard_choices(mesh.shape[-1])
-    wraps = [Wrap(p, draw(st.sampled_from(choices)), offload=draw(st.booleans()))
+    offload = draw(RARE)  # on a CPU close to a no-op: a case-level rare coin, then one per module
+    wraps = [Wrap(p, draw(st.sampled_from(choices)), offload=draw(st.booleans()) and offload)
              for p in paths if draw(st.booleans())]
-    wraps.append(Wrap("", draw(st.sampled_from(choices)), offload=draw(st.booleans())))
+    wraps.append(Wrap("", draw(st.sampled_from(choices)), offload=draw(st.booleans()) and offload))
     wrapped = [w.path for w in wraps]
     prefetch = []
     if len(wrapped) > 1:
@@ -56,4 +66,6 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> PlanSpec:
             forward, backward = draw(targets), draw(targets)
             if forward or backward:
                 prefetch.append(Prefetch(path, forward=forward, backward=backward))
-    return PlanSpec(wraps=tuple(wraps), checkpoints=tuple(checkpoints), prefetch=tuple(prefetch))
+    rank_flow = any(node.kind == "gate" and node.by_rank for _, node in model.body.walk("body"))
+    return PlanSpec(wraps=tuple(wraps), checkpoints=tuple(checkpoints), prefetch=tuple(prefetch),
+                    reduce_scatter_unused=rank_flow)

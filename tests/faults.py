@@ -299,3 +299,126 @@ class NonRootPassUnsynced(FSDP2System):
             return super().forward_backward(batch, target, path)
         finally:
             module.set_requires_gradient_sync(True)
+
+
+# --------------------------------------------------------------------------- faults inside FSDP2 itself
+# These patch torch's FSDP2 internals in the rank (the rank's isolation snapshot undoes the patch after the
+# case), as a real bug there would behave, and each is subtle: one replica, one dtype, a fraction of a
+# percent, a late step.
+
+
+def _wrap_foreach_reduce(change) -> None:
+    """Patch FSDP2's gradient reduction (``foreach_reduce`` as ``FSDPParamGroup.post_backward`` calls it):
+    ``change(unsharded_grads, reduce_scatter_group, reduce_dtype)`` may edit the gradient list in place before
+    the reduction and returns the reduce dtype to use."""
+    import functools
+
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    original = _fsdp_param_group.foreach_reduce
+
+    @functools.wraps(original)
+    def foreach_reduce(fsdp_params, unsharded_grads, group, stream, comm, orig_dtype, reduce_dtype, *rest):
+        reduce_dtype = change(unsharded_grads, group, reduce_dtype)
+        return original(fsdp_params, unsharded_grads, group, stream, comm, orig_dtype, reduce_dtype, *rest)
+
+    _fsdp_param_group.foreach_reduce = foreach_reduce
+
+
+class _InsideFSDP2(FSDP2System):
+    """Injects a fault into FSDP2's internals before the system under test is set up."""
+
+    def inject(self) -> None:
+        raise NotImplementedError
+
+    def setup(self, model):
+        self.inject()
+        super().setup(model)
+
+
+class ReplicaNotAllReduced(_InsideFSDP2):
+    """On HSDP meshes with several replicas, rank 0 takes part in FSDP2's all-reduce across replicas but keeps
+    its own reduce-scattered gradient: its replica of a shard drifts from the others' (rank 2's on a 2x2 mesh),
+    which hold the right value."""
+
+    def inject(self):
+        import sys
+
+        import torch.distributed as dist
+
+        if len(self.case.mesh.shape) < 2 or self.case.mesh.shape[0] < 2 or self.ctx.rank != 0:
+            return
+        original = dist.all_reduce
+
+        def all_reduce(tensor, *args, **kwargs):
+            if sys._getframe(1).f_code.co_name == "foreach_reduce":
+                tensor = tensor.clone()  # the collective runs; its result never reaches FSDP2's gradient
+            return original(tensor, *args, **kwargs)
+
+        dist.all_reduce = all_reduce
+
+
+class ReducesInBf16(_InsideFSDP2):
+    """Where a policy asks to reduce low-precision gradients in float32, FSDP2 reduces them in bfloat16
+    (a relative error of about 1e-3)."""
+
+    def inject(self):
+        def change(grads, group, reduce_dtype):
+            if reduce_dtype == torch.float32 and grads and grads[0].dtype in (torch.bfloat16, torch.float16):
+                return torch.bfloat16
+            return reduce_dtype
+
+        _wrap_foreach_reduce(change)
+
+
+class UnevenShardGradOff(_InsideFSDP2):
+    """The gradient of a parameter whose dim-0 does not divide the shard group (padded for the
+    reduce-scatter) comes out 0.5% too large."""
+
+    def inject(self):
+        def change(grads, group, reduce_dtype):
+            n = 1 if group is None else group.size()
+            for i, g in enumerate(grads):
+                if g.size(0) % n:
+                    grads[i] = g * 1.005
+            return reduce_dtype
+
+        _wrap_foreach_reduce(change)
+
+
+class LateGradDrift(_InsideFSDP2):
+    """From step 3 on, in models with attention (which amplify rounding from step to step), FSDP2's reduced
+    gradients come out 0.3% too large."""
+
+    step = 0
+
+    def zero_grad(self, step):
+        self.step = step
+        super().zero_grad(step)
+
+    def inject(self):
+        if not any(n.kind == "attention" for _, n in self.case.model.body.walk("body")):
+            return
+
+        def change(grads, group, reduce_dtype):
+            if self.step >= 3:
+                grads[:] = [g * 1.003 for g in grads]
+            return reduce_dtype
+
+        _wrap_foreach_reduce(change)
+
+
+class OutputLeftInBf16(_InsideFSDP2):
+    """A module whose policy casts its outputs to float32 leaves a bfloat16 output as it is."""
+
+    def inject(self):
+        from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+        original = FSDPState._cast_output_dtype
+
+        def _cast_output_dtype(state, output):
+            if state._mp_policy.output_dtype == torch.float32 and getattr(output, "dtype", None) == torch.bfloat16:
+                return output
+            return original(state, output)
+
+        FSDPState._cast_output_dtype = _cast_output_dtype

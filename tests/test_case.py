@@ -8,7 +8,7 @@ import sys
 import pytest
 from hypothesis import given
 
-from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.case import Case, CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, PlanSpec, TrainSpec, Wrap
 from fuzz.dtypes import activation_dtype
 from strategies import cases
 
@@ -127,7 +127,7 @@ def test_non_root_pass_needs_a_wrapped_module_with_parameters():
     ok = simple(model=ModelSpec(body=body), plan=PlanSpec(wraps=wraps), train=TrainSpec(nonroot="body.2.fc2"))
     assert ok.validate() is ok and "nonroot" in ok.features()
     for path in ("body.0", "body.1"):  # an activation; a gate, whose child some forwards skip
-        with pytest.raises(CaseError, match="no parameters every forward uses") as info:
+        with pytest.raises(CaseError, match="no trainable parameters every forward uses") as info:
             dataclasses.replace(ok, train=TrainSpec(nonroot=path)).validate()
         assert info.value.field == "train.nonroot"
 
@@ -143,3 +143,49 @@ def test_input_width_and_dtype_of_a_module():
     # body.1.fc2 computes in body.1's float16; body.1 itself receives the root's bfloat16 activations.
     assert [activation_dtype(case, p) for p in ("body.1.fc2", "body.1", "body.0")] == ["float16", "bfloat16",
                                                                                          "bfloat16"]
+
+
+TWO_LINEARS = ModelSpec(body=Node("seq", children=(Node("linear", out=4), Node("linear", out=4))))
+
+
+@pytest.mark.parametrize("train, field", [
+    (TrainSpec(momentum=0.9, optimizer="adam"), "train.momentum"),
+    (TrainSpec(weight_decay=1.5), "train.weight_decay"),
+    (TrainSpec(clip=-1.0), "train.clip"),
+    (TrainSpec(scheduler="cosine"), "train.scheduler"),
+    (TrainSpec(groups=(ParamGroup(("body.7",)),)), "train.groups[0].paths[0]"),
+    (TrainSpec(groups=(ParamGroup(("body",)), ParamGroup(("body.0",)))), "train.groups[1].paths"),  # nothing left
+    (TrainSpec(groups=(ParamGroup(("body.0",), lr_scale=0),)), "train.groups[0].lr_scale"),
+    (TrainSpec(frozen=(Freeze("body.0", until=1),)), "train.frozen[0].until"),  # steps=1: never unfrozen
+    (TrainSpec(frozen=(Freeze("body.0"), Freeze("body.1"))), "train.frozen"),  # nothing left to train
+])
+def test_training_loop_settings_are_validated(train, field):
+    with pytest.raises(CaseError) as info:
+        simple(model=TWO_LINEARS, train=train).validate()
+    assert info.value.field == field
+
+
+def test_parameter_groups_and_freezing_name_parameters_by_module():
+    t = TrainSpec(steps=3, groups=(ParamGroup(("body.1",), lr_scale=2.0),), frozen=(Freeze("body.0", until=2),))
+    case = simple(model=TWO_LINEARS, train=t).validate()
+    assert [t.group_of(n) for n in ("body.0.weight", "body.1.weight", "body.1.bias")] == [None, 0, 0]
+    assert [t.frozen_at("body.0.bias", step) for step in range(3)] == [True, True, False]
+    assert not t.frozen_at("body.1.bias", 0) and t.unfreezes_at(2) and not t.unfreezes_at(1)
+    assert {"frozen", "unfrozen_later", "param_groups=2"} <= case.features()
+
+
+def test_per_rank_gates_need_reduce_scatter_unused_params_and_nothing_wrapped_inside():
+    body = Node("seq", children=(Node("gate", period=2, by_rank=True, children=(Node("linear", out=4),)),
+                                 Node("linear", out=4)))
+    ok = simple(model=ModelSpec(body=body), plan=PlanSpec(reduce_scatter_unused=True)).validate()
+    assert "rank_flow" in ok.features()
+    for plan, field in [(PlanSpec(), "plan.reduce_scatter_unused"),
+                        (PlanSpec(wraps=(Wrap("body.0.inner"), Wrap("")), reduce_scatter_unused=True),
+                         "plan.wraps[0].path")]:
+        with pytest.raises(CaseError) as info:
+            dataclasses.replace(ok, plan=plan).validate()
+        assert info.value.field == field
+    wide = Node("seq", children=(Node("gate", period=3, by_rank=True, children=(Node("linear", out=4),)),
+                                 Node("linear", out=4)))
+    with pytest.raises(CaseError, match="period <= world_size=2"):
+        dataclasses.replace(ok, model=ModelSpec(body=wide)).validate()

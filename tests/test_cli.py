@@ -25,7 +25,7 @@ def pytest_run(*args, cwd=ROOT, timeout=300):
 @pytest.mark.parametrize("option, needle", [
     ("--fuzz-budget=abc", "--fuzz-budget"),
     ("--fuzz-budget=-5", "--fuzz-budget"),
-    ("--world-sizes=3", "--world-sizes"),
+    ("--world-sizes=5", "--world-sizes"),
     ("--world-sizes=two", "--world-sizes"),
     ("--corpus-dir=/no/such/dir", "--corpus-dir"),
     ("--fuzz-seed=x", "--fuzz-seed"),
@@ -44,7 +44,7 @@ FAULT_TARGET = textwrap.dedent("""
 
     @pytest.mark.fuzz_target
     def test_faulty(fuzz_session):
-        fuzz_session.run_target("odd", lambda ws: cases(ws, system="tests.faults:OddLinearGradDrop"))
+        fuzz_session.run_target("odd", lambda ws: cases(world_sizes=ws, system="tests.faults:OddLinearGradDrop"))
 """)
 
 

@@ -20,9 +20,9 @@ def body_modules(case) -> int:
     return sum(1 for _ in case.model.body.walk("body")) - 1
 
 
-def fuzz(executor, tmp_path, system, seed=1, budget_s=BUDGET_S):
-    fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120), executor, log=print)
-    return fuzzer.fuzz(system, cases((2,), system=system), budget_s=budget_s)
+def fuzz(executor, tmp_path, system, seed=1, budget_s=BUDGET_S, world_sizes=(2,), shrink_budget_s=120):
+    fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=shrink_budget_s), executor, log=print)
+    return fuzzer.fuzz(system, cases(world_sizes=world_sizes, system=system), budget_s=budget_s)
 
 
 @pytest.mark.parametrize("fault, shows", [
@@ -88,7 +88,7 @@ def test_soak_profile_goes_on_after_a_failure_and_reports_another_bug(executor, 
     assert {(False, True), (True, False)} <= shown
     assert stats.notes["already found in this run"] > 0
     assert len(corpus.discover(tmp_path)) == len(stats.failures)
-    baseline = simplest_features(cases((2,), system=system))
+    baseline = simplest_features(cases(world_sizes=(2,), system=system))
     for i, later in enumerate(stats.failures):
         for earlier in stats.failures[:i]:
             needs = precondition(earlier.case, baseline)

@@ -38,7 +38,7 @@ def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
     options = FuzzOptions(corpus_dir=tmp_path, seed=2, shrink_budget_s=240, case_timeout_s=10,
                           hang_shrink_timeout_s=3)
     fuzzer = Fuzzer(options, executor)
-    stats = fuzzer.fuzz("hang", cases((2,), system="tests.faults:HangWithLayerNorm", max_steps=3), budget_s=60)
+    stats = fuzzer.fuzz("hang", cases(world_sizes=(2,), system="tests.faults:HangWithLayerNorm", max_steps=3), budget_s=60)
     assert len(stats.failures) == 1
     f = stats.failures[0]
     print(f"hang: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s; shrunk in {f.shrink_runs} runs "
@@ -56,7 +56,7 @@ SLOW_FAULT_TARGET = textwrap.dedent("""
 
     @pytest.mark.fuzz_target
     def test_slow(fuzz_session):
-        fuzz_session.run_target("slow", lambda ws: cases(ws, system="tests.faults:SlowOddLinearGradDrop"))
+        fuzz_session.run_target("slow", lambda ws: cases(world_sizes=ws, system="tests.faults:SlowOddLinearGradDrop"))
 """)
 
 
@@ -163,7 +163,7 @@ def test_an_interrupt_swallowed_in_a_finalizer_still_stops_the_run_at_the_next_c
         assert engine.interrupt_requested.is_set()
         fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=1), executor)
         with pytest.raises(KeyboardInterrupt, match="swallowed"):
-            fuzzer.fuzz("fsdp2", cases((2,)), budget_s=60)
+            fuzzer.fuzz("fsdp2", cases(world_sizes=(2,)), budget_s=60)
     finally:
         engine.interrupt_requested.clear()
     assert fuzzer.targets["fsdp2"].cases == 0

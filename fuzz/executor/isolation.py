@@ -2,7 +2,8 @@
 
 Before a case the worker takes a :class:`Snapshot`; afterwards it puts back
 whatever the case changed: functions of the torch namespaces a system might
-patch (``torch.Tensor`` methods, collectives, functionals), global module hooks,
+patch (``torch.Tensor`` methods, collectives, functionals, FSDP2's internal
+modules and classes where test-only faults are injected), global module hooks,
 the default dtype, grad mode, deterministic-algorithm flags and the RNG
 streams.  Model-level hooks die with the model, which is rebuilt per case.
 """
@@ -15,8 +16,17 @@ from dataclasses import dataclass
 import torch
 
 #: Namespaces whose attributes a system (or a test-only fault) could patch.
+_FSDP2 = "torch.distributed.fsdp._fully_shard"
 PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
-             "torch.distributed.fsdp", "torch.autograd", "torch.optim")
+             "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
+             f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param")
+#: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals).
+PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),
+                     (f"{_FSDP2}._fsdp_param_group", "FSDPParamGroup"), (f"{_FSDP2}._fsdp_param", "FSDPParam"))
+
+
+def _class(module: str, name: str) -> type:
+    return getattr(importlib.import_module(module), name)
 _MISSING = object()
 
 
@@ -30,7 +40,7 @@ def _global_hook_dicts() -> list[dict]:
 @dataclass
 class Snapshot:
     namespaces: dict
-    tensor_attrs: dict
+    class_attrs: dict
     hooks: list
     dtype: torch.dtype
     grad: bool
@@ -41,7 +51,7 @@ class Snapshot:
     def take(cls) -> Snapshot:
         return cls(
             namespaces={name: dict(vars(importlib.import_module(name))) for name in PATCHABLE},
-            tensor_attrs=dict(vars(torch.Tensor)),
+            class_attrs={key: dict(vars(_class(*key))) for key in PATCHABLE_CLASSES},
             hooks=[(d, dict(d)) for d in _global_hook_dicts()],
             dtype=torch.get_default_dtype(),
             grad=torch.is_grad_enabled(),
@@ -55,7 +65,8 @@ class Snapshot:
         undone = []
         for name, saved in self.namespaces.items():
             undone += _restore_attrs(importlib.import_module(name), saved, name)
-        undone += _restore_attrs(torch.Tensor, self.tensor_attrs, "torch.Tensor")
+        for key, saved in self.class_attrs.items():
+            undone += _restore_attrs(_class(*key), saved, ".".join(key))
         for live, saved in self.hooks:
             if live != saved:
                 undone.append("global module hooks")

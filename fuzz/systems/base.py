@@ -53,9 +53,29 @@ class RankContext:
         return len(stale)
 
 
-def make_optimizer(train: TrainSpec, params) -> torch.optim.Optimizer:
+def make_optimizer(train: TrainSpec, named_params) -> torch.optim.Optimizer:
+    """The case's optimizer over ``(case name, parameter)`` pairs, in the case's parameter groups (a group
+    takes the parameters of its modules; the rest form the default group)."""
     cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
-    return cls(params, lr=train.lr, foreach=train.foreach)
+    default: list = []
+    grouped: list[list] = [[] for _ in train.groups]
+    for name, p in named_params:
+        index = train.group_of(name)
+        (default if index is None else grouped[index]).append(p)
+    param_groups = [{"params": default}] if default else []
+    param_groups += [{"params": params, "lr": train.lr * g.lr_scale, "weight_decay": g.weight_decay}
+                     for g, params in zip(train.groups, grouped)]
+    extra = {"momentum": train.momentum} if train.optimizer == "sgd" else {}
+    return cls(param_groups, lr=train.lr, weight_decay=train.weight_decay, foreach=train.foreach, **extra)
+
+
+def make_scheduler(train: TrainSpec, optim: torch.optim.Optimizer):
+    """The case's LR scheduler (stepped after every optimizer step), or None."""
+    if train.scheduler == "step":
+        return torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
+    if train.scheduler == "linear":
+        return torch.optim.lr_scheduler.LinearLR(optim, start_factor=1.0, end_factor=0.1, total_iters=train.steps)
+    return None
 
 
 CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
@@ -113,7 +133,8 @@ class System:
         self.model = self.wrap(model)
         if to_float64 and self.converts_after_wrap:
             self.model.to(torch.float64)
-        self.optim = make_optimizer(self.case.train, self.inner().parameters())
+        self.optim = make_optimizer(self.case.train, self.named_parameters())
+        self.scheduler = make_scheduler(self.case.train, self.optim)
         for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
             if where in self.delays:
                 _delay_collective(name, self.delays[where])  # undone by the rank's isolation snapshot
@@ -159,8 +180,29 @@ class System:
         return {n: p.grad for n, p in self.named_parameters()}
 
     def optimizer_step(self) -> None:
+        """Clip the gradients' total norm (``train.clip``), step the optimizer, then the LR scheduler."""
         self._sleep("before_step")
+        if self.case.train.clip:
+            grads = [p for _, p in self.named_parameters() if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(grads, self.case.train.clip)
         self.optim.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def unfreeze(self, names: set[str]) -> None:
+        """Set ``requires_grad=True`` on the parameters with these case names (``train.frozen`` ends)."""
+        for name, p in self.named_parameters():
+            if name in names:
+                p.requires_grad_(True)
+
+    def evaluate(self, batch: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """An evaluation forward: eval mode (no dropout), under ``torch.no_grad()``; returns the loss."""
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return self.loss(self.forward(batch), target)
+        finally:
+            self.model.train()
 
     def parameters(self) -> dict[str, torch.Tensor]:
         return dict(self.named_parameters())

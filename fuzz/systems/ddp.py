@@ -21,6 +21,12 @@ class DDPSystem(System):
         gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
         return DDP(model, device_ids=device_ids, find_unused_parameters=gated)
 
+    def unfreeze(self, names: set[str]) -> None:
+        """DDP reduces only the parameters that required gradients when it was built: wrap the module anew,
+        as DDP's documentation asks of a user who changes ``requires_grad``."""
+        super().unfreeze(names)
+        self.model = self.wrap(self.model.module)
+
     def inner(self) -> nn.Module:
         return self.model.module
 
@@ -36,7 +42,7 @@ class DDPSystem(System):
             return super().forward_backward(batch, target)
         module = resolve(self.inner(), path)
         loss = self.loss(self.forward(batch, module), target)
-        params = list(module.parameters())
+        params = [p for p in module.parameters() if p.requires_grad]
         for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
             if grad is not None:
                 # Dense, as AccumulateGrad would make it: the gradient of ``w.sum(0)`` is an expanded view

@@ -78,6 +78,8 @@ class FSDP2System(System):
         for c in plan.checkpoints:
             if not c.before:
                 apply_checkpoint(model, c, **self.checkpoint_kwargs)
+        if plan.reduce_scatter_unused:
+            model.set_reduce_scatter_unused_params(True)
         for p in plan.prefetch:
             module = resolve(model, p.path)
             if p.forward:
@@ -140,8 +142,9 @@ class FSDP2System(System):
     def microbatch(self, index: int, last: bool):
         self._last = last
         t = self.case.train
-        if index == 0 and t.unshard_first:
-            self.model.unshard(async_op=True).wait()
+        if index == 0 and t.unshard_first:  # 1F1B, as PyTorch's test does it: every wrapped module's all-gather
+            # issued up front, the handles still pending when the forward starts (the forward waits for them)
+            self._pending = [resolve(self.model, w.path).unshard(async_op=True) for w in self.case.plan.wraps]
         if t.microbatches > 1:
             for path in t.no_sync:
                 resolve(self.model, path).set_requires_gradient_sync(last, recurse=False)

@@ -13,8 +13,9 @@ and reproduces the policy's arithmetic, not FSDP2's code:
   ``param_dtype`` (when ``cast_forward_inputs``) and outputs to ``output_dtype``.
 - A group's post-backward runs where FSDP2 runs it: when the gradients of a
   call's inputs are computed (once per call: a module called twice reduces
-  twice), and at the end of the backward for groups whose inputs needed no
-  gradient.  There a group that synchronises reduces its gradients in
+  twice), and at the end of the backward for every group not left in
+  post-backward (inputs that needed no gradient, or a gradient that reached
+  one of its outputs after its last post-backward).  There a group that synchronises reduces its gradients in
   ``reduce_dtype`` (``None`` when it equals ``param_dtype``; then the gradient's
   own dtype) the way FSDP2 divides them: fp32/bf16 average over the shard group
   and then over the replicate group (the ``AVG`` op); other dtypes divide by a
@@ -38,7 +39,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from fuzz.case import Wrap
-from fuzz.systems.base import System, make_optimizer, resolve
+from fuzz.systems.base import System, make_optimizer, make_scheduler, resolve
 from fuzz.systems.fsdp2 import dtype
 
 
@@ -113,8 +114,9 @@ class MixedPrecisionReference(System):
         for name, p in model.named_parameters():
             group = by_path[self.case.plan.owner(name.rpartition(".")[0])]
             group.names.append(name)
-            self.masters[name] = nn.Parameter(p.detach().clone())
-            compute[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(group.param_dtype))
+            self.masters[name] = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+            compute[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(group.param_dtype),
+                                                               requires_grad=p.requires_grad)
         for module in model.modules():  # swap in the compute copies, keeping tied parameters tied
             for key, p in list(module._parameters.items()):
                 if p is not None:
@@ -122,13 +124,31 @@ class MixedPrecisionReference(System):
         for g in self.groups:
             module = resolve(model, g.wrap.path)
             module.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True)
-            if g.wrap.output_dtype:
-                cast_out = _cast(dtype(g.wrap.output_dtype))
-                module.register_forward_hook(lambda m, a, out, c=cast_out: tree_map(c, out))
+            module.register_forward_hook(self._post_forward_hook(g))
         self.accumulated: dict[str, torch.Tensor] = {}
         self.model = model
-        self.optim = make_optimizer(self.case.train, self.masters.values())
+        self.optim = make_optimizer(self.case.train, self.masters.items())
+        self.scheduler = make_scheduler(self.case.train, self.optim)
         self._last = True
+        self._state: dict[int, str] = {}  # group -> "pre-backward" / "post-backward" in the current backward
+
+    def _post_forward_hook(self, g: _Group):
+        """Cast outputs to ``output_dtype``; a gradient reaching an output puts the group in pre-backward (as
+        FSDP2's pre-backward hook does), so the final callback runs its post-backward again if needed."""
+        cast = _cast(dtype(g.wrap.output_dtype)) if g.wrap.output_dtype else None
+
+        def pre_backward(grad):
+            self._state[id(g)] = "pre-backward"
+
+        def hook(module, args, out):
+            if cast is not None:
+                out = tree_map(cast, out)
+            if torch.is_grad_enabled():
+                for t in tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor) and t.requires_grad:
+                        t.register_hook(pre_backward)
+            return out
+        return hook
 
     def _pre_forward_hook(self, g: _Group):
         cast = _cast(dtype(g.wrap.param_dtype)) if g.wrap.cast_forward_inputs and g.wrap.param_dtype else None
@@ -142,17 +162,27 @@ class MixedPrecisionReference(System):
     def named_parameters(self):
         yield from self.masters.items()
 
+    def unfreeze(self, names: set[str]) -> None:
+        super().unfreeze(names)  # the masters
+        for name in names:
+            self.compute[name].requires_grad_(True)
+
     def microbatch(self, index: int, last: bool):
         self._last = last
         return super().microbatch(index, last)
 
     def forward_backward(self, batch, target, path=None):
+        self._state.clear()
         loss = super().forward_backward(batch, target, path)
-        for g in self.groups:  # groups whose inputs needed no gradient (the rest have nothing left)
-            self._post_backward(g)
+        # FSDP2's final callback: the post-backward of every group not in post-backward (inputs that needed no
+        # gradient; a gradient that reached one of its outputs after its last post-backward).
+        for g in self.groups:
+            if self._state.get(id(g)) != "post-backward":
+                self._post_backward(g)
         return loss
 
     def _post_backward(self, g: _Group) -> None:
+        self._state[id(g)] = "post-backward"
         t = self.case.train
         sync = self._last or t.microbatches == 1 or g.wrap.path not in t.no_sync
         acc = self.accumulated
@@ -166,10 +196,15 @@ class MixedPrecisionReference(System):
                 p.grad = None
         if not sync:
             return
-        names = [n for n in g.names if n in acc or self.compute[n].grad is not None]
+        # With set_reduce_scatter_unused_params, FSDP2 reduces a zero gradient for every trainable parameter
+        # that got none on this rank, so that every rank's reduce-scatter has the same layout.
+        unused = self.case.plan.reduce_scatter_unused
+        names = [n for n in g.names if n in acc or self.compute[n].grad is not None
+                 or (unused and self.compute[n].requires_grad)]
         if not names:
             return
-        grads = [acc.pop(n) if n in acc else self.compute[n].grad for n in names]
+        grads = [acc.pop(n) if n in acc else self.compute[n].grad if self.compute[n].grad is not None
+                 else torch.zeros_like(self.compute[n]) for n in names]
         for name in names:
             self.compute[name].grad = None
         all_reduce = self._last or not t.no_all_reduce

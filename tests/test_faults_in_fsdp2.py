@@ -1,0 +1,80 @@
+"""Subtle faults injected inside FSDP2 itself (tests/faults.py): one replica not all-reduced, a reduction in
+bf16 where the policy says fp32, a gradient off by 0.5%, a drift of 0.3% from step 3 on, an output left in
+bf16 where the policy says fp32.
+
+Each is first shown on a hand-written case where it must act (and where unmodified FSDP2 passes), then found
+by short fuzz runs over three fuzz seeds and shrunk to a case that still shows its situation."""
+
+import dataclasses
+
+import pytest
+
+from fuzz.case import MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.verify import check
+from tests.test_case import simple
+from tests.test_fuzz_loop import body_modules, fuzz
+
+MLP = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"), Node("linear", out=3))))
+ATTENTION = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("attention", heads=2),
+                                                  Node("layernorm"), Node("linear", out=4))))
+HSDP = MeshSpec((2, 2), ("replicate", "shard"))
+BF16_FP32_REDUCE = PlanSpec(wraps=(Wrap("", param_dtype="bfloat16", reduce_dtype="float32"),))
+
+def dim0s(case) -> list[int]:
+    """The dim-0 size of every parameter of the case's model (what FSDP2 shards)."""
+    m, out = case.model, []
+    for path, kind in m.module_paths():
+        if kind in ("linear", "layernorm") and not (path == "head" and m.tie_head):
+            out.append(m.output_width(path))
+        elif kind == "embedding":
+            out.append(m.vocab)
+    out += [node.out for _, node in m.body.walk("body") if node.kind == "scale"]
+    return out
+
+
+#: fault -> (a case where it acts, the check the oracle must report, what a shrunk case must still show)
+FAULTS = {
+    "ReplicaNotAllReduced": (
+        simple(world_size=4, mesh=HSDP, model=MLP), "replica",
+        lambda c: len(c.mesh.shape) == 2 and c.mesh.shape[0] > 1),
+    "ReducesInBf16": (
+        simple(model=MLP, plan=BF16_FP32_REDUCE, reference="ddp_mp", train=TrainSpec(dtype="float32")), "value",
+        lambda c: any(w.param_dtype in ("bfloat16", "float16") and w.reduce_dtype == "float32"
+                      for w in c.plan.wraps)),
+    "UnevenShardGradOff": (simple(model=MLP), "value", lambda c: any(d % c.mesh.shape[-1] for d in dim0s(c))),
+    "LateGradDrift": (
+        simple(model=ATTENTION, train=TrainSpec(steps=5, lr=0.1)), "value",
+        lambda c: "has:attention" in c.features() and c.train.steps >= 4),
+    "OutputLeftInBf16": (
+        simple(model=MLP, reference="ddp_mp", train=TrainSpec(dtype="float32"),
+               plan=PlanSpec(wraps=(Wrap("", param_dtype="bfloat16", output_dtype="float32"),))), "dtype",
+        lambda c: any(w.output_dtype == "float32" for w in c.plan.wraps)),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_fault_acts_where_it_should_and_fsdp2_passes_there(executor, fault):
+    case, expected, _ = FAULTS[fault]
+    case = case.validate()
+    assert check(case, executor).ok
+    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.check == expected, verdict.describe()
+    if fault == "LateGradDrift":
+        assert verdict.divergence.step == 3
+    if fault == "ReplicaNotAllReduced":
+        assert verdict.divergence.ranks == (0, 2)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault, seed):
+    _, _, shows = FAULTS[fault]
+    world_sizes = (4,) if fault == "ReplicaNotAllReduced" else (2,)
+    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, budget_s=40, world_sizes=world_sizes,
+                 shrink_budget_s=60)
+    assert len(stats.failures) == 1, stats.summary_line()
+    f = stats.failures[0]
+    print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
+          f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")
+    assert f.verdict.kind in ("mismatch", "error"), f.verdict.describe()
+    assert shows(f.case), f.case.to_json(indent=1)
