@@ -1,7 +1,7 @@
 """Measure the oracle's tolerance on clean cases: how far correct FSDP2 strays from its reference, against the
 noise a perturbed reference measures.
 
-    python -m fuzz.calibrate [--cases 500] [--world-sizes 1,2,4] [--seed 0] [--json rows.json]
+    python -m fuzz.calibrate [--cases 500] [--world-sizes 1,2,4] [--seed 0] [--json rows.json] [--findings DIR]
 
 Each generated case runs the reference, the system under test and the reference from perturbed weights in
 one round trip.  For every pass, loss and tensor it takes the deviation ``max |sut - ref|``, the noise
@@ -12,9 +12,10 @@ one round trip.  For every pass, loss and tensor it takes the deviation ``max |s
 - for a grid of ``k`` and floor (in ulps), how many cases would fail the value check
   (``deviation > k * noise + floor * eps * scale`` somewhere): false alarms, since the system is unmodified.
 
-It also runs the full oracle and lists every non-pass verdict (replicas, dtypes, gradients present on some
-ranks only) on these clean cases: each must be explained.  ``fuzz.oracle``'s ``K`` and ``FLOOR_ULPS`` come
-from this table; the README has the figures.
+It also runs the full oracle and lists every non-pass verdict on these cases (``--findings DIR`` writes each
+one's case file there, to replay with ``python -m fuzz.repro``): each must be explained, as a torch bug or a
+harness bug.  Cases with a finding are left out of the table, which is about what correct runs do.
+``fuzz.oracle``'s ``K`` and ``FLOOR_ULPS`` come from this table; the README has the figures.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -54,30 +56,34 @@ def run(n: int, world_sizes: tuple[int, ...], seed: int, log=print) -> dict:
             outcomes = executor.run(case, roles=("reference", "system", "perturbed_reference"))
             if any(o.status != "ok" for o in outcomes):
                 failed += 1
-                findings.append((case.case_id(), verdict_from_outcomes(case, outcomes).describe()[:300]))
+                findings.append((case, verdict_from_outcomes(case, outcomes)))
                 continue
             noise = traces(outcomes, "perturbed_reference")
             verdict = verdict_from_outcomes(case, outcomes, noise)
             if not verdict.ok:
-                findings.append((case.case_id(), verdict.describe()[:300]))
+                findings.append((case, verdict))
             eps = dtypes.EPS[dtypes.model_dtype(case)]
             for at, what, name, dev, measured, scale in measure(traces(outcomes, "reference"),
                                                                traces(outcomes, "system"), noise):
-                rows.append({"case": number, "class": dtype_class(case), "step": at[0], "phase": at[1],
+                rows.append({"case": number, "id": case.case_id(), "clean": verdict.ok, "class": dtype_class(case),
+                             "step": at[0], "phase": at[1],
                              "what": what, "tensor": name, "dev": dev, "noise": measured, "scale": scale,
                              "eps": eps})
             if (number + 1) % 50 == 0:
                 log(f"{number + 1}/{len(cases)} cases, {time.monotonic() - start:.0f}s")
-    return {"cases": len(cases), "errors": failed, "findings": findings, "rows": rows,
-            "seconds": time.monotonic() - start}
+    return {"cases": len(cases), "errors": failed, "rows": rows, "seconds": time.monotonic() - start,
+            "findings": [{"case": case.to_dict(), "id": case.case_id(), "verdict": verdict.to_dict(),
+                          "describe": verdict.describe()[:300], "bug_signature": verdict.bug_signature()}
+                         for case, verdict in findings]}
 
 
 def summarize(result: dict) -> str:
-    rows = result["rows"]
+    rows = [r for r in result["rows"] if r["clean"]]
     by_class: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_class[r["class"]].append(r)
-    lines = [f"{result['cases']} cases, {len(rows)} compared tensors, {result['seconds']:.0f}s"]
+    lines = [f"{result['cases']} cases ({len(result['findings'])} with a finding, left out below), {len(rows)} "
+             f"compared tensors, {result['seconds']:.0f}s"]
     for cls in sorted(by_class):
         group = by_class[cls]
         cases = {r["case"] for r in group}
@@ -102,8 +108,8 @@ def summarize(result: dict) -> str:
                 bad = {r["case"] for r in group if r["dev"] > k * r["noise"] + f * r["eps"] * r["scale"]}
                 counts.append(len(bad))
             lines.append(f"  k={k:<4}" + "".join(f"{c:>7}" for c in counts))
-    lines.append(f"\nnon-pass verdicts at the default tolerance on these clean cases: {len(result['findings'])}")
-    lines += [f"  {cid}: {text}" for cid, text in result["findings"]]
+    lines.append(f"\nnon-pass verdicts at the default tolerance: {len(result['findings'])}")
+    lines += [f"  {f['id']}: {f['describe']}" for f in result["findings"]]
     return "\n".join(lines)
 
 
@@ -113,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world-sizes", default="1,2,4")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write every measured row here")
+    parser.add_argument("--findings", metavar="DIR", help="write the case of every non-pass verdict here")
     args = parser.parse_args(argv)
     try:
         world_sizes = tuple(int(w) for w in args.world_sizes.split(","))
@@ -123,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f)
+    if args.findings:
+        folder = Path(args.findings)
+        folder.mkdir(parents=True, exist_ok=True)
+        for finding in result["findings"]:
+            (folder / f"{finding['id']}.json").write_text(json.dumps(finding["case"], indent=1) + "\n")
     return 0
 
 

@@ -279,7 +279,8 @@ class Fuzzer:
                 if found:
                     stats.shrink_runs += 1
                 if verdict.note and verdict.ok:
-                    stats.notes[verdict.note.split(":")[0].split(" at step")[0]] += 1
+                    for part in verdict.note.split("; "):  # "reason: details" (details may name a step)
+                        stats.notes[part.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
                     found.update(at=time.monotonic(), cases=stats.cases - cases_before, kind=verdict.kind)
                     self.log(f"{name}: {verdict.kind} found after {found['cases']} cases "
@@ -321,7 +322,7 @@ class Fuzzer:
         verdict = check(case, self.executor, timeout)
         bug = known_bug(case, verdict)
         if bug is not None:  # counted against the open torch bug, not failed again (fuzz/known.py)
-            return Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.describe()[:200]}")
+            return Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.bug_signature()}")
         return verdict
 
     def _record(self, name: str, stats: TargetStats, start: float, found: dict, shrink_runs: int, seed: int,

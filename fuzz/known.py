@@ -43,6 +43,10 @@ def _mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
     return gated and case.mixed_precision() and t.microbatches > 1 and bool(t.no_sync)
 
 
+def _rank_flow_under_activation_checkpointing(case: Case) -> bool:
+    return case.plan.reduce_scatter_unused and bool(case.plan.checkpoints)
+
+
 def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
     return case.mixed_precision() and any(f.until for f in case.train.frozen)
 
@@ -76,6 +80,15 @@ KNOWN_BUGS = (
              ("corpus/fsdp2/21a8181c1bd0e477.json",),
              _mixed_precision_accumulation_with_gated_params,
              ("error:system:AssertionError:torch/distributed/fsdp/_fully_shard/_fsdp_common.py:_raise_assert_with_print",)),
+    # Under activation checkpointing the point in backward where a region is recomputed (and its FSDP children
+    # all-gathered again) depends on the local autograd graph; with control flow that differs per rank, the
+    # ranks issue their all-gathers in different orders: same-sized ones pair up wrongly (silently wrong
+    # gradients, and so wrong parameters, losses or diverging replicas later), others abort gloo, or block.
+    KnownBug("fsdp2 collectives in rank-dependent order under activation checkpointing with per-rank control flow",
+             ("corpus/fsdp2/6268cb4ce586c3a3.json", "corpus/fsdp2/8da921019ddc9b43.json"),
+             _rank_flow_under_activation_checkpointing,
+             tuple(f"mismatch:{check}:{what}" for check in ("value", "replica") for what in ("grad", "param", "loss"))
+             + ("crash:-6", "hang")),
 )
 
 

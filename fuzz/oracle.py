@@ -23,9 +23,12 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
 
 - ``noise`` is the rounding noise two correct implementations can show, *measured* for this case, pass
   and tensor: ``max |perturbed - ref|`` for the reference re-run from weights perturbed by 2 ulps
-  (:func:`fuzz.train.perturb`).  It grows with the steps exactly as far as this model amplifies
-  rounding, so a model that amplifies a thousandfold per step is judged by its own noise, and a fault
-  well beyond it is a finding at whatever step it first shows.
+  (:func:`fuzz.train.perturb`), with every reduced gradient perturbed by 2 ulps at its tensor's scale
+  before each optimizer step (:func:`fuzz.train.perturb_gradients`: what another summation order does,
+  down to the rounding residue of cancelled elements, which Adam's ``eps`` term amplifies).  It grows with
+  the steps exactly as far as this model and optimizer amplify rounding, so a model that amplifies a
+  thousandfold per step is judged by its own noise, and a fault well beyond it is a finding at whatever
+  step it first shows.
 - ``floor = FLOOR_ULPS * eps(dtype) * max|ref|`` covers what the perturbation does not model (summation
   order in collectives, BLAS rounding at a buffer's alignment) at the tensor's scale: rounding in a
   tensor built from sums of large terms is proportional to those terms, not to each (possibly

@@ -54,6 +54,19 @@ def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
             p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
 
 
+def perturb_gradients(params, seed: int, ulps: float = 2.0) -> None:
+    """Move every element of every gradient by ``+- ulps * eps`` at its tensor's scale: what another order of
+    summation in a reduction does.  Unlike the weight perturbation it reaches the rounding residue of
+    cancelled elements, which Adam's ``eps`` term can amplify to a sizable update."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None and p.grad.numel():
+                grad = p.grad
+                sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
+                grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * grad.abs().max())
+
+
 def reset_rank_state(seed: int) -> None:
     """Every system starts from the same process state."""
     torch.manual_seed(seed)
@@ -67,7 +80,8 @@ def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
-#: perturbed at rounding level (run to measure the rounding noise of a case; see ``fuzz.oracle``).
+#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the
+#: rounding noise of a case; see ``fuzz.oracle``).
 ROLES = ("reference", "system", "perturbed_reference")
 
 
@@ -98,6 +112,8 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
         if record:
             trace.grads.append(_record(system.gradients()) if trains else {})
+        if trains and role == "perturbed_reference":
+            perturb_gradients([p for _, p in system.named_parameters()], case.seed * 1009 + len(trace.passes))
         if trains:
             system.optimizer_step()
         if record:

@@ -5,7 +5,9 @@ several parameter groups with their own learning rate and weight decay, gradient
 gradient, an LR scheduler stepped every step, frozen parameters (for the whole run, or for the first steps
 and then unfrozen: fine-tuning schedules), and an evaluation forward under ``torch.no_grad()`` after every
 step.  The oracle's tolerance comes from measured noise, so Adam's per-element normalisation of rounding in
-float32 is judged by what it does to this very case.
+float32 is judged by what it does to this very case.  The loss is a mean or a sum over its terms; a summed
+loss divides the drawn learning rate by its number of terms, so SGD steps stay as stable as with a mean and
+training stays comparable up to the last step.
 
 Gradient accumulation: 1-3 microbatches per step; on the non-last ones gradient sync is turned off on all
 wrapped modules, only the root, a random subset or none; ``set_is_last_backward``,
@@ -88,15 +90,19 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, wrapped: tuple[str,
     nonroot = tuple(p for p in wrapped if p and model.uses_params(p, trainable)) if nonroot_pass else ()
     momentum = draw(st.sampled_from((0.0, 0.9, 0.5)))
     clip = draw(st.sampled_from((1.0, 0.1)))
+    lr = draw(st.sampled_from((0.01, 0.1, 0.001)))
+    batch, seq_len, loss = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.sampled_from(LOSSES))
+    if loss == "sum":  # a summed loss scales the step by its number of terms: keep SGD as stable as with a mean
+        lr /= batch * seq_len * (1 if model.input == "embedding" else model.output_width(""))
     return TrainSpec(
         steps=steps,
         optimizer=optimizer,
-        lr=draw(st.sampled_from((0.01, 0.1, 0.001))),
+        lr=lr,
         foreach=draw(st.booleans()),
         zero_grad=draw(st.sampled_from(ZERO_GRAD_MODES)),
-        batch=draw(st.integers(1, 4)),
-        seq_len=draw(st.integers(1, 3)),
-        loss=draw(st.sampled_from(LOSSES)),
+        batch=batch,
+        seq_len=seq_len,
+        loss=loss,
         dtype=dtype,
         same_input=draw(st.booleans()),
         microbatches=micro,

@@ -78,3 +78,19 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault,
           f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")
     assert f.verdict.kind in ("mismatch", "error"), f.verdict.describe()
     assert shows(f.case), f.case.to_json(indent=1)
+
+
+BF16 = PlanSpec(wraps=(Wrap("", param_dtype="bfloat16"),))
+
+
+@pytest.mark.parametrize("fault, model, train", [
+    ("UnevenShardGradOff", MLP, TrainSpec(dtype="float32")),
+    ("LateGradDrift", ATTENTION, TrainSpec(steps=5, lr=0.1, dtype="float32")),
+])
+def test_small_faults_are_caught_under_bf16_mixed_precision(executor, fault, model, train):
+    """Where the previous oracle allowed bf16's 1.6e-2 (it passed the 0.5% fault, and cleared the late drift as
+    numerically unstable), the emulating reference's bit-exact agreement lets the floor stay at float32's."""
+    case = simple(model=model, plan=BF16, reference="ddp_mp", train=train).validate()
+    assert check(case, executor).ok
+    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.check == "value", verdict.describe()
