@@ -43,8 +43,13 @@ def _mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
     return gated and case.mixed_precision() and t.microbatches > 1 and bool(t.no_sync)
 
 
-def _rank_flow_under_activation_checkpointing(case: Case) -> bool:
-    return case.plan.reduce_scatter_unused and bool(case.plan.checkpoints)
+def _unfrozen_after_no_grad_forward_with_int_reshard(case: Case) -> bool:
+    int_reshard = any(not isinstance(w.reshard_after_forward, bool) for w in case.plan.wraps)
+    return int_reshard and case.train.eval and any(f.until for f in case.train.frozen)
+
+
+def _rank_flow_with_several_groups(case: Case) -> bool:
+    return case.plan.reduce_scatter_unused and len(case.plan.wraps) > 1
 
 
 def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
@@ -80,15 +85,26 @@ KNOWN_BUGS = (
              ("corpus/fsdp2/21a8181c1bd0e477.json",),
              _mixed_precision_accumulation_with_gated_params,
              ("error:system:AssertionError:torch/distributed/fsdp/_fully_shard/_fsdp_common.py:_raise_assert_with_print",)),
-    # Under activation checkpointing the point in backward where a region is recomputed (and its FSDP children
-    # all-gathered again) depends on the local autograd graph; with control flow that differs per rank, the
-    # ranks issue their all-gathers in different orders: same-sized ones pair up wrongly (silently wrong
-    # gradients, and so wrong parameters, losses or diverging replicas later), others abort gloo, or block.
-    KnownBug("fsdp2 collectives in rank-dependent order under activation checkpointing with per-rank control flow",
-             ("corpus/fsdp2/6268cb4ce586c3a3.json", "corpus/fsdp2/8da921019ddc9b43.json"),
-             _rank_flow_under_activation_checkpointing,
-             tuple(f"mismatch:{check}:{what}" for check in ("value", "replica") for what in ("grad", "param", "loss"))
+    # FSDP2 assumes SPMD.  With control flow that differs per rank, set_reduce_scatter_unused_params evens out
+    # each group's gradient list, but the order of the groups' collectives follows each rank's autograd graph:
+    # a group whose inputs need a gradient on one rank only reduces mid-backward there and in the final
+    # callback elsewhere; under activation checkpointing the recomputation (and its all-gathers) comes at a
+    # rank-dependent point.  Same-sized collectives pair up wrongly (silently wrong gradients, then wrong
+    # parameters, losses, diverging replicas), others abort gloo or block.
+    KnownBug("fsdp2 collectives in rank-dependent order with per-rank control flow and several FSDP groups",
+             ("corpus/fsdp2/6268cb4ce586c3a3.json", "corpus/fsdp2/8da921019ddc9b43.json",
+              "corpus/fsdp2/a184331efb64cb25.json"),
+             _rank_flow_with_several_groups,
+             tuple(f"mismatch:{check}:{what}" for check in ("value", "replica", "missing_grad", "extra_grad")
+                   for what in ("grad", "param", "loss"))
              + ("crash:-6", "hang")),
+    # A no_grad forward leaves a group with reshard_after_forward=<int> in its post-forward state (no backward to
+    # reshard it fully); a parameter of it unfrozen afterwards keeps an unsharded parameter that does not require
+    # a gradient, and silently never gets one (the FSDP2 analogue of FSDP1's pytorch#105371).
+    KnownBug("fsdp2 parameter unfrozen after a no_grad forward with reshard_after_forward=<int> gets no gradient",
+             ("corpus/fsdp2/316f749ecd90d22f.json",),
+             _unfrozen_after_no_grad_forward_with_int_reshard,
+             ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss"))),
 )
 
 

@@ -22,7 +22,9 @@ def _leaf(node: Node, width: int) -> str:
     if k == "scale":
         return f"Scale: x * gain[{width}] (buffer) * w[{node.out}, 1, {width}].sum(0)"
     if k == "gate":
-        return f"Gate: inner(x) on every {node.period}th forward, else x"
+        when = f"forward index + rank is a multiple of {node.period}" if node.by_rank else \
+            f"forward index is a multiple of {node.period}"
+        return f"Gate: inner(x) where the {when}, else x" + (" (per rank)" if node.by_rank else "")
     return {"seq": "Sequential", "block": "Block", "residual": "Residual: x + inner(x)",
             "twice": "Twice: inner(inner(x))"}[k]
 
@@ -94,6 +96,8 @@ def describe_case(case: Case) -> str:
         lines.append("model.to(torch.float64) after fully_shard")
     if t.forward_method:
         lines.append("root called through forward_alt, registered with register_fsdp_forward_method")
+    if case.plan.reduce_scatter_unused:
+        lines.append("set_reduce_scatter_unused_params(True) on every wrapped module")
     if t.nonroot:
         lines.append(f"after each step, a second step whose forward/backward runs through only {t.nonroot} "
                      f"(non-root), on inputs of width {m.input_width(t.nonroot) or 'token ids'}")
