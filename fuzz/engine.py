@@ -181,6 +181,10 @@ class FuzzOptions:
     seed: int | None = None
     case_timeout_s: float | None = None
     progress_every_s: float = 10.0
+    #: Stop generating after this many cases per target, and shrinking after this many runs per failure,
+    #: whatever the clock says: a run bounded by these is the same on a loaded machine (tests use them).
+    max_cases: int | None = None
+    max_shrink_runs: int | None = None
     #: Floor of the per-candidate timeout while shrinking a HANG.
     hang_shrink_timeout_s: float = 5.0
 
@@ -260,10 +264,11 @@ class Fuzzer:
             verdict = cache.get(key)
             if verdict is None:
                 now = time.monotonic()
-                if not found and now >= gen_deadline:
+                if not found and (now >= gen_deadline or _reached(stats.cases, opts.max_cases)):
                     event("not run: budget spent")
                     raise _BudgetSpent()
-                if found and now >= found["at"] + opts.shrink_budget_s:
+                if found and (now >= found["at"] + opts.shrink_budget_s
+                              or _reached(stats.shrink_runs - shrink_runs_before, opts.max_shrink_runs)):
                     return  # shrink budget spent: untried cases count as passing
                 timeout = opts.case_timeout_s
                 if found.get("kind") == "hang":
@@ -373,6 +378,10 @@ class Fuzzer:
             "targets": targets,
             "failures": [f for t in targets.values() for f in t["failures"]],
         }
+
+
+def _reached(count: int, limit: int | None) -> bool:
+    return limit is not None and count >= limit
 
 
 def simplest_features(strategy: st.SearchStrategy[Case]) -> frozenset[str]:

@@ -79,6 +79,11 @@ def assemble(pieces: list[Rec]) -> Rec:
     return Rec(first.dtype, out)
 
 
+def module_of(name: str) -> str:
+    """The module a recorded tensor belongs to (``body.0`` for ``body.0.weight``; buffers apart)."""
+    return name.rpartition(".")[0]
+
+
 def replica_groups(records: list[Rec]) -> list[list[int]]:
     """Indices of the records that hold the same region, for every region held more than once.
 

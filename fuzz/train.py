@@ -8,7 +8,7 @@ import torch
 from fuzz.build import batch_for, build_model, set_forward_index, target_for
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
-from fuzz.trace import RankTrace, Rec, ShardInfo
+from fuzz.trace import RankTrace, Rec, ShardInfo, module_of
 
 
 def _numpy(t: torch.Tensor):
@@ -54,17 +54,21 @@ def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
             p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
 
 
-def perturb_gradients(params, seed: int, ulps: float = 2.0) -> None:
-    """Move every element of every gradient by ``+- ulps * eps`` at its tensor's scale: what another order of
-    summation in a reduction does.  Unlike the weight perturbation it reaches the rounding residue of
-    cancelled elements, which Adam's ``eps`` term can amplify to a sizable update."""
+def perturb_gradients(named_params, seed: int, ulps: float = 2.0) -> None:
+    """Move every element of every gradient by ``+- ulps * eps`` at its module's scale (the largest gradient
+    magnitude among the module's parameters): what another order of summation does.  Unlike the weight
+    perturbation it reaches the rounding residue of cancelled elements (an analytically zero gradient, a
+    near-zero one), which Adam's ``eps`` term can amplify to a sizable update."""
+    grads = [(name, p.grad) for name, p in named_params if p.grad is not None and p.grad.numel()]
+    scales: dict[str, torch.Tensor] = {}
+    for name, grad in grads:
+        key = module_of(name)
+        scales[key] = torch.maximum(scales[key], grad.abs().max()) if key in scales else grad.abs().max()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in params:
-            if p.grad is not None and p.grad.numel():
-                grad = p.grad
-                sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
-                grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * grad.abs().max())
+        for name, grad in grads:
+            sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
+            grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * scales[module_of(name)].to(grad.dtype))
 
 
 def reset_rank_state(seed: int) -> None:
@@ -113,7 +117,7 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         if record:
             trace.grads.append(_record(system.gradients()) if trains else {})
         if trains and role == "perturbed_reference":
-            perturb_gradients([p for _, p in system.named_parameters()], case.seed * 1009 + len(trace.passes))
+            perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes))
         if trains:
             system.optimizer_step()
         if record:

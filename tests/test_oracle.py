@@ -248,3 +248,17 @@ def test_noise_from_a_run_of_other_passes_is_not_used():
     sut = trace()
     set_value(sut, "grad", 0, None, 0, 2.0)
     assert compare(trace(), sut, PROMISE, TOL, noise).kind == "mismatch"
+
+
+def test_an_analytically_zero_gradient_is_judged_at_its_modules_scale():
+    """Attention's key bias gets a zero gradient analytically; FSDP2 and DDP compute different rounding residues
+    of key gradients of the key weight's size.  The floor is at the module's scale, so residues agree, while an
+    error on the weight itself is still caught."""
+    def attn(bias, weight=(1.0, -2.0)):
+        return Trace([RankTrace(passes=[(0, "")], losses=[Rec("float64", np.array(1.0))],
+                                grads=[{"k.weight": Rec("float64", np.array(weight)),
+                                        "k.bias": Rec("float64", np.array([bias]))}],
+                                params=[{}]) for _ in range(2)])
+    assert compare(attn(4.2e-18), attn(0.6e-18), PROMISE, TOL).ok
+    assert compare(attn(4.2e-18), attn(4.2e-18, weight=(1.0, -2.0 * 1.005)), PROMISE, TOL).kind == "mismatch"
+    assert compare(attn(0.5), attn(0.5 * 1.005), PROMISE, TOL).kind == "mismatch"
