@@ -84,8 +84,7 @@ def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
-#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the
-#: rounding noise of a case; see ``fuzz.oracle``).
+#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the rounding noise of a case; see ``fuzz.oracle``).
 ROLES = ("reference", "system", "perturbed_reference")
 
 

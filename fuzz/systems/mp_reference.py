@@ -156,6 +156,8 @@ class MixedPrecisionReference(System):
         def hook(module, args, kwargs):
             if cast is not None:
                 args, kwargs = tree_map(cast, args), tree_map(cast, kwargs)
+            if not g.names:  # FSDP2 makes no parameter group, so no post-backward node, for a module without
+                return args, kwargs  # parameters of its own (the node would change how gradients are summed)
             return _register_post_backward(args, kwargs, lambda: self._post_backward(g))
         return hook
 
