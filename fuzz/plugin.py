@@ -2,7 +2,7 @@
 
 Loaded by the repository's ``conftest.py``.  Options (see DESIGN.md's contract):
 ``--fuzz-budget``, ``--shrink-budget``, ``--corpus-dir``, ``--world-sizes``,
-``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``.
+``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fuzz-report", metavar="PATH", default=None, help="write a JSON summary of the run here")
     g.addoption("--case-timeout", metavar="SECONDS", default=None,
                 help="per-case timeout (default: scaled with the case's steps and world size)")
+    g.addoption("--fuzz-max-cases", metavar="N", default=None,
+                help="stop each target after N cases whatever the budget says (with --fuzz-seed: the same run on "
+                     "any machine)")
 
 
 def _number(name: str, raw, cast=float, minimum=0):
@@ -63,6 +66,8 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
     seed = None if get("fuzz_seed") is None else _number("fuzz-seed", get("fuzz_seed"), int)
     timeout = None if get("case_timeout") is None else _number("case-timeout", get("case_timeout"),
                                                                  float, minimum=1)
+    max_cases = None if get("fuzz_max_cases") is None else _number("fuzz-max-cases", get("fuzz_max_cases"), int,
+                                                                   minimum=1)
     ws_raw = get("world_sizes")
     if ws_raw is None:
         world_sizes = DEFAULT_WORLD_SIZES
@@ -80,7 +85,7 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
     if corpus_raw and not corpus_dir.is_dir():
         raise pytest.UsageError(f"--corpus-dir: {corpus_raw!r} is not a directory")
     return FuzzOptions(budget_s=budget, shrink_budget_s=shrink, corpus_dir=corpus_dir, world_sizes=world_sizes,
-                       seed=seed, case_timeout_s=timeout)
+                       seed=seed, case_timeout_s=timeout, max_cases=max_cases)
 
 
 class FuzzSession:

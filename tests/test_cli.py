@@ -29,6 +29,7 @@ def pytest_run(*args, cwd=ROOT, timeout=300):
     ("--world-sizes=two", "--world-sizes"),
     ("--corpus-dir=/no/such/dir", "--corpus-dir"),
     ("--fuzz-seed=x", "--fuzz-seed"),
+    ("--fuzz-max-cases=0", "--fuzz-max-cases"),
 ])
 def test_bad_option_is_a_one_line_usage_error(tmp_path, option, needle):
     result = pytest_run("fuzz/test_fsdp2.py", option, f"--fuzz-report={tmp_path}/r.json")
@@ -114,6 +115,19 @@ def test_clean_fuzz_run_exits_zero_and_reports(tmp_path):
     assert data["cases_run"] >= 1 and data["failures"] == [] and data["fuzz_seed"] == 1
     assert set(data["verdicts"]) == {"pass"}
     assert data["targets"]["fsdp2"]["distinct_feature_combinations"] >= 1
+
+
+def test_a_seed_and_a_case_count_make_the_same_run_anywhere(tmp_path):
+    """The README's test command: a fixed seed and case count, whatever the budget, run the same cases."""
+    reports = []
+    for n in range(2):
+        report = tmp_path / f"report{n}.json"
+        result = pytest_run("fuzz/test_fsdp2.py", "--fuzz-budget=600", "--fuzz-seed=5", "--fuzz-max-cases=6",
+                            "--world-sizes=2", f"--corpus-dir={tmp_path}", f"--fuzz-report={report}")
+        assert result.returncode == 0, result.stdout[-2000:]
+        reports.append(json.loads(report.read_text()))
+    assert reports[0]["cases_run"] == reports[1]["cases_run"] == 6
+    assert reports[0]["targets"]["fsdp2"]["feature_counts"] == reports[1]["targets"]["fsdp2"]["feature_counts"]
 
 
 def test_hypothesis_observability_records_each_case_with_its_features(tmp_path):
