@@ -189,13 +189,21 @@ class FuzzOptions:
     hang_shrink_timeout_s: float = 5.0
 
 
+#: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
+#: (hill-climbing on :attr:`Verdict.closeness` from the round's closest case) halfway through the round; with
+#: an unbounded round it interleaves passes for as long as they improve the score, which on noisy closeness
+#: took over a 20-minute run (92% of its cases were neighbours of one world-size-3 case).  Rounds of this size,
+#: each with a fresh seed, keep near misses explored and the distribution what the strategies draw.
+ROUND_CASES = 250
+
+
 def hypothesis_settings() -> settings:
     """The current Hypothesis profile (its verbosity, ``report_multiple_bugs``, ...), opened up for budgeted
-    fuzzing."""
+    fuzzing in rounds of :data:`ROUND_CASES`."""
     parent = settings()
     return settings(
         parent,
-        max_examples=10**9,
+        max_examples=ROUND_CASES,
         deadline=None,
         database=None,
         derandomize=False,
@@ -217,10 +225,10 @@ class Fuzzer:
     def fuzz(self, name: str, strategy: st.SearchStrategy[Case], budget_s: float) -> TargetStats:
         """Fuzz one target for ``budget_s`` seconds of generation.
 
-        A round is one Hypothesis run: it draws cases until a failure is found (then shrinks it) or the
-        generation time is spent.  Under a profile with ``report_multiple_bugs`` (``soak``) a round that
-        found failures is followed by another with a fresh seed derived from the fuzz seed, until the
-        generation time is spent.  In later rounds a failing case counts as passing ("already found in this
+        A round is one Hypothesis run: it draws up to :data:`ROUND_CASES` cases until a failure is found (then
+        shrinks it) or the generation time is spent.  A round that drew all its cases is followed by another
+        with a fresh seed derived from the fuzz seed; so, under a profile with ``report_multiple_bugs``
+        (``soak``), is a round that found failures, until the generation time is spent.  In later rounds a failing case counts as passing ("already found in this
         run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has
         every feature that failure's case has beyond the simplest case's (its :func:`precondition`, never
         empty): the same bug seen again, under another tensor name or step.  So each round looks for, and
@@ -233,21 +241,23 @@ class Fuzzer:
         baseline = simplest_features(strategy) if again else frozenset()
         for number in itertools.count():
             seed = self.seed if number == 0 else random.Random(f"{self.seed}:{number}").randrange(2**32)
-            if number:
+            if number and found_before:
                 self.log(f"{name}: round {number + 1} (seed {seed}), {budget_s - stats.generate_seconds:.0f}s "
                          f"of generation left; failures already found count as passing")
-            failures = self._round(name, strategy, stats, cache, found_before, budget_s - stats.generate_seconds,
-                                   seed)
+            failures, exhausted = self._round(name, strategy, stats, cache, found_before,
+                                              budget_s - stats.generate_seconds, seed)
             found_before += [Found(precondition(f.case, baseline), f.verdict.bug_signature(), str(f.corpus_path))
                              for f in failures]
-            if not (failures and again and stats.generate_seconds < budget_s):
+            more = stats.generate_seconds < budget_s and not _reached(stats.cases, self.options.max_cases)
+            if not (more and ((failures and again) or exhausted)):
                 break
         self.log(stats.summary_line())
         return stats
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
-               found_before: list[Found], budget_s: float, seed: int) -> list[Failure]:
-        """One Hypothesis run; returns the failures it found and recorded."""
+               found_before: list[Found], budget_s: float, seed: int) -> tuple[list[Failure], bool]:
+        """One Hypothesis run; returns the failures it found and recorded, and whether it ended by drawing all
+        its cases."""
         opts = self.options
         start = time.monotonic()
         gen_deadline = start + budget_s
@@ -307,8 +317,10 @@ class Fuzzer:
         test = hypothesis_settings()(given(strategy)(prop))
         test = hypothesis_seed(seed)(test)
         failures: list[CaseFailed] = []
+        exhausted = False
         try:
             test()
+            exhausted = True
         except _BudgetSpent:
             pass
         except KeyboardInterrupt:
@@ -320,7 +332,8 @@ class Fuzzer:
             failures = _case_failures(e)
             if not failures:
                 raise
-        return self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed, failures)
+        return self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed,
+                            failures), exhausted
 
     def _judge(self, case: Case, timeout: float | None) -> Verdict:
         """Run and check a case; a failure that is a known torch bug passes with a note saying so."""
