@@ -28,7 +28,10 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   down to the rounding residue of cancelled elements, which Adam's ``eps`` term amplifies).  It grows with
   the steps exactly as far as this model and optimizer amplify rounding, so a model that amplifies a
   thousandfold per step is judged by its own noise, and a fault well beyond it is a finding at whatever
-  step it first shows.
+  step it first shows.  One perturbed run is one sample of that noise, and at some pass its effect on a
+  tensor can all but vanish by chance (a cancelled attention gradient 1e-9 in size, whose measured noise
+  dropped twentyfold for one step while the system's rounding did not): so the noise of a tensor, relative
+  to its scale, is pooled over passes, the largest seen for it in this and the earlier passes.
 - ``floor = FLOOR_ULPS * eps(dtype) * scale`` covers what the perturbation does not model (summation
   order in collectives, BLAS rounding at a buffer's alignment).  Rounding in a tensor built from sums of
   large terms is proportional to those terms, not to each (possibly cancelled) element, so ``scale`` is
@@ -95,6 +98,9 @@ class _Pass:
     sut: Trace
     noise: Trace | None
     tol: Tolerance
+    #: Per ``(what, tensor)``, the largest measured noise relative to the tensor's scale in this and earlier
+    #: passes (shared by every pass of one comparison).
+    pooled: dict
     closeness: float = 0.0
     loosest: tuple = (0.0, "")  # (allowed / scale, where)
 
@@ -114,6 +120,9 @@ class _Pass:
         measured = 0.0
         if noise is not None and noise.shape == ref.shape:
             measured = float(_difference(ref, noise).max()) if noise.size else 0.0
+            if scale > 0 and np.isfinite(measured):  # pooled over passes: the worst relative noise so far
+                relative = self.pooled[(what, tensor)] = max(self.pooled.get((what, tensor), 0.0), measured / scale)
+                measured = relative * scale
         allowed = self.tol.allowed(scale, measured)
         dev = float(diff.max()) if diff.size else 0.0
         ratio = dev / allowed if allowed > 0 else (0.0 if dev == 0 else float("inf"))
@@ -172,9 +181,9 @@ def compare(ref: Trace, sut: Trace, promise: Promise, tol: Tolerance, noise: Tra
                     detail=f"{name} rank {rank} ran {[pass_name(*p) for p in rt.passes]}, reference rank 0 "
                            f"{[pass_name(*p) for p in passes]}"))
     stop = _first_non_finite(ref)
-    closeness, loosest = 0.0, (0.0, "")
+    closeness, loosest, pooled = 0.0, (0.0, ""), {}
     for i in range(len(passes) if stop is None else stop):
-        p = _Pass(passes[i], i, ref, sut, noise, tol)
+        p = _Pass(passes[i], i, ref, sut, noise, tol, pooled)
         try:
             _compare_pass(p, promise)
         except _Mismatch as m:
