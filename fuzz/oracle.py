@@ -37,7 +37,9 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   large terms is proportional to those terms, not to each (possibly cancelled) element, so ``scale`` is
   the largest magnitude among the reference's tensors of the same module (a weight and its bias): the
   gradient of attention's key bias is analytically zero, and what FSDP2 and DDP compute for it is the
-  rounding residue of key gradients of the size of the key weight's.  ``dtype`` is the model's: the mixed-precision reference reproduces FSDP2's
+  rounding residue of key gradients of the size of the key weight's.  A module whose reference tensors
+  are all exactly zero (upstream of a LayerNorm over width 1 every gradient is analytically zero) takes the
+  largest scale of the pass: its residues follow the gradients flowing into it.  ``dtype`` is the model's: the mixed-precision reference reproduces FSDP2's
   low-precision arithmetic bit for bit (:mod:`fuzz.systems.mp_reference`), so a reduction done in bf16
   where the policy says fp32 (~1e-3 relative) is caught.
 - ``k`` and ``FLOOR_ULPS`` were chosen from measurement over clean cases (``python -m fuzz.calibrate``;
@@ -210,8 +212,9 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
         p.value("loss", f"loss[rank {rank}]", a.value, b.value, None if n is None else n.value)
     for what in KINDS:
         scales = module_scales(p.ref, p.i, what)
+        largest = max(scales.values(), default=0.0)
         for name in p.ref.names(p.i, what) + [n for n in p.sut.names(p.i, what) if n not in p.ref.names(p.i, what)]:
-            _compare_tensor(p, what, name, promise, scales.get(module_of(name), 0.0))
+            _compare_tensor(p, what, name, promise, scales.get(module_of(name), 0.0) or largest)
 
 
 def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: float) -> None:
@@ -260,7 +263,8 @@ def measure(ref: Trace, sut: Trace, noise: Trace):
         for name, what, a, b, n in rows:
             if a is None or b is None or n is None or not (a.value.shape == b.value.shape == n.value.shape):
                 continue
-            scale = max(_scale(a.value), scales.get(what, {}).get(module_of(name), 0.0))
+            groups = scales.get(what, {})
+            scale = max(_scale(a.value), groups.get(module_of(name), 0.0) or max(groups.values(), default=0.0))
             yield (at, what, name, float(_difference(a.value, b.value).max(initial=0.0)),
                    float(_difference(a.value, n.value).max(initial=0.0)), scale)
 
