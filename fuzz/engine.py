@@ -228,8 +228,8 @@ class Fuzzer:
         A round is one Hypothesis run: it draws up to :data:`ROUND_CASES` cases until a failure is found (then
         shrinks it) or the generation time is spent.  A round that drew all its cases is followed by another
         with a fresh seed derived from the fuzz seed; so, under a profile with ``report_multiple_bugs``
-        (``soak``), is a round that found failures, until the generation time is spent.  In later rounds a failing case counts as passing ("already found in this
-        run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has
+        (``soak``), is a round that found failures, until the generation time is spent.  In later rounds a
+        failing case counts as passing ("already found in this run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has
         every feature that failure's case has beyond the simplest case's (its :func:`precondition`, never
         empty): the same bug seen again, under another tensor name or step.  So each round looks for, and
         shrinks toward, a failure that needs something else.

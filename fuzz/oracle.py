@@ -157,6 +157,12 @@ def module_scales(trace: Trace, i: int, what: str) -> dict[str, float]:
     return out
 
 
+def scale_of(scales: dict[str, float], name: str) -> float:
+    """The scale of tensor ``name``: its module's, or for a module whose reference tensors are all zero the
+    largest module scale of the pass (see the module docstring)."""
+    return scales.get(module_of(name), 0.0) or max(scales.values(), default=0.0)
+
+
 def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``|a - b|`` elementwise, 0 where both are NaN or the same infinity, inf where only one is NaN."""
     with np.errstate(invalid="ignore", over="ignore"):
@@ -212,9 +218,8 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
         p.value("loss", f"loss[rank {rank}]", a.value, b.value, None if n is None else n.value)
     for what in KINDS:
         scales = module_scales(p.ref, p.i, what)
-        largest = max(scales.values(), default=0.0)
         for name in p.ref.names(p.i, what) + [n for n in p.sut.names(p.i, what) if n not in p.ref.names(p.i, what)]:
-            _compare_tensor(p, what, name, promise, scales.get(module_of(name), 0.0) or largest)
+            _compare_tensor(p, what, name, promise, scale_of(scales, name))
 
 
 def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: float) -> None:
@@ -263,8 +268,7 @@ def measure(ref: Trace, sut: Trace, noise: Trace):
         for name, what, a, b, n in rows:
             if a is None or b is None or n is None or not (a.value.shape == b.value.shape == n.value.shape):
                 continue
-            groups = scales.get(what, {})
-            scale = max(_scale(a.value), groups.get(module_of(name), 0.0) or max(groups.values(), default=0.0))
+            scale = max(_scale(a.value), scale_of(scales.get(what, {}), name))
             yield (at, what, name, float(_difference(a.value, b.value).max(initial=0.0)),
                    float(_difference(a.value, n.value).max(initial=0.0)), scale)
 
