@@ -1,8 +1,9 @@
 """Build what a case describes: the ``nn.Module`` and each rank's inputs.
 
 Every rank builds the same initial weights (seeded from ``case.seed``); inputs
-differ per rank and step (unless ``train.same_input``) and never depend on the
-global RNG, so the reference and the system under test see identical data.
+differ per data-parallel rank and step (unless ``train.same_input``: the ranks of
+one tensor-parallel group always share theirs) and never depend on the global
+RNG, so the reference and the system under test see identical data.
 """
 
 from __future__ import annotations
@@ -67,27 +68,31 @@ class Scale(nn.Module):
         return x * self.gain.to(x.dtype) * self.w.sum(0)
 
 
-#: Index of the current forward in the run (``step * microbatches + microbatch``), set by the trainer.
-_forward_index = 0
+class ForwardClock:
+    """Which forward of the run comes next (``step * microbatches + microbatch``): the trainer that owns a
+    model sets it before each forward, and the model's gates read it."""
 
+    def __init__(self):
+        self.index = 0
 
-def set_forward_index(step: int, micro: int, microbatches: int) -> None:
-    global _forward_index
-    _forward_index = step * microbatches + micro
+    def set(self, step: int, micro: int, microbatches: int) -> None:
+        self.index = step * microbatches + micro
 
 
 class Gate(nn.Module):
     """Runs its child only on forwards whose index is a multiple of ``period`` (the same on every rank), or with
-    ``rank`` set on those where ``index + rank`` is (control flow that differs per rank)."""
+    ``offset`` (the rank's data-parallel index) on those where ``index + offset`` is (control flow that
+    differs per rank)."""
 
-    def __init__(self, inner: nn.Module, period: int, rank: int = 0):
+    def __init__(self, inner: nn.Module, period: int, clock: ForwardClock, offset: int = 0):
         super().__init__()
         self.inner = inner
         self.period = period
-        self.rank = rank
+        self.clock = clock
+        self.offset = offset
 
     def forward(self, x):
-        return self.inner(x) if (_forward_index + self.rank) % self.period == 0 else x
+        return self.inner(x) if (self.clock.index + self.offset) % self.period == 0 else x
 
 
 class MLP(nn.Module):
@@ -123,11 +128,11 @@ class Attention(nn.Module):
 class Net(nn.Module):
     """The root: optional embedding ``inp``, the ``body`` tree, optional ``head``."""
 
-    def __init__(self, spec: ModelSpec, rank: int = 0):
+    def __init__(self, spec: ModelSpec, clock: ForwardClock, dp_index: int = 0):
         super().__init__()
         if spec.input == "embedding":
             self.inp = nn.Embedding(spec.vocab, spec.in_dim)
-        self.body = build_node(spec.body, spec.in_dim, rank)
+        self.body = build_node(spec.body, spec.in_dim, clock, dp_index)
         if spec.input == "embedding":
             out = spec.body.out_width(spec.in_dim)
             self.head = nn.Linear(out, spec.vocab, bias=not spec.tie_head)
@@ -147,7 +152,7 @@ class Net(nn.Module):
         return self.forward(x)
 
 
-def build_node(node: Node, width: int, rank: int = 0) -> nn.Module:
+def build_node(node: Node, width: int, clock: ForwardClock, dp_index: int = 0) -> nn.Module:
     k = node.kind
     if k == "linear":
         return nn.Linear(width, node.out, bias=node.bias)
@@ -165,7 +170,7 @@ def build_node(node: Node, width: int, rank: int = 0) -> nn.Module:
         return Attention(width, node.heads)
     mods = []
     for child in node.children:
-        mods.append(build_node(child, width, rank))
+        mods.append(build_node(child, width, clock, dp_index))
         width = child.out_width(width)
     if k == "seq":
         return nn.Sequential(*mods)
@@ -176,22 +181,23 @@ def build_node(node: Node, width: int, rank: int = 0) -> nn.Module:
     if k == "twice":
         return Twice(mods[0])
     if k == "gate":
-        return Gate(mods[0], node.period, rank if node.by_rank else 0)
+        return Gate(mods[0], node.period, clock, dp_index if node.by_rank else 0)
     raise ValueError(f"unknown node kind {k!r}")
 
 
-def build_model(case: Case, rank: int = 0) -> nn.Module:
-    """The initial model, identical on every rank for a given case (``rank`` only steers per-rank gates)."""
+def build_model(case: Case, rank: int = 0, clock: ForwardClock | None = None) -> nn.Module:
+    """The initial model, identical on every rank for a given case (``rank`` only steers per-rank gates, by
+    its data-parallel index); its gates read ``clock`` (a fresh one if not given)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seed)
-        model = Net(case.model, rank)
+        model = Net(case.model, clock or ForwardClock(), case.mesh.dp_index(rank))
     return model.to(DTYPES[case.train.dtype])
 
 
 def _generator(case: Case, rank: int, step: int, micro: int, salt: int) -> torch.Generator:
-    """A generator keyed by the case, the rank's data (all ranks alike under ``train.same_input``), the step,
-    the microbatch and what is drawn: independent of any global RNG state."""
-    data = 0 if case.train.same_input else rank + 1
+    """A generator keyed by the case, the rank's data (its data-parallel index; all ranks alike under
+    ``train.same_input``), the step, the microbatch and what is drawn: independent of any global RNG state."""
+    data = 0 if case.train.same_input else case.mesh.dp_index(rank) + 1
     key = case.seed * 1_000_003 + data * 7919 + step * 97 + micro + salt * 2**40
     return torch.Generator().manual_seed(key % 2**63)
 

@@ -1,6 +1,6 @@
 """The corpus: one readable JSON file per case, named by the case's content hash.
 
-``corpus/<system>/<case id>.json`` holds::
+``corpus/<family>/<case id>.json`` (a plug-in system under test: ``corpus/<system>/``) holds::
 
     {"corpus_format": 1, "id": ..., "expect": "fail" | "pass", "known_issue": ..., "note": ...,
      "verdict": {...}, "torch_version": ..., "parityfuzz_version": ..., "found": ISO date,
@@ -50,12 +50,13 @@ class Entry:
     note: str = ""
 
 
-def system_dir(case: Case) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", case.system)
+def case_dir(case: Case) -> str:
+    """The corpus folder of a case: its family's, or for a plug-in system under test that system's own."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", case.system or case.family)
 
 
 def entry_path(corpus_dir: Path | str, case: Case) -> Path:
-    return Path(corpus_dir) / system_dir(case) / f"{case.case_id()}.json"
+    return Path(corpus_dir) / case_dir(case) / f"{case.case_id()}.json"
 
 
 def write_atomic(path: Path, text: str) -> None:

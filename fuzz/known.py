@@ -28,19 +28,21 @@ class KnownBug:
     corpus_files: tuple[str, ...]
     applies: Callable[[Case], bool]
     signatures: tuple[str, ...]
+    #: The families whose cases it can explain (``applies`` reads their plans).
+    families: tuple[str, ...] = ("fsdp2",)
 
     def explains(self, case: Case, verdict: Verdict) -> bool:
-        return not verdict.ok and verdict.bug_signature() in self.signatures and self.applies(case)
+        return (not verdict.ok and case.family in self.families and verdict.bug_signature() in self.signatures
+                and self.applies(case))
 
 
 def _hsdp_deferred_all_reduce_with_gated_params(case: Case) -> bool:
-    return case.train.no_all_reduce and any(n.kind == "gate" for _, n in case.model.body.walk("body"))
+    return case.plan.no_all_reduce and any(n.kind == "gate" for _, n in case.model.body.walk("body"))
 
 
 def _mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
-    t = case.train
     gated = any(n.kind == "gate" for _, n in case.model.body.walk("body"))
-    return gated and case.mixed_precision() and t.microbatches > 1 and bool(t.no_sync)
+    return gated and case.mixed_precision() and case.train.microbatches > 1 and bool(case.plan.no_sync)
 
 
 def _unfrozen_after_no_grad_forward(case: Case) -> bool:
@@ -62,8 +64,8 @@ KNOWN_BUGS = (
     # whose post-backward then returns early and drops the held partial sum (silently missing gradient, or
     # under zero_grad(set_to_none=False) a zero one).
     KnownBug("fsdp2 HSDP set_requires_all_reduce(False) with a parameter unused on some microbatches",
-             ("corpus/fsdp2/914c660278fd8a93.json", "corpus/fsdp2/67543a90b0f9adfe.json",
-              "corpus/fsdp2/023ba768ad6930f1.json"),
+             ("corpus/fsdp2/fd48895422315b5c.json", "corpus/fsdp2/66d020aa003a434d.json",
+              "corpus/fsdp2/90fc80c58be38e3f.json"),
              _hsdp_deferred_all_reduce_with_gated_params,
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:foreach_reduce",
               "mismatch:missing_grad:grad",  # set_to_none=True: the gradient is missing
@@ -73,7 +75,7 @@ KNOWN_BUGS = (
     # gradients are not cast back (RuntimeError assigning .grad) or are reduced in the gradient's dtype instead
     # of the policy's reduce_dtype (silent).
     KnownBug("fsdp2 mixed precision after unfreezing a group frozen at its first forward (pytorch#186998)",
-             ("corpus/fsdp2/70ea3e3bbb0bd3b6.json", "corpus/fsdp2/d4621d78c7da2e18.json"),
+             ("corpus/fsdp2/49d6b2f2e5368ff5.json", "corpus/fsdp2/b9b6e8fdc983331b.json"),
              _mixed_precision_group_unfrozen_later,
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:foreach_reduce",
               "mismatch:value:grad")),
@@ -81,7 +83,7 @@ KNOWN_BUGS = (
     # the last (synced) microbatch brings a fresh gradient in param_dtype, and foreach_reduce asserts one dtype.
     KnownBug("fsdp2 accumulation with a parameter first used on the last microbatch, reduce_dtype != param_dtype "
              "(pytorch#196996)",
-             ("corpus/fsdp2/21a8181c1bd0e477.json",),
+             ("corpus/fsdp2/6f89a6ac47c9319c.json",),
              _mixed_precision_accumulation_with_gated_params,
              ("error:system:AssertionError:torch/distributed/fsdp/_fully_shard/_fsdp_common.py:_raise_assert_with_print",)),
     # FSDP2 assumes SPMD.  With control flow that differs per rank, set_reduce_scatter_unused_params evens out
@@ -91,8 +93,8 @@ KNOWN_BUGS = (
     # rank-dependent point.  Same-sized collectives pair up wrongly (silently wrong gradients, then wrong
     # parameters, losses, diverging replicas), others abort gloo or block.
     KnownBug("fsdp2 collectives in rank-dependent order with per-rank control flow and several FSDP groups",
-             ("corpus/fsdp2/6268cb4ce586c3a3.json", "corpus/fsdp2/8da921019ddc9b43.json",
-              "corpus/fsdp2/a184331efb64cb25.json"),
+             ("corpus/fsdp2/85611cfad69184c0.json", "corpus/fsdp2/1e066501f4bbfd71.json",
+              "corpus/fsdp2/ea401dffc87e4485.json"),
              _rank_flow_with_several_groups,
              tuple(f"mismatch:{check}:{what}" for check in ("value", "replica", "missing_grad", "extra_grad")
                    for what in ("grad", "param", "loss"))
@@ -102,7 +104,7 @@ KNOWN_BUGS = (
     # require a gradient until the group reshards: no gradient, or only the later microbatches' (the FSDP2
     # analogue of FSDP1's pytorch#105371).
     KnownBug("fsdp2 requires_grad set while a no_grad forward left the group unsharded is not seen",
-             ("corpus/fsdp2/316f749ecd90d22f.json", "corpus/fsdp2/55e90148d5899c15.json"),
+             ("corpus/fsdp2/0f0f8ba17c12f22c.json", "corpus/fsdp2/f5b6959abd91135c.json"),
              _unfrozen_after_no_grad_forward,
              ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss"))),
 )

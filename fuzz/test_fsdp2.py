@@ -7,4 +7,4 @@ from strategies import cases
 
 @pytest.mark.fuzz_target
 def test_fsdp2_matches_ddp(fuzz_session):
-    fuzz_session.run_target("fsdp2", lambda world_sizes: cases(world_sizes=world_sizes, system="fsdp2"))
+    fuzz_session.run_target("fsdp2", lambda world_sizes: cases(family="fsdp2", world_sizes=world_sizes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fuzz.build import batch_for, build_model, set_forward_index, target_for
+from fuzz.build import ForwardClock, batch_for, build_model, target_for
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
 from fuzz.trace import RankTrace, Rec, ShardInfo, module_of
@@ -79,8 +79,9 @@ def reset_rank_state(seed: int) -> None:
 
 
 def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
-    """The RNG seed of one forward: differs per rank, step and microbatch, equal across systems."""
-    return (case.seed * 1_000_003 + rank * 7919 + step * 97 + micro * 13 + 1) % 2**63
+    """The RNG seed of one forward: differs per data-parallel rank, step and microbatch, equal across systems
+    and across the ranks of a tensor-parallel group."""
+    return (case.seed * 1_000_003 + case.mesh.dp_index(rank) * 7919 + step * 97 + micro * 13 + 1) % 2**63
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
@@ -95,10 +96,11 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
     """
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
-    cls = resolve(case.system if role == "system" else case.reference)
+    cls = resolve(case.system_name() if role == "system" else case.reference_name())
     reset_rank_state(case.seed)
     system = cls(case, ctx, role)
-    model = build_model(case, ctx.rank)
+    clock = ForwardClock()
+    model = build_model(case, ctx.rank, clock)
     if role == "perturbed_reference":
         if case.train.to_float64:
             model = model.to(torch.float64)  # perturb what is trained, at its own precision
@@ -130,7 +132,7 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         system.zero_grad(step)
         losses = []
         for micro in range(n):
-            set_forward_index(step, micro, n)
+            clock.set(step, micro, n)
             torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
             with system.microbatch(micro, last=micro == n - 1):
                 losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
@@ -144,7 +146,7 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
                                            target_for(case, ctx.rank, step, ctx.device, n, path), path)
             finish_pass(step, f"non-root {path}", [loss])
         if case.train.eval:  # an evaluation forward between steps: its loss is compared, nothing is stepped
-            set_forward_index(step, 0, n)
+            clock.set(step, 0, n)
             loss = system.evaluate(batch_for(case, ctx.rank, step, ctx.device, n + 1),
                                    target_for(case, ctx.rank, step, ctx.device, n + 1))
             finish_pass(step, "eval", [loss], trains=False)

@@ -1,10 +1,10 @@
-"""Hypothesis strategies that generate parity cases (one module per concern)."""
+"""Hypothesis strategies that generate parity cases: generic parts (one module per concern) and one
+package per family (``strategies/<family>/``), reached through :func:`cases`."""
 
 from strategies.cases import cases
-from strategies.meshes import meshes, world_sizes
+from strategies.meshes import world_sizes
 from strategies.models import bodies, models
 from strategies.perturbation import delays
 from strategies.training import training
-from strategies.wrapping import plans
 
-__all__ = ["bodies", "cases", "delays", "meshes", "models", "plans", "training", "world_sizes"]
+__all__ = ["bodies", "cases", "delays", "models", "training", "world_sizes"]

@@ -1,70 +1,39 @@
-"""Whole parity cases, composed from the per-concern strategies."""
+"""Whole parity cases of any family: the entry point that checks its arguments and hands over to the
+family's strategy (one module per family under ``strategies/``)."""
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from fuzz import families
 from fuzz.case import Case
-from strategies.coins import RARE
-from strategies.meshes import meshes, world_sizes
-from strategies.models import models
-from strategies.perturbation import delays
-from strategies.precision import precision_policies
-from strategies.training import training
-from strategies.wrapping import plans
 
+def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "",
+          reference: str = "", max_depth: int = 2, max_steps: int = 10,
+          perturb: bool = True) -> st.SearchStrategy[Case]:
+    """Valid parity cases of ``family`` on ``world_sizes`` ranks.
 
-def cases(*, world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "fsdp2", reference: str = "ddp",
-          max_depth: int = 2, max_steps: int = 10, perturb: bool = True) -> st.SearchStrategy[Case]:
-    """Valid parity cases: ``system`` trained on ``world_sizes`` ranks against ``reference`` (the emulating
-    ``ddp_mp`` where a case uses mixed precision and the reference is ``ddp``).
+    ``system`` and ``reference`` override the family's (a plug-in or test-only faulty system as
+    ``module:attribute``); ``""`` keeps the family's own (its reference rule picks the emulating ``ddp_mp``
+    under mixed precision).  ``max_depth`` bounds the nesting of the model tree, ``max_steps`` the training
+    steps; ``perturb`` draws delays on random ranks of the system under test.
 
-    ``max_depth`` bounds the nesting of the model tree, ``max_steps`` the training steps; ``perturb`` draws
-    delays on random ranks of the system under test.
-
-    Examples from this strategy shrink towards world size 2, seed 0, a one-Linear model, only the root
-    wrapped, one step of default training and no mixed precision: each part shrinks in its own order (see
-    its module).
+    How cases shrink is the family strategy's to say (see its module).
     """
+    if family not in families.REGISTRY:
+        raise InvalidArgument(f"family={family!r} is not a registered family (known: "
+                              f"{', '.join(sorted(families.REGISTRY))})")
     if not world_sizes or any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in world_sizes):
         raise InvalidArgument(f"world_sizes={world_sizes!r} must be a non-empty tuple of positive ints")
     for name, value in (("system", system), ("reference", reference)):
-        if not isinstance(value, str) or not value:
-            raise InvalidArgument(f"{name}={value!r} must name a system")
+        if not isinstance(value, str):
+            raise InvalidArgument(f"{name}={value!r} must be a system name ('' for the family's)")
     if not isinstance(max_depth, int) or max_depth < 0:
         raise InvalidArgument(f"max_depth={max_depth!r} must be an int >= 0")
     if not isinstance(max_steps, int) or not 1 <= max_steps <= 50:
         raise InvalidArgument(f"max_steps={max_steps!r} must be an int in [1, 50]")
-    return _cases(tuple(world_sizes), system, reference, max_depth, max_steps, perturb)
-
-
-@st.composite
-def _cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-           perturb: bool) -> Case:
-    ws = draw(world_sizes(allowed))
-    mesh = draw(meshes(ws))
-    rank_flow = draw(RARE) and ws > 1  # control flow that differs per rank (in models with gates)
-    model = draw(models(max_depth, rank_period=ws if rank_flow else 0))
-    plan = draw(plans(model, mesh))
-    wrapped = tuple(w.path for w in plan.wraps)
-    train = draw(training(model, max_steps=max_steps, wrapped=wrapped, hsdp=len(mesh.shape) == 2,
-                          nonroot_pass=not plan.reduce_scatter_unused))
-    plan = draw(precision_policies(plan, model, train))
-    if any(w.mixed_precision() for w in plan.wraps) and train.to_float64:
-        train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
-    if reference == "ddp" and any(w.mixed_precision() for w in plan.wraps):
-        reference = "ddp_mp"  # plain DDP cannot model mixed precision
-    return Case(
-        seed=draw(st.integers(0, 2**16)),
-        world_size=ws,
-        model=model,
-        mesh=mesh,
-        plan=plan,
-        train=train,
-        delays=draw(delays(ws)) if perturb else (),
-        reference=reference,
-        system=system,
-    ).validate()
+    strategy = importlib.import_module(families.get(family).strategy).cases
+    return strategy(tuple(world_sizes), system, reference, max_depth, max_steps, perturb)

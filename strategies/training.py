@@ -9,17 +9,12 @@ float32 is judged by what it does to this very case.  The loss is a mean or a su
 loss divides the drawn learning rate by its number of terms, so SGD steps stay as stable as with a mean and
 training stays comparable up to the last step.
 
-Gradient accumulation: 1-3 microbatches per step; on the non-last ones gradient sync is turned off on all
-wrapped modules, only the root, a random subset or none; ``set_is_last_backward``,
-``set_reshard_after_backward`` and every wrapped module's ``unshard(async_op=True)`` first (1F1B) are drawn
-independently, and on HSDP meshes ``set_requires_all_reduce(False)`` on the non-last microbatches.  Rare
-coins also convert a float32 model to float64 after sharding, run the root through a registered forward
-method, and add to each step a second pass whose forward and backward run through only a wrapped non-root
-module.
+Gradient accumulation over 1-3 microbatches per step (what the parallel API does on the non-last ones is
+its family's draw).  Rare coins also convert a float32 model to float64 (``.to(torch.float64)``) and add to
+each step a second pass whose forward and backward run through only a non-root module the family offers.
 
 Shrinking: one step, SGD at lr 0.01 without momentum, weight decay or foreach, ``set_to_none=True``, batch
-1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, no accumulation controls, one
-parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass.
+1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass.
 """
 
 from __future__ import annotations
@@ -68,26 +63,16 @@ def _frozen(draw, model: ModelSpec, steps: int) -> tuple[Freeze, ...]:
 
 
 @st.composite
-def training(draw, model: ModelSpec, *, max_steps: int = 10, wrapped: tuple[str, ...] = ("",),
-             hsdp: bool = False, nonroot_pass: bool = True) -> TrainSpec:
-    """Training settings for ``model`` under a plan that wraps ``wrapped`` (paths; the root ``""`` always);
-    ``nonroot_pass=False`` rules the non-root pass out."""
+def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str, ...] = ()) -> TrainSpec:
+    """Training settings for ``model``; ``nonroot`` lists the modules a non-root pass may run through (the
+    family's choice; those without trainable parameters every forward uses are left out here)."""
     optimizer = draw(st.sampled_from(OPTIMIZERS))
     dtype = draw(st.sampled_from(("float64", "float32")))
     micro = draw(st.integers(1, 3))
-    mode = draw(st.sampled_from(("all", "root", "subset", "none")))
-    if mode == "all":
-        no_sync = tuple(wrapped)
-    elif mode == "root":
-        no_sync = ("",)
-    elif mode == "subset":
-        no_sync = tuple(p for p in wrapped if draw(st.booleans()))
-    else:
-        no_sync = ()
     steps = draw(st.integers(1, max_steps))
     frozen = draw(_frozen(model, steps))
     trainable = frozenset(f.path for f in frozen)
-    nonroot = tuple(p for p in wrapped if p and model.uses_params(p, trainable)) if nonroot_pass else ()
+    nonroot = tuple(p for p in nonroot if p and model.uses_params(p, trainable))
     momentum = draw(st.sampled_from((0.0, 0.9, 0.5)))
     clip = draw(st.sampled_from((1.0, 0.1)))
     lr = draw(st.sampled_from((0.01, 0.1, 0.001)))
@@ -106,14 +91,8 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, wrapped: tuple[str,
         dtype=dtype,
         same_input=draw(st.booleans()),
         microbatches=micro,
-        no_sync=no_sync if micro > 1 else (),
-        is_last_backward=draw(RARE),
-        reshard_after_backward=not draw(RARE),
-        unshard_first=draw(RARE),
         # Always drawn, applied where legal (keeps the choice sequence stable while other fields shrink).
         to_float64=draw(RARE) and dtype == "float32",
-        forward_method=draw(RARE),
-        no_all_reduce=draw(RARE) and hsdp and micro > 1,
         nonroot=draw(st.sampled_from(nonroot)) if draw(RARE) and nonroot else "",
         momentum=momentum if optimizer == "sgd" else 0.0,
         weight_decay=draw(st.sampled_from((0.0, 0.01, 0.1))),

@@ -215,8 +215,7 @@ class FirstMicrobatchGradDrop(FSDP2System):
         return super().microbatch(index, last)
 
     def forward_backward(self, batch, target, path=None):
-        t = self.case.train
-        if self._index == 0 and t.microbatches > 1 and t.no_sync:
+        if self._index == 0 and self.case.train.microbatches > 1 and self.case.plan.no_sync:
             loss = self.loss(self.model(batch), target)
             (loss * 0).backward()
             return loss.detach()

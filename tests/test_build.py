@@ -1,5 +1,7 @@
 """Every generated case builds: the module tree, the plan's paths and each rank's inputs."""
 
+import dataclasses
+
 import torch
 from hypothesis import given, settings
 
@@ -12,10 +14,7 @@ from tests.test_case import simple
 @settings(max_examples=40)
 @given(cases())
 def test_generated_cases_build_and_run_forward(case):
-    from fuzz.build import set_forward_index
-
-    set_forward_index(0, 0, 1)  # gates run their child on forward 0
-    model = build_model(case)
+    model = build_model(case)  # a fresh clock: gates run their child on forward 0
     paths = {name for name, _ in model.named_modules()}
     assert paths == {p for p, _ in case.model.module_paths()}
     for w in case.plan.wraps:
@@ -48,6 +47,10 @@ def test_build_does_not_touch_global_rng():
 def test_inputs_differ_per_rank_and_step_unless_same_input():
     case = simple(world_size=2, mesh=MeshSpec((2,)))
     assert not torch.equal(batch_for(case, 0, 0), batch_for(case, 1, 0))
+    # Keyed by the data-parallel index: ranks 2k and 2k+1 of a (dp_shard, tp) mesh form one tp group.
+    tp = dataclasses.replace(case, world_size=4, mesh=MeshSpec((2, 2), ("dp_shard", "tp")))
+    assert torch.equal(batch_for(tp, 2, 0), batch_for(tp, 3, 0)) and torch.equal(batch_for(tp, 1, 0), batch_for(case, 0, 0))
+    assert torch.equal(batch_for(tp, 2, 0), batch_for(case, 1, 0))
     assert not torch.equal(batch_for(case, 0, 0), batch_for(case, 0, 1))
     assert torch.equal(batch_for(case, 1, 3), batch_for(case, 1, 3))
     same = simple(train=case.train.__class__(same_input=True))
@@ -72,21 +75,21 @@ def test_twice_calls_its_child_twice():
 
 
 def test_gate_runs_its_child_on_every_period_th_forward():
-    from fuzz.build import set_forward_index
+    from fuzz.build import ForwardClock
 
     case = simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=4),
                                                              Node("gate", period=3, children=(Node("linear", out=4),))))))
-    model = build_model(case.validate())
+    clock = ForwardClock()
+    model = build_model(case.validate(), clock=clock)
     calls = []
     model.body[1].inner.register_forward_hook(lambda *a: calls.append(1))
     ran = []
     for step in range(3):
         for micro in range(2):
-            set_forward_index(step, micro, 2)
+            clock.set(step, micro, 2)
             before = len(calls)
             model(batch_for(case, 0, step, micro=micro))
             ran.append(len(calls) > before)
-    set_forward_index(0, 0, 1)
     assert ran == [True, False, False, True, False, False]  # forward indices 0..5, multiples of 3
 
 
@@ -98,15 +101,15 @@ def test_scale_has_a_constant_buffer_and_a_3d_parameter():
 
 
 def test_dropout_masks_match_under_checkpointing_and_a_lost_rng_state_is_caught(executor):
-    import dataclasses
 
-    from fuzz.case import Checkpoint, PlanSpec, TrainSpec, Wrap
+    from fuzz.case import TrainSpec
+    from fuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
     from fuzz.verify import check
 
     body = Node("seq", children=(Node("linear", out=8), Node("dropout", p=0.5), Node("linear", out=4)))
     for api in ("composable", "wrapper", "apply"):
         case = simple(model=ModelSpec(body=body), train=TrainSpec(steps=2, batch=4, microbatches=2),
-                      plan=PlanSpec(wraps=(Wrap("body"), Wrap("")), checkpoints=(Checkpoint("body", api=api),)))
+                      plan=FSDP2Plan(wraps=(Wrap("body"), Wrap("")), checkpoints=(Checkpoint("body", api=api),)))
         assert check(case.validate(), executor).ok, api
         lost = check(dataclasses.replace(case, system="tests.faults:CheckpointLosesRNG"), executor)
         assert lost.kind == "mismatch", api
@@ -118,11 +121,8 @@ def test_every_wrapped_module_takes_its_non_root_pass_input(case):
     """``batch_for(path=...)`` feeds a non-root pass what the module sees inside the model: a forward and
     backward through each wrapped submodule alone runs (mixed-precision cases need their policies' casts,
     run on the executor)."""
-    from fuzz.build import set_forward_index
-
     if case.mixed_precision():
         return
-    set_forward_index(0, 0, 1)
     model = build_model(case)
     if case.train.to_float64:
         model = model.to(torch.float64)

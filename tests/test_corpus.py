@@ -55,7 +55,7 @@ def _valid_doc(tmp_path):
     (lambda d: d.update(extra=1), "extra"),
     (lambda d: d.update(corpus_format=7), "corpus_format"),
     (lambda d: d.pop("case"), "case"),
-    (lambda d: d["case"].update(schema=2), "case.schema"),
+    (lambda d: d["case"].update(schema=3), "case.schema"),
     (lambda d: d["case"]["train"].update(optimizer="lion") if "train" in d["case"]
      else d["case"].update(train={"optimizer": "lion"}), "case.train.optimizer"),
     (lambda d: d["case"].update(colour="red"), "case.colour"),

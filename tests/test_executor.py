@@ -114,9 +114,9 @@ def test_unsharded_parameters_after_backward_break_the_invariant(executor):
 
 
 def test_unsharded_parameters_after_forward_break_the_invariant(executor):
-    from fuzz.case import PlanSpec, Wrap
+    from fuzz.families.fsdp2 import FSDP2Plan, Wrap
 
-    case = fault("NeverReshardsAfterForward", plan=PlanSpec(wraps=(Wrap("body"), Wrap(""))))
+    case = fault("NeverReshardsAfterForward", plan=FSDP2Plan(wraps=(Wrap("body"), Wrap(""))))
     verdict = check(case, executor, timeout_s=20)
     assert verdict.kind == "error" and "after forward" in verdict.describe()
     assert check(dataclasses.replace(case, system="fsdp2"), executor).ok

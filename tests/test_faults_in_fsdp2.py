@@ -9,7 +9,8 @@ import dataclasses
 
 import pytest
 
-from fuzz.case import MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
+from fuzz.families.fsdp2 import FSDP2Plan, Wrap
 from fuzz.verify import check
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
@@ -17,8 +18,8 @@ from tests.test_fuzz_loop import body_modules, fuzz
 MLP = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"), Node("linear", out=3))))
 ATTENTION = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("attention", heads=2),
                                                   Node("layernorm"), Node("linear", out=4))))
-HSDP = MeshSpec((2, 2), ("replicate", "shard"))
-BF16_FP32_REDUCE = PlanSpec(wraps=(Wrap("", param_dtype="bfloat16", reduce_dtype="float32"),))
+HSDP = MeshSpec((2, 2), ("dp_replicate", "dp_shard"))
+BF16_FP32_REDUCE = FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16", reduce_dtype="float32"),))
 
 def dim0s(case) -> list[int]:
     """The dim-0 size of every parameter of the case's model (what FSDP2 shards)."""
@@ -47,7 +48,7 @@ FAULTS = {
         lambda c: "has:attention" in c.features() and c.train.steps >= 4),
     "OutputLeftInBf16": (
         simple(model=MLP, reference="ddp_mp", train=TrainSpec(dtype="float32"),
-               plan=PlanSpec(wraps=(Wrap("", param_dtype="bfloat16", output_dtype="float32"),))), "dtype",
+               plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16", output_dtype="float32"),))), "dtype",
         lambda c: any(w.output_dtype == "float32" for w in c.plan.wraps)),
 }
 
@@ -80,7 +81,7 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault,
     assert shows(f.case), f.case.to_json(indent=1)
 
 
-BF16 = PlanSpec(wraps=(Wrap("", param_dtype="bfloat16"),))
+BF16 = FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),))
 
 
 @pytest.mark.parametrize("fault, model, train", [

@@ -6,7 +6,7 @@ from hypothesis import settings
 
 from fuzz import corpus, known
 from fuzz.case import ModelSpec, Node
-from fuzz.engine import Found, Fuzzer, FuzzOptions, _already_found, precondition, simplest_features
+from fuzz.engine import Found, Fuzzer, FuzzOptions, already_found, precondition, simplest_features
 from fuzz.verdict import Divergence, Verdict
 from fuzz.verify import check
 from strategies import cases
@@ -34,11 +34,11 @@ def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, 
 @pytest.mark.parametrize("fault, shows", [
     ("OddLinearGradDrop", lambda c: any(n.kind == "linear" and n.out % 2 for _, n in c.model.body.walk("body"))),
     ("TwiceGradDrop", lambda c: any(n.kind == "twice" for _, n in c.model.body.walk("body"))),
-    ("HSDPSkipsReplicaAllReduce", lambda c: c.mesh.names == ("replicate", "shard")),
+    ("HSDPSkipsReplicaAllReduce", lambda c: c.mesh.names == ("dp_replicate", "dp_shard")),
     ("CheckpointedGradDrop", lambda c: bool(c.plan.checkpoints)),
     ("PrefetchTargetGradDrop", lambda c: bool(c.plan.prefetch)),
     ("OffloadForgetsUpdate", lambda c: any(w.offload for w in c.plan.wraps)),
-    ("FirstMicrobatchGradDrop", lambda c: c.train.microbatches > 1 and bool(c.train.no_sync)),
+    ("FirstMicrobatchGradDrop", lambda c: c.train.microbatches > 1 and bool(c.plan.no_sync)),
     ("CheckpointLosesRNG", lambda c: bool(c.plan.checkpoints) and "has:dropout" in c.features()),
     ("GatedGradDrop", lambda c: "has:gate" in c.features()),
     ("BufferReset", lambda c: "has:scale" in c.features()),
@@ -156,11 +156,11 @@ def test_soak_masking_needs_the_same_kind_of_failure_and_a_non_empty_preconditio
     mismatch = Verdict("mismatch", Divergence(step=1, what="grad", tensor="body.0.w", max_abs=1, max_rel=1))
     case = simple(model=ModelSpec(body=Node("seq", children=(Node("scale", out=1),))))
     earlier = Found(frozenset({"has:scale"}), mismatch.bug_signature(), "corpus/x.json")
-    assert _already_found(case, mismatch, [earlier]).ok  # same kind, precondition met
+    assert already_found(case, mismatch, [earlier]).ok  # same kind, precondition met
     other = Verdict("mismatch", Divergence(step=1, what="grad", tensor="body.0.w", max_abs=1, max_rel=1,
                                            check="replica", ranks=(0, 1)))
-    assert not _already_found(case, other, [earlier]).ok  # another kind of failure in the same situation
+    assert not already_found(case, other, [earlier]).ok  # another kind of failure in the same situation
     anything = Found(frozenset(), mismatch.bug_signature(), "corpus/y.json")
-    assert not _already_found(case, mismatch, [anything]).ok  # an empty precondition masks nothing
+    assert not already_found(case, mismatch, [anything]).ok  # an empty precondition masks nothing
     elsewhere = Found(frozenset({"has:gate"}), mismatch.bug_signature(), "corpus/z.json")
-    assert not _already_found(case, mismatch, [elsewhere]).ok
+    assert not already_found(case, mismatch, [elsewhere]).ok

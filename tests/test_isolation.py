@@ -57,7 +57,7 @@ def test_mesh_layouts_in_any_order_in_one_pool(executor):
     """torch's own process-group bookkeeping must survive the restore (group names stay unique)."""
     from fuzz.case import MeshSpec
 
-    hsdp = ("replicate", "shard")
+    hsdp = ("dp_replicate", "dp_shard")
     layouts = [MeshSpec((1, 4), hsdp), MeshSpec((2, 2), hsdp), MeshSpec((4, 1), hsdp), MeshSpec((4,))]
     for mesh in layouts + layouts[::-1]:
         case = simple(world_size=4, mesh=mesh).validate()

@@ -7,7 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, PlanSpec, TrainSpec, Wrap
+from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from fuzz.families.fsdp2 import FSDP2Plan, Wrap
 from fuzz.dtypes import check_consistent, precision
 from fuzz.systems.mp_reference import divide_factors
 from fuzz.verify import check, traces
@@ -18,9 +19,10 @@ MLP_BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"), 
                                  Node("twice", children=(Node("linear", out=8),)), Node("linear", out=3)))
 
 
-def mp_case(wraps, ws=2, mesh=None, **train) -> Case:
+def mp_case(wraps, ws=2, mesh=None, no_sync=(), no_all_reduce=False, **train) -> Case:
     return simple(world_size=ws, mesh=mesh or MeshSpec((ws,)), model=ModelSpec(body=MLP_BODY),
-                  plan=PlanSpec(wraps=tuple(wraps)), reference="ddp_mp",
+                  plan=FSDP2Plan(wraps=tuple(wraps), no_sync=no_sync, no_all_reduce=no_all_reduce),
+                  reference="ddp_mp",
                   train=TrainSpec(dtype="float32", steps=3, lr=0.1, batch=2, seq_len=2, **train)).validate()
 
 
@@ -52,7 +54,7 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("ws, mesh", [(2, (2,)), (4, (4,)), (4, (2, 2))])
 def test_fsdp2_matches_the_emulation(executor, name, ws, mesh):
-    names = ("shard",) if len(mesh) == 1 else ("replicate", "shard")
+    names = ("dp_shard",) if len(mesh) == 1 else ("dp_replicate", "dp_shard")
     case = mp_case(CASES[name], ws=ws, mesh=MeshSpec(mesh, names))
     assert check(case, executor).ok
 
@@ -75,8 +77,8 @@ def assert_same_gradients_bit_for_bit(outcomes, steps: int) -> None:
 
 
 def test_emulation_without_a_policy_is_ddp(executor):
-    case = dataclasses.replace(simple(model=ModelSpec(body=MLP_BODY), train=TrainSpec(steps=2, microbatches=2,
-                                                                                      no_sync=("",))),
+    case = dataclasses.replace(simple(model=ModelSpec(body=MLP_BODY), train=TrainSpec(steps=2, microbatches=2),
+                                      plan=FSDP2Plan(no_sync=("",))),
                                reference="ddp_mp", system="ddp")
     assert check(case, executor).ok
 
@@ -84,7 +86,7 @@ def test_emulation_without_a_policy_is_ddp(executor):
 def test_low_precision_fault_is_caught_and_plain_policies_are_not_flagged(executor):
     case = mp_case(CASES["bf16 everywhere"])
     assert check(dataclasses.replace(case, system="tests.faults:LowPrecisionGradSummed"), executor).kind == "mismatch"
-    assert check(dataclasses.replace(case, plan=PlanSpec(wraps=(Wrap(""),)), reference="ddp",
+    assert check(dataclasses.replace(case, plan=FSDP2Plan(wraps=(Wrap(""),)), reference="ddp",
                                      system="tests.faults:LowPrecisionGradSummed"), executor).ok
 
 
@@ -110,7 +112,7 @@ def test_precision_is_the_least_precise_dtype():
 def test_generated_policies_keep_activation_dtypes_consistent(case):
     """A module computing in another dtype than its inputs arrive in casts them, and casts its outputs back."""
     if case.mixed_precision():
-        assert case.reference == "ddp_mp"
+        assert case.reference_name() == "ddp_mp"
         assert check_consistent(case) is None
 
 
@@ -131,5 +133,5 @@ def test_a_policy_that_leaves_a_layer_two_dtypes_is_refused(wraps, field):
 def test_reduce_scatter_only_microbatches_on_hsdp(executor):
     wraps = [Wrap("body.2", param_dtype="bfloat16", reduce_dtype="float16", output_dtype="float32"),
              Wrap("", param_dtype="float32", reduce_dtype="bfloat16")]
-    case = mp_case(wraps, ws=4, mesh=MeshSpec((2, 2), ("replicate", "shard")), microbatches=3, no_all_reduce=True)
+    case = mp_case(wraps, ws=4, mesh=MeshSpec((2, 2), ("dp_replicate", "dp_shard")), microbatches=3, no_all_reduce=True)
     assert_same_gradients_bit_for_bit(executor.run(case), steps=3)

@@ -1,7 +1,6 @@
 """Nothing a case or a signal does breaks the harness: hangs shrink fast, interrupts keep what was found,
 no rank outlives its driver, concurrent corpus writers lose nothing."""
 
-import json
 import multiprocessing as mp
 import os
 import signal

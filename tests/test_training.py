@@ -4,13 +4,14 @@ import dataclasses
 
 import pytest
 
-from fuzz.case import Freeze, MeshSpec, ModelSpec, Node, ParamGroup, PlanSpec, TrainSpec, Wrap
+from fuzz.case import Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
+from fuzz.families.fsdp2 import FSDP2Plan, Wrap
 from fuzz.verify import check
 from tests.test_case import simple
 
 BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="tanh"), Node("linear", out=5),
                              Node("layernorm"), Node("linear", out=4)))
-PLAN = PlanSpec(wraps=(Wrap("body.2"), Wrap("")))
+PLAN = FSDP2Plan(wraps=(Wrap("body.2"), Wrap("")), no_sync=("",))  # sync off on non-last microbatches
 GATED = Node("seq", children=(Node("linear", out=4), Node("gate", period=2, by_rank=True,
                                                            children=(Node("linear", out=4),)), Node("linear", out=4)))
 
@@ -20,7 +21,7 @@ CASES = {
     "AdamW in parameter groups, LinearLR": TrainSpec(steps=3, optimizer="adamw", scheduler="linear", groups=(
         ParamGroup(("body.2",), lr_scale=2.0, weight_decay=0.05), ParamGroup(("body.0",), lr_scale=0.1))),
     "frozen, then unfrozen at step 2": TrainSpec(steps=4, frozen=(Freeze("body.2", until=2), Freeze("body.0"))),
-    "evaluation forward after every step": TrainSpec(steps=3, eval=True, microbatches=2, no_sync=("",)),
+    "evaluation forward after every step": TrainSpec(steps=3, eval=True, microbatches=2),
     "Adam in float32": TrainSpec(steps=4, optimizer="adam", dtype="float32", lr=0.1),
 }
 
@@ -28,7 +29,7 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("mesh", [(2,), (2, 2)])
 def test_training_loop_dimensions_agree_on_fsdp2(executor, name, mesh):
-    names = ("shard",) if len(mesh) == 1 else ("replicate", "shard")
+    names = ("dp_shard",) if len(mesh) == 1 else ("dp_replicate", "dp_shard")
     ws = 2 if len(mesh) == 1 else 4
     case = simple(world_size=ws, mesh=MeshSpec(mesh, names), model=ModelSpec(body=BODY), plan=PLAN,
                   train=CASES[name]).validate()
@@ -50,12 +51,12 @@ def test_control_flow_that_differs_per_rank_trains_like_ddp(executor, ws, mesh, 
     """A child used on some ranks only: DDP with find_unused_parameters, FSDP2 with
     set_reduce_scatter_unused_params(True) (in mixed precision: the emulating reference includes the same
     zero gradients)."""
-    names = ("shard",) if len(mesh) == 1 else ("replicate", "shard")
+    names = ("dp_shard",) if len(mesh) == 1 else ("dp_replicate", "dp_shard")
     wraps = (Wrap("body.0", param_dtype=policy), Wrap("", param_dtype=policy))
     case = simple(world_size=ws, mesh=MeshSpec(mesh, names), model=ModelSpec(body=GATED),
-                  plan=PlanSpec(wraps=wraps, reduce_scatter_unused=True),
+                  plan=FSDP2Plan(wraps=wraps, reduce_scatter_unused=True),
                   train=TrainSpec(steps=3, dtype="float32" if policy else "float64", microbatches=2),
-                  reference="ddp_mp" if policy else "ddp").validate()
+                  ).validate()
     assert "rank_flow" in case.features()
     verdict = check(case, executor)
     assert verdict.ok, verdict.describe()

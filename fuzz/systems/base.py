@@ -160,8 +160,23 @@ class System:
             return F.cross_entropy(out.flatten(0, -2), target.flatten(), reduction=self.case.train.loss)
         return F.mse_loss(out, target.to(out.dtype), reduction=self.case.train.loss)
 
+    #: Whether the forward/backward running now is the last of its step (True outside :meth:`microbatch`:
+    #: a non-root or evaluation pass).
+    last = True
+
+    @contextlib.contextmanager
     def microbatch(self, index: int, last: bool):
-        """Context for one forward/backward of a step (gradient accumulation hooks in here)."""
+        """Context for one forward/backward of a step: :attr:`last` says, for its duration, whether it is the
+        step's last, and the system's :meth:`accumulation` context is entered."""
+        self.last = last
+        try:
+            with self.accumulation(index, last):
+                yield
+        finally:
+            self.last = True
+
+    def accumulation(self, index: int, last: bool):
+        """What the parallel API does around one microbatch (gradient accumulation hooks in here)."""
         return contextlib.nullcontext()
 
     def forward(self, batch: torch.Tensor, module: nn.Module | None = None) -> torch.Tensor:

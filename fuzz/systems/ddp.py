@@ -30,7 +30,7 @@ class DDPSystem(System):
     def inner(self) -> nn.Module:
         return self.model.module
 
-    def microbatch(self, index: int, last: bool):
+    def accumulation(self, index: int, last: bool):
         return contextlib.nullcontext() if last else self.model.no_sync()
 
     def forward_backward(self, batch, target, path=None):

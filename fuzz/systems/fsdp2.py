@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from fuzz.case import Checkpoint, Wrap
+from fuzz.families.fsdp2 import Checkpoint, Wrap
 from fuzz.systems.base import System, resolve
 
 
@@ -60,7 +60,6 @@ class InvariantViolation(AssertionError):
 
 class FSDP2System(System):
     name = "fsdp2"
-    _last = True
     converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
     checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every Checkpoint in the plan
 
@@ -89,7 +88,7 @@ class FSDP2System(System):
         self._ran: set[str] = set()  # wrapped modules whose forward ran in the current pass
         for w in plan.wraps:
             resolve(model, w.path).register_forward_pre_hook(lambda *_, path=w.path: self._ran.add(path))
-        if self.case.train.forward_method:
+        if plan.forward_method:
             from torch.distributed.fsdp import register_fsdp_forward_method
 
             register_fsdp_forward_method(model, "forward_alt")
@@ -102,13 +101,13 @@ class FSDP2System(System):
         else:
             if batch.device.type != "cpu":  # invariant (accelerator runs): the root moves inputs to its device
                 batch = batch.cpu()
-            out = self.model.forward_alt(batch) if self.case.train.forward_method else self.model(batch)
+            out = self.model.forward_alt(batch) if self.case.plan.forward_method else self.model(batch)
         self.check_resharded_after_forward()
         return out
 
     def forward_backward(self, batch, target, path=None):
         loss = super().forward_backward(batch, target, path)
-        if self._last:
+        if self.last:
             self.check_resharded("after the last backward of a step")
         return loss
 
@@ -139,19 +138,18 @@ class FSDP2System(System):
             raise InvariantViolation("after forward, parameters of modules with reshard_after_forward are not "
                                      f"registered as sharded DTensors: {', '.join(unsharded[:5])}")
 
-    def microbatch(self, index: int, last: bool):
-        self._last = last
-        t = self.case.train
-        if index == 0 and t.unshard_first:  # 1F1B, as PyTorch's test does it: every wrapped module's all-gather
+    def accumulation(self, index: int, last: bool):
+        plan = self.case.plan
+        if index == 0 and plan.unshard_first:  # 1F1B, as PyTorch's test does it: every wrapped module's all-gather
             # issued up front, the handles still pending when the forward starts (the forward waits for them)
             self._pending = [resolve(self.model, w.path).unshard(async_op=True) for w in self.case.plan.wraps]
-        if t.microbatches > 1:
-            for path in t.no_sync:
+        if self.case.train.microbatches > 1:
+            for path in plan.no_sync:
                 resolve(self.model, path).set_requires_gradient_sync(last, recurse=False)
-            if not t.reshard_after_backward:
+            if not plan.reshard_after_backward:
                 self.model.set_reshard_after_backward(last)
-        if t.no_all_reduce:
+        if plan.no_all_reduce:
             self.model.set_requires_all_reduce(last)
-        if t.is_last_backward:
+        if plan.is_last_backward:
             self.model.set_is_last_backward(last)
         return contextlib.nullcontext()

@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from fuzz.case import Wrap
+from fuzz.families.fsdp2 import Wrap
 from fuzz.systems.base import System, make_optimizer, make_scheduler, resolve
 from fuzz.systems.fsdp2 import dtype
 
@@ -104,8 +104,8 @@ class MixedPrecisionReference(System):
         model = model.to(self.ctx.device)
         master_dtype = next(model.parameters()).dtype
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-        self.shard_group = mesh.get_group("shard")
-        self.replicate_group = mesh.get_group("replicate") if "replicate" in self.case.mesh.names else None
+        self.shard_group = mesh.get_group("dp_shard")
+        self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
         self.groups = [_Group(w, master_dtype) for w in self.case.plan.wraps]
         by_path = {g.wrap.path: g for g in self.groups}
         compute: dict[int, nn.Parameter] = {}
@@ -129,7 +129,6 @@ class MixedPrecisionReference(System):
         self.model = model
         self.optim = make_optimizer(self.case.train, self.masters.items())
         self.scheduler = make_scheduler(self.case.train, self.optim)
-        self._last = True
         self._state: dict[int, str] = {}  # group -> "pre-backward" / "post-backward" in the current backward
 
     def _post_forward_hook(self, g: _Group):
@@ -169,10 +168,6 @@ class MixedPrecisionReference(System):
         for name in names:
             self.compute[name].requires_grad_(True)
 
-    def microbatch(self, index: int, last: bool):
-        self._last = last
-        return super().microbatch(index, last)
-
     def forward_backward(self, batch, target, path=None):
         self._state.clear()
         loss = super().forward_backward(batch, target, path)
@@ -185,8 +180,8 @@ class MixedPrecisionReference(System):
 
     def _post_backward(self, g: _Group) -> None:
         self._state[id(g)] = "post-backward"
-        t = self.case.train
-        sync = self._last or t.microbatches == 1 or g.wrap.path not in t.no_sync
+        plan = self.case.plan
+        sync = self.last or self.case.train.microbatches == 1 or g.wrap.path not in plan.no_sync
         acc = self.accumulated
         for name in g.names:
             p = self.compute[name]
@@ -200,7 +195,7 @@ class MixedPrecisionReference(System):
             return
         # With set_reduce_scatter_unused_params, FSDP2 reduces a zero gradient for every trainable parameter
         # that got none on this rank, so that every rank's reduce-scatter has the same layout.
-        unused = self.case.plan.reduce_scatter_unused
+        unused = plan.reduce_scatter_unused
         names = [n for n in g.names if n in acc or self.compute[n].grad is not None
                  or (unused and self.compute[n].requires_grad)]
         if not names:
@@ -209,7 +204,7 @@ class MixedPrecisionReference(System):
                  else torch.zeros_like(self.compute[n]) for n in names]
         for name in names:
             self.compute[name].grad = None
-        all_reduce = self._last or not t.no_all_reduce
+        all_reduce = self.last or not plan.no_all_reduce
         reduced = self._reduce(grads, g.reduce_dtype or grads[0].dtype, g, all_reduce)
         for name, piece in zip(names, reduced):
             master = self.masters[name]

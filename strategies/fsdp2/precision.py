@@ -24,13 +24,14 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import ModelSpec, PlanSpec, TrainSpec, Wrap
+from fuzz.case import ModelSpec, TrainSpec
+from fuzz.families.fsdp2 import FSDP2Plan, Wrap
 
 LOW = ("bfloat16", "float16", "float32")
 
 
 @st.composite
-def precision_policies(draw, plan: PlanSpec, model: ModelSpec, train: TrainSpec) -> PlanSpec:
+def precision_policies(draw, plan: FSDP2Plan, model: ModelSpec, train: TrainSpec) -> FSDP2Plan:
     """``plan`` with mixed-precision policies on its wraps (or unchanged: the first coin)."""
     if not draw(st.booleans()):
         return plan

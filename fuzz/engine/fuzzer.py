@@ -14,8 +14,8 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
 - Ctrl-C or SIGTERM during the run still records the smallest failure seen so
   far (marked as interrupted) before the interrupt propagates.
 
-Each verdict kind raises its own exception type, so Hypothesis keeps distinct
-kinds of failure apart (with ``report_multiple_bugs``) and shrinks each.
+What a run counts is :mod:`fuzz.engine.stats`; how soak rounds skip failures already found is
+:mod:`fuzz.engine.soak`; failures as exceptions and records are :mod:`fuzz.engine.outcomes`.
 """
 
 from __future__ import annotations
@@ -26,53 +26,23 @@ import threading
 import time
 import unittest
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from itertools import combinations
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-try:
-    BaseExceptionGroup
-except NameError:  # Python 3.10: the backport Hypothesis depends on
-    from exceptiongroup import BaseExceptionGroup
-
-from hypothesis import HealthCheck, Phase, Verbosity, event, find, given, settings, target
+from hypothesis import HealthCheck, Phase, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from fuzz import corpus
 from fuzz.case import Case
+from fuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
+from fuzz.engine.soak import Found, already_found, precondition, simplest_features
+from fuzz.engine.stats import TargetStats
 from fuzz.executor import Executor
 from fuzz.known import known_bug
 from fuzz.verdict import PASS, Verdict
 from fuzz.verify import check
-
-
-class CaseFailed(AssertionError):
-    """A case's verdict was not PASS."""
-
-    def __init__(self, case: Case, verdict: Verdict):
-        self.case, self.verdict = case, verdict
-        super().__init__(verdict.describe())
-
-
-class MismatchFound(CaseFailed):
-    pass
-
-
-class ErrorFound(CaseFailed):
-    pass
-
-
-class CrashFound(CaseFailed):
-    pass
-
-
-class HangFound(CaseFailed):
-    pass
-
-
-FAILURE_TYPES = {"mismatch": MismatchFound, "error": ErrorFound, "crash": CrashFound, "hang": HangFound}
 
 
 #: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer
@@ -83,93 +53,6 @@ interrupt_requested = threading.Event()
 
 class _BudgetSpent(unittest.SkipTest):
     """Stops generation; Hypothesis re-raises skips without shrinking."""
-
-
-@dataclass
-class Failure:
-    target: str
-    case: Case
-    verdict: Verdict
-    corpus_path: Path | None
-    cases_to_find: int
-    seconds_to_find: float
-    shrink_runs: int
-    shrink_seconds: float
-    duplicate_of: Path | None = None
-    known_issue: str | None = None
-    interrupted: bool = False
-
-    def to_dict(self) -> dict:
-        d = self.verdict.divergence
-        return {
-            "target": self.target,
-            "corpus_file": str(self.corpus_path) if self.corpus_path else None,
-            "case_id": self.case.case_id(),
-            "verdict_kind": self.verdict.kind,
-            "signature": self.verdict.signature(),
-            "bug_signature": self.verdict.bug_signature(),
-            "first_divergence": None if d is None else asdict(d),
-            "description": self.verdict.describe(),
-            "known_issue": self.known_issue,
-            "duplicate_of": str(self.duplicate_of) if self.duplicate_of else None,
-            "interrupted": self.interrupted,
-            "cases_to_find": self.cases_to_find,
-            "seconds_to_find": round(self.seconds_to_find, 2),
-            "shrink_runs": self.shrink_runs,
-            "shrink_seconds": round(self.shrink_seconds, 2),
-        }
-
-
-@dataclass
-class TargetStats:
-    name: str
-    cases: int = 0
-    verdicts: Counter = field(default_factory=Counter)
-    features: Counter = field(default_factory=Counter)
-    pairs: Counter = field(default_factory=Counter)
-    combinations: Counter = field(default_factory=Counter)
-    generate_seconds: float = 0.0
-    shrink_seconds: float = 0.0
-    shrink_runs: int = 0
-    failures: list[Failure] = field(default_factory=list)
-    #: Passing cases whose comparison was cut short, by reason.
-    notes: Counter = field(default_factory=Counter)
-
-    def count(self, case: Case, verdict: Verdict) -> None:
-        self.cases += 1
-        self.verdicts[verdict.kind] += 1
-        feats = case.features()
-        self.features.update(feats)
-        self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
-        self.combinations[feats] += 1
-
-    def shares(self) -> dict[str, float]:
-        """The share of cases per world size and mesh, with nothing sharded, and with CPU offload."""
-        if not self.cases:
-            return {}
-        keys = sorted(k for k in self.features if k.startswith(("ws=", "mesh="))) + ["unsharded", "offload"]
-        return {k: self.features[k] / self.cases for k in keys}
-
-    def summary_line(self) -> str:
-        verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
-        notes = "".join(f"; {n} cases: {reason}" for reason, n in self.notes.items())
-        return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
-                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking{notes}")
-
-    def to_dict(self) -> dict:
-        return {
-            "cases": self.cases,
-            "verdicts": dict(self.verdicts),
-            "generate_seconds": round(self.generate_seconds, 2),
-            "shrink_seconds": round(self.shrink_seconds, 2),
-            "shrink_runs": self.shrink_runs,
-            "cut_short": dict(self.notes),
-            "distinct_feature_combinations": len(self.combinations),
-            "shares": {k: round(v, 4) for k, v in self.shares().items()},
-            "feature_counts": dict(sorted(self.features.items())),
-            "pair_counts": dict(sorted(self.pairs.items())),
-            "failures": [f.to_dict() for f in self.failures],
-        }
 
 
 @dataclass
@@ -285,7 +168,7 @@ class Fuzzer:
                     timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
                 self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
                 began = time.monotonic()
-                verdict = _already_found(case, cache.setdefault(key, self._judge(case, timeout)), found_before)
+                verdict = already_found(case, cache.setdefault(key, self._judge(case, timeout)), found_before)
                 if verdict.ok:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
@@ -305,7 +188,7 @@ class Fuzzer:
                     phase = "shrinking" if found else f"{max(0.0, gen_deadline - last_progress[0]):.0f}s left"
                     self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
             else:  # cached: the verdict of an earlier round may be a failure found since
-                verdict = _already_found(case, verdict, found_before)
+                verdict = already_found(case, verdict, found_before)
             for tag in sorted(case.features()):
                 event(tag)
             event(f"verdict={verdict.kind}")
@@ -329,7 +212,7 @@ class Fuzzer:
             self.log(stats.summary_line() + " (interrupted)")
             raise
         except BaseException as e:  # noqa: BLE001 - sorted below
-            failures = _case_failures(e)
+            failures = case_failures(e)
             if not failures:
                 raise
         return self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed,
@@ -397,51 +280,3 @@ def _reached(count: int, limit: int | None) -> bool:
     return limit is not None and count >= limit
 
 
-def simplest_features(strategy: st.SearchStrategy[Case]) -> frozenset[str]:
-    """The features of the case every draw shrinks toward (world size 2, one Linear, defaults)."""
-    quiet = settings(database=None, deadline=None, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
-    return find(strategy, lambda case: True, settings=quiet).features()
-
-
-def precondition(case: Case, baseline: frozenset[str]) -> frozenset[str]:
-    """What a shrunk failing case has beyond the simplest case: the features its bug needs (as far as the
-    shrinker could tell)."""
-    return case.features() - baseline
-
-
-@dataclass(frozen=True)
-class Found:
-    """A failure found earlier in a soak run: what its shrunk case needs beyond the simplest case, what kind
-    of failure it is, and where it was written."""
-
-    precondition: frozenset[str]
-    bug_signature: str
-    corpus_file: str
-
-
-def _already_found(case: Case, verdict: Verdict, found_before: list[Found]) -> Verdict:
-    """A failure of the same kind as one found earlier in the run, in a case meeting that failure's (non-empty)
-    precondition, as a pass saying which."""
-    if verdict.ok:
-        return verdict
-    features = case.features()
-    signature = verdict.bug_signature()
-    for f in found_before:
-        if f.precondition and f.precondition <= features and f.bug_signature == signature:
-            return Verdict(PASS, note=f"already found in this run: {signature}, a case with "
-                                      f"{', '.join(sorted(f.precondition))} like {f.corpus_file}")
-    return verdict
-
-
-def _case_failures(e: BaseException) -> list[CaseFailed]:
-    if isinstance(e, CaseFailed):
-        return [e]
-    if isinstance(e, BaseExceptionGroup):
-        out = []
-        for sub in e.exceptions:
-            got = _case_failures(sub)
-            if not got:
-                return []
-            out.extend(got)
-        return out
-    return []

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import CHECKPOINT_APIS, Checkpoint, MeshSpec, ModelSpec, PlanSpec, Prefetch, Wrap
+from fuzz.case import MeshSpec, ModelSpec
+from fuzz.families.fsdp2 import CHECKPOINT_APIS, Checkpoint, FSDP2Plan, Prefetch, Wrap
 from strategies.coins import RARE
 
 
@@ -44,7 +45,7 @@ def wrappable_paths(model: ModelSpec) -> list[str]:
 
 
 @st.composite
-def plans(draw, model: ModelSpec, mesh: MeshSpec) -> PlanSpec:
+def plans(draw, model: ModelSpec, mesh: MeshSpec) -> FSDP2Plan:
     paths = wrappable_paths(model)
     # Checkpoints first: their picks are indices that survive the tree shrinking, the coins after them do not.
     all_paths = [path for path, _ in model.module_paths()]
@@ -53,7 +54,7 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> PlanSpec:
     for path in picked:
         api = draw(st.sampled_from(CHECKPOINT_APIS if path else ("composable",)))
         checkpoints.append(Checkpoint(path, api=api, before=not draw(st.booleans())))
-    choices = reshard_choices(mesh.shape[-1])
+    choices = reshard_choices(mesh.axis_size("dp_shard"))
     offload = draw(RARE)  # on a CPU close to a no-op: a case-level rare coin, then one per module
     wraps = [Wrap(p, draw(st.sampled_from(choices)), offload=draw(st.booleans()) and offload)
              for p in paths if draw(st.booleans())]
@@ -67,5 +68,5 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> PlanSpec:
             if forward or backward:
                 prefetch.append(Prefetch(path, forward=forward, backward=backward))
     rank_flow = any(node.kind == "gate" and node.by_rank for _, node in model.body.walk("body"))
-    return PlanSpec(wraps=tuple(wraps), checkpoints=tuple(checkpoints), prefetch=tuple(prefetch),
+    return FSDP2Plan(wraps=tuple(wraps), checkpoints=tuple(checkpoints), prefetch=tuple(prefetch),
                     reduce_scatter_unused=rank_flow)

@@ -1,0 +1,26 @@
+"""Parity cases as plain data (schema 2).
+
+- :mod:`fuzz.case.model`: the model tree;
+- :mod:`fuzz.case.mesh`: named N-D meshes and each rank's coordinates;
+- :mod:`fuzz.case.training`: the generic training spec and delays;
+- :mod:`fuzz.case.core`: the :class:`Case` (a family's plan as a tagged union), JSON and validation;
+- :mod:`fuzz.case.codec`: strict JSON and the upgrade of older schemas;
+- :mod:`fuzz.case.features`: the feature tags every case has.
+
+Family plans live with their family (:mod:`fuzz.families`).  This package imports neither torch nor
+hypothesis: cases are data, and the strategies, the builder and the executor are the only places that give
+them meaning.
+"""
+
+from fuzz.case.core import SCHEMA, Case, Plan
+from fuzz.case.errors import CaseError
+from fuzz.case.mesh import AXES, MeshSpec
+from fuzz.case.model import (ACTIVATIONS, CONTAINER_KINDS, LEAF_KINDS, LEAF_SUBMODULES, PARAM_KINDS, ModelSpec,
+                             Node, child_names, under)
+from fuzz.case.training import (DELAY_POINTS, DTYPES, LOSSES, OPTIMIZERS, SCHEDULERS, ZERO_GRAD_MODES, Delay,
+                                Freeze, ParamGroup, TrainSpec)
+
+__all__ = ["ACTIVATIONS", "AXES", "CONTAINER_KINDS", "DELAY_POINTS", "DTYPES", "LEAF_KINDS", "LEAF_SUBMODULES",
+           "LOSSES", "OPTIMIZERS", "PARAM_KINDS", "SCHEDULERS", "SCHEMA", "ZERO_GRAD_MODES", "Case", "CaseError",
+           "Delay", "Freeze", "MeshSpec", "ModelSpec", "Node", "ParamGroup", "Plan", "TrainSpec", "child_names",
+           "under"]

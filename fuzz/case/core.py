@@ -1,0 +1,126 @@
+"""The case: one parity run as plain data (schema 2).
+
+A :class:`Case` fully determines one run: the model tree, the named device mesh, the family's plan (a tagged
+union member), the generic training spec, the seed, the world size and the delays.  It round-trips through
+JSON with a ``schema`` version (schema 1 is upgraded on read) and :meth:`Case.validate` raises
+:class:`~fuzz.case.errors.CaseError` naming the offending field.  Which system runs it and which reference it
+is compared with follow from the family (:mod:`fuzz.families`), unless the case names them (plug-in and
+test-only faulty systems).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fuzz.case import codec
+from fuzz.case.errors import CaseError, check
+from fuzz.case.mesh import MeshSpec, validate_mesh
+from fuzz.case.model import ModelSpec, validate_model
+from fuzz.case.training import Delay, TrainSpec, validate_delays, validate_train
+
+SCHEMA = 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A family's plan: which modules get which parallel API, with which settings.  Each family subclasses
+    it (its ``family`` names it in JSON)."""
+
+    family: ClassVar[str] = ""
+
+    def mixed_precision(self) -> bool:
+        """Whether the plan computes, reduces or outputs in another dtype than the model's."""
+        return False
+
+
+@dataclass(frozen=True)
+class Case:
+    """One parity case: train the model under the family's system and under its reference, and compare.
+
+    ``system`` and ``reference`` (``""``: the family's) name registered systems or give an importable
+    ``module:attribute``.
+    """
+
+    seed: int
+    world_size: int
+    model: ModelSpec
+    mesh: MeshSpec
+    plan: Plan
+    train: TrainSpec = TrainSpec()
+    delays: tuple[Delay, ...] = ()
+    system: str = ""
+    reference: str = ""
+    schema: int = SCHEMA
+
+    @property
+    def family(self) -> str:
+        return self.plan.family
+
+    def system_name(self) -> str:
+        """The system under test: the case's own, or its family's."""
+        from fuzz import families
+
+        return self.system or families.get(self.family).system
+
+    def reference_name(self) -> str:
+        """The reference: the case's own, or the one its family's rule picks."""
+        from fuzz import families
+
+        return self.reference or families.get(self.family).reference(self)
+
+    # ---- JSON
+    def to_dict(self) -> dict:
+        return codec.to_jsonable(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Case:
+        if isinstance(data, dict) and data.get("schema") not in (1, SCHEMA):
+            raise CaseError("schema", f"unsupported schema {data.get('schema')!r} (this parityfuzz reads 1 "
+                            f"and {SCHEMA})")
+        return codec.from_jsonable(cls, codec.upgrade(data), "")
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CaseError("", f"not valid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    def case_id(self) -> str:
+        """Stable content hash (16 hex digits) of the canonical JSON."""
+        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    # ---- validation
+    def validate(self) -> Case:
+        """Raise :class:`CaseError` naming the first offending field; return self."""
+        from fuzz import families
+
+        check(self.schema == SCHEMA, "schema", f"must be {SCHEMA}")
+        check(0 <= self.seed < 2**32, "seed", f"must be in [0, 2**32), got {self.seed}")
+        check(self.world_size >= 1, "world_size", f"must be >= 1, got {self.world_size}")
+        family = families.get(self.family)
+        validate_model(self.model)
+        validate_mesh(self.mesh, self.world_size, family.meshes)
+        validate_train(self.train, self.model)
+        validate_delays(self.delays, self.world_size)
+        family.validate(self)
+        return self
+
+    def mixed_precision(self) -> bool:
+        return self.plan.mixed_precision()
+
+    def features(self) -> frozenset[str]:
+        """Feature tags of this case (for coverage counts and Hypothesis ``event()``): the generic ones and
+        its family's."""
+        from fuzz import families
+        from fuzz.case.features import generic_features
+
+        return frozenset(generic_features(self) | families.get(self.family).features(self))

@@ -1,0 +1,157 @@
+"""How a case trains, whatever the family: steps, optimizer and its groups, loss, dtype, microbatches, inputs,
+frozen parameters, evaluation passes; and the delays that perturb the system under test's timing.
+
+What a family's API adds to the loop (FSDP2's accumulation switches, say) lives in the family's plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuzz.case.errors import check
+from fuzz.case.model import ModelSpec, under
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+ZERO_GRAD_MODES = ("none", "zeros", "alternate")
+LOSSES = ("sum", "mean")
+#: LR schedulers stepped after every optimizer step: StepLR(step_size=2, gamma=0.5), LinearLR(1.0 -> 0.1).
+SCHEDULERS = ("", "step", "linear")
+DTYPES = ("float64", "float32")
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """An optimizer parameter group: the parameters of the modules at ``paths`` (and inside them), at
+    ``lr_scale`` times the case's learning rate, with their own weight decay."""
+
+    paths: tuple[str, ...]
+    lr_scale: float = 1.0
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """The parameters of the module at ``path`` (and inside it) get ``requires_grad=False`` before the
+    parallel API is applied, and ``requires_grad=True`` again at the start of step ``until`` (fine-tuning
+    schedules); ``until=0``: frozen for the whole run."""
+
+    path: str
+    until: int = 0
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Training loop settings.
+
+    ``zero_grad``: ``none`` = ``set_to_none=True`` every step, ``zeros`` =
+    ``set_to_none=False``, ``alternate`` = as PyTorch's tests do
+    (``set_to_none=(step % 2 == 0)``).  Inputs differ per data-parallel rank
+    unless ``same_input``.  ``to_float64``: ``.to(torch.float64)`` on a float32
+    model (after the parallel API where the family says so).  ``nonroot``: after
+    each step, a second one whose forward and backward run through only the
+    module at this path (fed inputs of the width and dtype it sees inside the
+    model); the family says which modules may take such a pass.
+    """
+
+    steps: int = 1
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    foreach: bool = False
+    zero_grad: str = "none"
+    batch: int = 1
+    seq_len: int = 1
+    loss: str = "sum"
+    dtype: str = "float64"
+    same_input: bool = False
+    microbatches: int = 1
+    to_float64: bool = False
+    nonroot: str = ""
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    groups: tuple[ParamGroup, ...] = ()
+    clip: float = 0.0
+    scheduler: str = ""
+    frozen: tuple[Freeze, ...] = ()
+    eval: bool = False
+
+    def group_of(self, param: str) -> int | None:
+        """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
+        whose paths hold its module), or None for the default group."""
+        module = param.rpartition(".")[0]
+        return next((i for i, g in enumerate(self.groups) if under(module, g.paths)), None)
+
+    def frozen_at(self, param: str, step: int) -> bool:
+        """Whether the parameter named ``param`` has ``requires_grad=False`` during ``step``."""
+        module = param.rpartition(".")[0]
+        return any(under(module, (f.path,)) and (f.until == 0 or step < f.until) for f in self.frozen)
+
+    def unfreezes_at(self, step: int) -> bool:
+        return any(f.until == step for f in self.frozen)
+
+    def frozen_paths(self) -> frozenset[str]:
+        return frozenset(f.path for f in self.frozen)
+
+
+DELAY_POINTS = ("all_gather", "reduce_scatter", "after_forward", "before_step")
+
+
+@dataclass(frozen=True)
+class Delay:
+    """``ms`` of sleep on ``rank`` in the system under test, at ``where`` (every time it is reached)."""
+
+    rank: int
+    where: str
+    ms: int = 5
+
+
+def validate_train(t: TrainSpec, model: ModelSpec) -> None:
+    check(1 <= t.steps <= 50, "train.steps", f"must be in [1, 50], got {t.steps}")
+    check(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {t.optimizer!r}")
+    check(0 < t.lr <= 1, "train.lr", f"must be in (0, 1], got {t.lr}")
+    check(t.zero_grad in ZERO_GRAD_MODES, "train.zero_grad", f"must be one of {ZERO_GRAD_MODES}, got {t.zero_grad!r}")
+    check(t.batch >= 1, "train.batch", f"must be >= 1, got {t.batch}")
+    check(t.seq_len >= 1, "train.seq_len", f"must be >= 1, got {t.seq_len}")
+    check(t.loss in LOSSES, "train.loss", f"must be one of {LOSSES}, got {t.loss!r}")
+    check(t.dtype in DTYPES, "train.dtype", f"must be one of {DTYPES}, got {t.dtype!r}")
+    check(1 <= t.microbatches <= 8, "train.microbatches", f"must be in [1, 8], got {t.microbatches}")
+    if t.to_float64:
+        check(t.dtype == "float32", "train.to_float64", "converts a float32 model: needs dtype 'float32'")
+    check(t.momentum == 0 or (0 < t.momentum < 1 and t.optimizer == "sgd"), "train.momentum",
+          f"must be 0, or in (0, 1) with sgd, got {t.momentum}")
+    check(0 <= t.weight_decay < 1, "train.weight_decay", f"must be in [0, 1), got {t.weight_decay}")
+    check(t.clip >= 0, "train.clip", f"must be >= 0 (0: no clipping), got {t.clip}")
+    check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")
+    paths = {p for p, _ in model.module_paths()}
+    owners = model.param_modules()
+    claimed: set[str] = set()
+    for i, g in enumerate(t.groups):
+        where = f"train.groups[{i}]"
+        check(bool(g.paths), f"{where}.paths", "must name at least one module")
+        for j, path in enumerate(g.paths):
+            check(path in paths and path != "", f"{where}.paths[{j}]", f"no non-root module at path {path!r}")
+        mine = {m for m in owners if under(m, g.paths)} - claimed
+        check(bool(mine), f"{where}.paths", "holds no parameter an earlier group does not take")
+        claimed |= mine
+        check(0 < g.lr_scale <= 10, f"{where}.lr_scale", f"must be in (0, 10], got {g.lr_scale}")
+        check(0 <= g.weight_decay < 1, f"{where}.weight_decay", f"must be in [0, 1), got {g.weight_decay}")
+    for i, f in enumerate(t.frozen):
+        where = f"train.frozen[{i}]"
+        check(f.path in paths and f.path != "", f"{where}.path", f"no non-root module at path {f.path!r}")
+        check(any(under(m, (f.path,)) for m in owners), f"{where}.path", f"{f.path!r} holds no parameter")
+        check(0 <= f.until < t.steps, f"{where}.until", f"must be in [0, steps={t.steps}), got {f.until}")
+    frozen = t.frozen_paths()
+    if frozen:
+        check(model.uses_params("", frozen), "train.frozen",
+              "leaves no trainable parameter that every forward uses (backward needs a graph)")
+    if t.nonroot:
+        check(t.nonroot in paths and t.nonroot != "", "train.nonroot", f"no non-root module at path {t.nonroot!r}")
+        check(model.uses_params(t.nonroot, frozen), "train.nonroot",
+              f"{t.nonroot!r} has no trainable parameters every forward uses: a backward through it alone "
+              "has no graph")
+
+
+def validate_delays(delays: tuple[Delay, ...], world_size: int) -> None:
+    for i, d in enumerate(delays):
+        check(0 <= d.rank < world_size, f"delays[{i}].rank", f"must be a rank < {world_size}, got {d.rank}")
+        check(d.where in DELAY_POINTS, f"delays[{i}].where", f"must be one of {DELAY_POINTS}, got {d.where!r}")
+        check(0 <= d.ms <= 1000, f"delays[{i}].ms", f"must be in [0, 1000], got {d.ms}")

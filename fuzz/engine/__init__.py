@@ -1,0 +1,11 @@
+"""The fuzz engine: budgeted Hypothesis rounds over a target's strategy (:mod:`.fuzzer`), what they count
+(:mod:`.stats`), how soak rounds treat failures already found (:mod:`.soak`), failures as exceptions and
+records (:mod:`.outcomes`)."""
+
+from fuzz.engine.fuzzer import Fuzzer, FuzzOptions, hypothesis_settings, interrupt_requested
+from fuzz.engine.outcomes import CaseFailed, Failure
+from fuzz.engine.soak import Found, already_found, precondition, simplest_features
+from fuzz.engine.stats import TargetStats
+
+__all__ = ["CaseFailed", "Failure", "Found", "FuzzOptions", "Fuzzer", "TargetStats", "already_found",
+           "hypothesis_settings", "interrupt_requested", "precondition", "simplest_features"]

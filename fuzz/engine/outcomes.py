@@ -1,0 +1,91 @@
+"""Failures as Hypothesis sees them (one exception type per verdict kind, so that with
+``report_multiple_bugs`` distinct kinds are kept apart and each shrunk) and as a run reports them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+try:
+    BaseExceptionGroup
+except NameError:  # Python 3.10: the backport Hypothesis depends on
+    from exceptiongroup import BaseExceptionGroup
+
+from fuzz.case import Case
+from fuzz.verdict import Verdict
+
+
+class CaseFailed(AssertionError):
+    """A case's verdict was not PASS."""
+
+    def __init__(self, case: Case, verdict: Verdict):
+        self.case, self.verdict = case, verdict
+        super().__init__(verdict.describe())
+
+
+class MismatchFound(CaseFailed):
+    pass
+
+
+class ErrorFound(CaseFailed):
+    pass
+
+
+class CrashFound(CaseFailed):
+    pass
+
+
+class HangFound(CaseFailed):
+    pass
+
+
+FAILURE_TYPES = {"mismatch": MismatchFound, "error": ErrorFound, "crash": CrashFound, "hang": HangFound}
+
+
+@dataclass
+class Failure:
+    target: str
+    case: Case
+    verdict: Verdict
+    corpus_path: Path | None
+    cases_to_find: int
+    seconds_to_find: float
+    shrink_runs: int
+    shrink_seconds: float
+    duplicate_of: Path | None = None
+    known_issue: str | None = None
+    interrupted: bool = False
+
+    def to_dict(self) -> dict:
+        d = self.verdict.divergence
+        return {
+            "target": self.target,
+            "corpus_file": str(self.corpus_path) if self.corpus_path else None,
+            "case_id": self.case.case_id(),
+            "verdict_kind": self.verdict.kind,
+            "signature": self.verdict.signature(),
+            "bug_signature": self.verdict.bug_signature(),
+            "first_divergence": None if d is None else asdict(d),
+            "description": self.verdict.describe(),
+            "known_issue": self.known_issue,
+            "duplicate_of": str(self.duplicate_of) if self.duplicate_of else None,
+            "interrupted": self.interrupted,
+            "cases_to_find": self.cases_to_find,
+            "seconds_to_find": round(self.seconds_to_find, 2),
+            "shrink_runs": self.shrink_runs,
+            "shrink_seconds": round(self.shrink_seconds, 2),
+        }
+
+
+def case_failures(e: BaseException) -> list[CaseFailed]:
+    if isinstance(e, CaseFailed):
+        return [e]
+    if isinstance(e, BaseExceptionGroup):
+        out = []
+        for sub in e.exceptions:
+            got = case_failures(sub)
+            if not got:
+                return []
+            out.extend(got)
+        return out
+    return []

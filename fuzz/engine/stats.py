@@ -1,0 +1,65 @@
+"""What a target's run counts: cases, verdicts, feature and pairwise coverage, shares, time, failures."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from fuzz.case import Case
+from fuzz.engine.outcomes import Failure
+from fuzz.verdict import Verdict
+
+
+@dataclass
+class TargetStats:
+    name: str
+    cases: int = 0
+    verdicts: Counter = field(default_factory=Counter)
+    features: Counter = field(default_factory=Counter)
+    pairs: Counter = field(default_factory=Counter)
+    combinations: Counter = field(default_factory=Counter)
+    generate_seconds: float = 0.0
+    shrink_seconds: float = 0.0
+    shrink_runs: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    #: Passing cases whose comparison was cut short, by reason.
+    notes: Counter = field(default_factory=Counter)
+
+    def count(self, case: Case, verdict: Verdict) -> None:
+        self.cases += 1
+        self.verdicts[verdict.kind] += 1
+        feats = case.features()
+        self.features.update(feats)
+        self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
+        self.combinations[feats] += 1
+
+    def shares(self) -> dict[str, float]:
+        """The share of cases per world size and mesh, with nothing sharded, and with CPU offload."""
+        if not self.cases:
+            return {}
+        keys = sorted(k for k in self.features if k.startswith(("ws=", "mesh="))) + ["unsharded", "offload"]
+        return {k: self.features[k] / self.cases for k in keys}
+
+    def summary_line(self) -> str:
+        verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
+        notes = "".join(f"; {n} cases: {reason}" for reason, n in self.notes.items())
+        return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
+                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking{notes}")
+
+    def to_dict(self) -> dict:
+        return {
+            "cases": self.cases,
+            "verdicts": dict(self.verdicts),
+            "generate_seconds": round(self.generate_seconds, 2),
+            "shrink_seconds": round(self.shrink_seconds, 2),
+            "shrink_runs": self.shrink_runs,
+            "cut_short": dict(self.notes),
+            "distinct_feature_combinations": len(self.combinations),
+            "shares": {k: round(v, 4) for k, v in self.shares().items()},
+            "feature_counts": dict(sorted(self.features.items())),
+            "pair_counts": dict(sorted(self.pairs.items())),
+            "failures": [f.to_dict() for f in self.failures],
+        }
+
+

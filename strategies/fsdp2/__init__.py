@@ -1,0 +1,55 @@
+"""Cases of the ``fsdp2`` family: ``fully_shard`` plans on 1-D and HSDP meshes, trained against DDP (the
+emulating reference under mixed precision).
+
+Drawn in this order: world size, mesh (:mod:`.meshes`), the rare per-rank control-flow coin, the model, the
+wrap plan (:mod:`.wrapping`), the generic training spec, the accumulation switches (:mod:`.accumulation`),
+mixed-precision policies (:mod:`.precision`), the seed and delays.  Each part shrinks in its own order (see
+its module): toward world size 2, a one-Linear model, only the root wrapped, one step of default training and
+no mixed precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from fuzz.case import Case
+from strategies.coins import RARE
+from strategies.fsdp2.accumulation import accumulation
+from strategies.fsdp2.meshes import meshes
+from strategies.fsdp2.precision import precision_policies
+from strategies.fsdp2.wrapping import plans
+from strategies.meshes import world_sizes
+from strategies.models import models
+from strategies.perturbation import delays
+from strategies.training import training
+
+
+@st.composite
+def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
+          perturb: bool) -> Case:
+    ws = draw(world_sizes(allowed))
+    mesh = draw(meshes(ws))
+    rank_flow = draw(RARE) and ws > 1  # control flow that differs per rank (in models with gates)
+    model = draw(models(max_depth, rank_period=ws if rank_flow else 0))
+    plan = draw(plans(model, mesh))
+    # A non-root pass runs through a wrapped module; not with per-rank gates (set_reduce_scatter_unused_params
+    # would zero every group's gradients in it).
+    nonroot = () if plan.reduce_scatter_unused else tuple(w.path for w in plan.wraps if w.path)
+    train = draw(training(model, max_steps=max_steps, nonroot=nonroot))
+    plan = draw(accumulation(plan, train, mesh))
+    plan = draw(precision_policies(plan, model, train))
+    if plan.mixed_precision() and train.to_float64:
+        train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
+    return Case(
+        seed=draw(st.integers(0, 2**16)),
+        world_size=ws,
+        model=model,
+        mesh=mesh,
+        plan=plan,
+        train=train,
+        delays=draw(delays(ws)) if perturb else (),
+        system=system,
+        reference=reference,
+    ).validate()
