@@ -47,7 +47,8 @@ def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, 
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     system = f"tests.faults:{fault}"
-    stats = fuzz(executor, tmp_path, system)
+    # CheckpointLosesRNG's draw (a norm before the dropout) takes the shrinker ~230 runs to drop to 3 modules.
+    stats = fuzz(executor, tmp_path, system, max_shrink_runs=300 if fault == "CheckpointLosesRNG" else 150)
     assert len(stats.failures) == 1
     f = stats.failures[0]
     print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, "

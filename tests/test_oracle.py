@@ -86,7 +86,7 @@ def test_measured_noise_widens_the_tolerance_by_k_and_no_more():
 def test_noise_is_pooled_over_passes_relative_to_scale():
     """One perturbed run is one sample of the noise: where its effect on a tensor all but vanishes at a later
     step, the tensor keeps the worst relative noise seen for it so far (a false alarm the 20-minute run met,
-    corpus/fsdp2/5a719a718bed8c4d.json: a cancelled attention gradient).  A deviation far beyond the pooled noise still fails."""
+    corpus/fsdp2/f32c506e24dde0c3.json: a cancelled attention gradient).  A deviation far beyond the pooled noise still fails."""
     ref, noise = trace(grad=(1.0, 2.0)), trace(grad=(1.0, 2.0))
     set_value(noise, "grad", 0, None, 1, 2.0 + 2e-9)  # step 0: noise 2e-9 at scale 2 (1e-9 relative)
     sut = trace(grad=(1.0, 2.0))
