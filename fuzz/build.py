@@ -115,14 +115,16 @@ class Attention(nn.Module):
 
     def forward(self, x):
         b, s, w = x.shape
-        h, d = self.heads, w // self.heads
+        d = w // self.heads
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        h = q.shape[-1] // d  # the heads this rank holds: all of them, or its share under tensor parallelism
 
         def split(t):
             return t.view(b, s, h, d).transpose(1, 2)
 
-        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        q, k, v = split(q), split(k), split(v)
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1)
-        return self.o((att @ v).transpose(1, 2).reshape(b, s, w))
+        return self.o((att @ v).transpose(1, 2).reshape(b, s, h * d))
 
 
 class Net(nn.Module):
@@ -160,6 +162,8 @@ def build_node(node: Node, width: int, clock: ForwardClock, dp_index: int = 0) -
         return _ACTS[node.fn]()
     if k == "layernorm":
         return nn.LayerNorm(width)
+    if k == "rmsnorm":
+        return nn.RMSNorm(width)
     if k == "dropout":
         return nn.Dropout(node.p)
     if k == "scale":

@@ -46,7 +46,7 @@ def dtype_class(case: Case) -> str:
 def run(n: int, world_sizes: tuple[int, ...], seed: int, log=print) -> dict:
     from fuzz.executor import Executor
     from fuzz.oracle import measure
-    from fuzz.verify import traces, verdict_from_outcomes
+    from fuzz.verify import tolerance, traces, verdict_from_outcomes
 
     cases = generate(n, world_sizes, seed)
     rows, findings, failed = [], [], 0
@@ -64,7 +64,7 @@ def run(n: int, world_sizes: tuple[int, ...], seed: int, log=print) -> dict:
                 findings.append((case, verdict))
             eps = dtypes.EPS[dtypes.model_dtype(case)]
             for at, what, name, dev, measured, scale in measure(traces(outcomes, "reference"),
-                                                               traces(outcomes, "system"), noise):
+                                                               traces(outcomes, "system"), noise, tolerance(case)):
                 rows.append({"case": number, "id": case.case_id(), "clean": verdict.ok, "class": dtype_class(case),
                              "step": at[0], "phase": at[1],
                              "what": what, "tensor": name, "dev": dev, "noise": measured, "scale": scale,

@@ -35,12 +35,14 @@ def model_dtype(case: Case) -> str:
 
 
 def _wrap(case: Case, path: str):
-    return next(w for w in case.plan.wraps if w.path == path)
+    """The wrap at ``path``, or None (nothing is wrapped under tensor parallelism alone)."""
+    return next((w for w in case.plan.wraps if w.path == path), None)
 
 
 def compute_dtype(case: Case, wrapped: str) -> str:
     """The dtype the wrapped module at ``wrapped`` computes in."""
-    return _wrap(case, wrapped).param_dtype or model_dtype(case)
+    w = _wrap(case, wrapped)
+    return (w.param_dtype if w else "") or model_dtype(case)
 
 
 def activation_dtype(case: Case, path: str) -> str:
@@ -53,7 +55,8 @@ def activation_dtype(case: Case, path: str) -> str:
 
 def output_dtype(case: Case, wrapped: str) -> str:
     """The dtype of the output of the wrapped module at ``wrapped`` (the root: ``""``)."""
-    return _wrap(case, wrapped).output_dtype or compute_dtype(case, wrapped)
+    w = _wrap(case, wrapped)
+    return (w.output_dtype if w else "") or compute_dtype(case, wrapped)
 
 
 def pass_output_dtype(case: Case, phase: str) -> str:

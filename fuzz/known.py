@@ -53,6 +53,25 @@ def _rank_flow_with_several_groups(case: Case) -> bool:
     return case.plan.reduce_scatter_unused and len(case.plan.wraps) > 1
 
 
+def _clipping_a_partly_tensor_parallel_fsdp2_model(case: Case) -> bool:
+    """Gradients on two meshes: FSDP2 over some tensor-parallel modules and some plain ones."""
+    parallel = {p.path for p in case.plan.tp}
+    return (case.train.clip > 0 and bool(case.plan.wraps) and bool(parallel)
+            and any(m not in parallel for m in case.model.param_modules()))
+
+
+def _fsdp2_over_an_empty_tensor_parallel_shard(case: Case) -> bool:
+    """FSDP2 over a parallelized module whose split dimension is smaller than tp (some tp rank holds nothing)."""
+    tp = case.mesh.axis_size("tp")
+
+    def split(p) -> int:
+        if p.path == "inp":
+            return case.model.vocab
+        return case.model.output_width(p.path) if p.style == "colwise" else case.model.input_width(p.path) or 0
+
+    return bool(case.plan.wraps) and any(p.style != "sequence" and split(p) < tp for p in case.plan.tp)
+
+
 def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
     return case.mixed_precision() and any(f.until for f in case.train.frozen)
 
@@ -69,7 +88,8 @@ KNOWN_BUGS = (
              _hsdp_deferred_all_reduce_with_gated_params,
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:foreach_reduce",
               "mismatch:missing_grad:grad",  # set_to_none=True: the gradient is missing
-              "mismatch:value:grad")),  # set_to_none=False: the gradient stays the zeros zero_grad left
+              "mismatch:value:grad"),  # set_to_none=False: the gradient stays the zeros zero_grad left
+             families=("fsdp2", "fsdp2_tp")),
     # FSDPParamGroup._init_mp_dtypes (at the first forward) takes _orig_dtype and _reduce_dtype from trainable
     # parameters only: a group frozen at its first forward keeps None for both, so after unfreezing its reduced
     # gradients are not cast back (RuntimeError assigning .grad) or are reduced in the gradient's dtype instead
@@ -106,7 +126,23 @@ KNOWN_BUGS = (
     KnownBug("fsdp2 requires_grad set while a no_grad forward left the group unsharded is not seen",
              ("corpus/fsdp2/0f0f8ba17c12f22c.json", "corpus/fsdp2/f5b6959abd91135c.json"),
              _unfrozen_after_no_grad_forward,
-             ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss"))),
+             ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
+             families=("fsdp2", "fsdp2_tp")),
+    # clip_grad_norm_ stacks the per-parameter norms; under FSDP2 a partly tensor-parallel model has 2-D
+    # (dp, tp) and 1-D (dp) gradient DTensors, and DTensor will not stack operands from different meshes.
+    KnownBug("clip_grad_norm_ on gradients from different device meshes (pytorch#180346)",
+             ("corpus/fsdp2_tp/565a691de898bf38.json",),
+             _clipping_a_partly_tensor_parallel_fsdp2_model,
+             ("error:system:RuntimeError:torch/distributed/tensor/_dispatch.py:_propagate_op_sharding_dispatch_slow_path",),
+             families=("fsdp2_tp",)),
+    # A tensor-parallel parameter with an empty local shard (its split dimension below tp) under fully_shard:
+    # the reduce-scatter's _chunk_cat refuses the empty gradient on the ranks holding it; the others block.
+    KnownBug("fsdp2 reduce-scatter of an empty tensor-parallel shard",
+             ("corpus/fsdp2_tp/23d7069e16d673a5.json",),
+             _fsdp2_over_an_empty_tensor_parallel_shard,
+             ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:chunk_cat",
+              "hang"),
+             families=("fsdp2_tp",)),
 )
 
 

@@ -14,6 +14,8 @@ def _leaf(node: Node, width: int) -> str:
         return node.fn.upper() if node.fn == "gelu" else node.fn.capitalize()
     if k == "layernorm":
         return f"LayerNorm({width})"
+    if k == "rmsnorm":
+        return f"RMSNorm({width})"
     if k == "mlp":
         return f"MLP({width} -> {node.hidden} -> {width})"
     if k == "attention":

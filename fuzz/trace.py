@@ -121,6 +121,9 @@ class RankTrace:
     losses: list[Rec] = field(default_factory=list)
     grads: list[Tensors] = field(default_factory=list)
     params: list[Tensors] = field(default_factory=list)
+    #: Per pass, the collectives its forwards and backwards issued, ``{op: count}``
+    #: (:class:`fuzz.collectives.CollectiveCounter`), for systems that count them; empty otherwise.
+    collectives: list[dict] = field(default_factory=list)
 
     def tensors(self, what: str) -> list[Tensors]:
         return {"grad": self.grads, "param": self.params}[what]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
 from fuzz.build import ForwardClock, batch_for, build_model, target_for
+from fuzz.collectives import CollectiveCounter
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
 from fuzz.trace import RankTrace, Rec, ShardInfo, module_of
@@ -71,6 +74,11 @@ def perturb_gradients(named_params, seed: int, ulps: float = 2.0) -> None:
             grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * scales[module_of(name)].to(grad.dtype))
 
 
+def _counts(comms: CollectiveCounter | None) -> dict:
+    """``{op name: count}`` (empty where nothing was counted)."""
+    return {} if comms is None else dict(sorted(comms.counts.items()))
+
+
 def reset_rank_state(seed: int) -> None:
     """Every system starts from the same process state."""
     torch.manual_seed(seed)
@@ -124,6 +132,10 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         if record:
             trace.params.append(_record({**system.parameters(), **system.buffers()}) if trains else {})
 
+    def counting():
+        """Count the collectives of a pass's forwards and backwards, where the system asks for it."""
+        return CollectiveCounter() if system.count_collectives else contextlib.nullcontext(None)
+
     n = case.train.microbatches
     for step in range(case.train.steps):
         if step and case.train.unfreezes_at(step):
@@ -131,23 +143,29 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
                              if case.train.frozen_at(name, step - 1) and not case.train.frozen_at(name, step)})
         system.zero_grad(step)
         losses = []
-        for micro in range(n):
-            clock.set(step, micro, n)
-            torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
-            with system.microbatch(micro, last=micro == n - 1):
-                losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
-                                                      target_for(case, ctx.rank, step, ctx.device, micro)))
+        with counting() as comms:
+            for micro in range(n):
+                clock.set(step, micro, n)
+                torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
+                with system.microbatch(micro, last=micro == n - 1):
+                    losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
+                                                          target_for(case, ctx.rank, step, ctx.device, micro)))
+        trace.collectives.append(_counts(comms))
         finish_pass(step, "", losses)
         if case.train.nonroot:  # a second pass, through only a non-root module (as after a root step)
             path = case.train.nonroot
             system.zero_grad(step)
             torch.manual_seed(forward_seed(case, ctx.rank, step, n))
-            loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path),
-                                           target_for(case, ctx.rank, step, ctx.device, n, path), path)
+            with counting() as comms:
+                loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path),
+                                               target_for(case, ctx.rank, step, ctx.device, n, path), path)
+            trace.collectives.append(_counts(comms))
             finish_pass(step, f"non-root {path}", [loss])
         if case.train.eval:  # an evaluation forward between steps: its loss is compared, nothing is stepped
             clock.set(step, 0, n)
-            loss = system.evaluate(batch_for(case, ctx.rank, step, ctx.device, n + 1),
-                                   target_for(case, ctx.rank, step, ctx.device, n + 1))
+            with counting() as comms:
+                loss = system.evaluate(batch_for(case, ctx.rank, step, ctx.device, n + 1),
+                                       target_for(case, ctx.rank, step, ctx.device, n + 1))
+            trace.collectives.append(_counts(comms))
             finish_pass(step, "eval", [loss], trains=False)
     return trace

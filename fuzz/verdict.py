@@ -19,6 +19,7 @@ CHECKS = {
     "shape": "shapes differ",
     "missing": "a tensor is missing",
     "passes": "the passes of training differ",
+    "collectives": "ranks issued different collectives",
 }
 
 
@@ -32,7 +33,7 @@ class Divergence:
     """The first place the system under test left the reference."""
 
     step: int
-    what: str  # "loss", "grad" or "param"
+    what: str  # "loss", "grad", "param" or "collectives"
     tensor: str  # parameter name, or "loss[rank r]"
     max_abs: float
     max_rel: float

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fuzz import dtypes
-from fuzz.case import Case
+from fuzz.case import LEAF_SUBMODULES, Case
 from fuzz.executor import Executor, RankOutcome
 from fuzz.oracle import Tolerance, compare
 from fuzz.trace import Trace
@@ -35,7 +35,9 @@ def failure_verdict(outcomes: list[RankOutcome]) -> Verdict | None:
 
 def tolerance(case: Case) -> Tolerance:
     """The case's tolerance: noise-derived, floored at the rounding of the model's dtype (``fuzz.oracle``)."""
-    return Tolerance(dtypes.model_dtype(case))
+    groups = tuple((f"{path}.{sub}", path) for path, node in case.model.body.walk("body")
+                   for sub in LEAF_SUBMODULES.get(node.kind, ()))
+    return Tolerance(dtypes.model_dtype(case), scale_groups=groups)
 
 
 def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace | None = None) -> Verdict:

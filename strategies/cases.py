@@ -10,6 +10,7 @@ from hypothesis.errors import InvalidArgument
 
 from fuzz import families
 from fuzz.case import Case
+from strategies.perturbation import delays
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,
@@ -37,3 +38,11 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = (1, 2, 4), sy
         raise InvalidArgument(f"max_steps={max_steps!r} must be an int in [1, 50]")
     strategy = importlib.import_module(families.get(family).strategy).cases
     return strategy(tuple(world_sizes), system, reference, max_depth, max_steps, perturb)
+
+
+def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool) -> Case:
+    """The case a family strategy drew the parts of: its seed and delays drawn last (they shrink first to 0
+    and none), validated."""
+    return Case(seed=draw(st.integers(0, 2**16)), world_size=world_size, model=model, mesh=mesh, plan=plan,
+                train=train, delays=draw(delays(world_size)) if perturb else (), system=system,
+                reference=reference).validate()

@@ -14,6 +14,7 @@ import torch.nn as nn
 
 from fuzz.build import Twice
 from fuzz.systems.fsdp2 import FSDP2System
+from fuzz.systems.fsdp2_tp import FSDP2TPSystem
 
 
 class _GradDropper(FSDP2System):
@@ -324,8 +325,9 @@ def _wrap_foreach_reduce(change) -> None:
     _fsdp_param_group.foreach_reduce = foreach_reduce
 
 
-class _InsideFSDP2(FSDP2System):
-    """Injects a fault into FSDP2's internals before the system under test is set up."""
+class _Injected:
+    """Injects a fault inside torch (:meth:`inject`) before the system under test is set up; the rank's
+    isolation snapshot undoes it after the case."""
 
     def inject(self) -> None:
         raise NotImplementedError
@@ -333,6 +335,10 @@ class _InsideFSDP2(FSDP2System):
     def setup(self, model):
         self.inject()
         super().setup(model)
+
+
+class _InsideFSDP2(_Injected, FSDP2System):
+    """A fault inside FSDP2's internals."""
 
 
 class ReplicaNotAllReduced(_InsideFSDP2):
@@ -421,3 +427,93 @@ class OutputLeftInBf16(_InsideFSDP2):
             return original(state, output)
 
         FSDPState._cast_output_dtype = _cast_output_dtype
+
+
+# --------------------------------------------------------------------------- faults inside tensor parallelism
+
+
+class _InsideTP(_Injected, FSDP2TPSystem):
+    """A fault inside torch's tensor-parallel styles (or FSDP2's handling of them)."""
+
+
+def _partial_taken_as_reduced(grad):
+    """A gradient DTensor whose Partial (pending sum over tp) placements are relabelled Replicate: each rank
+    keeps its own partial sum, as if the reduction had happened."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if not isinstance(grad, DTensor) or not any(p.is_partial() for p in grad.placements):
+        return grad
+    placements = [Replicate() if p.is_partial() else p for p in grad.placements]
+    return DTensor.from_local(grad.to_local(), grad.device_mesh, placements, run_check=False,
+                              shape=grad.shape, stride=grad.stride())
+
+
+class SequenceParallelGradNotReduced(_InsideTP):
+    """The gradient of a sequence-parallel norm's parameters (replicated over tp, computed from each rank's
+    sequence shard) misses its sum over tp: with FSDP2 where FSDP2 redistributes it before its
+    reduce-scatter, under TP alone where it is accumulated."""
+
+    def inject(self):
+        from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+        from torch.distributed.tensor.parallel import SequenceParallel
+
+        inner = FSDPParam._get_grad_inner_tensor
+        FSDPParam._get_grad_inner_tensor = lambda self_, grad: inner(self_, _partial_taken_as_reduced(grad))
+        replicate = SequenceParallel._replicate_module_fn
+
+        def replicate_with_hook(self_, name, module, device_mesh):
+            replicate(self_, name, module, device_mesh)
+            for p in module.parameters():
+                p.register_hook(_partial_taken_as_reduced)
+
+        SequenceParallel._replicate_module_fn = replicate_with_hook
+
+
+class RowwiseOutputNotReduced(_InsideTP):
+    """A rowwise module's output (a partial sum on each tp rank) is taken as reduced: all-reduce or
+    reduce-scatter skipped."""
+
+    def inject(self):
+        from torch.distributed.tensor.parallel import RowwiseParallel
+
+        def prepare_output(output_layouts, use_local_output, mod, outputs, device_mesh):
+            outputs = _partial_taken_as_reduced(outputs)
+            if outputs.placements != output_layouts:  # Replicate -> Shard(1): a local chunk, no collective
+                outputs = outputs.redistribute(placements=output_layouts)
+            return outputs.to_local() if use_local_output else outputs
+
+        RowwiseParallel._prepare_output_fn = staticmethod(prepare_output)
+
+
+class ColwiseShardsInputDim(_InsideTP):
+    """ColwiseParallel shards a Linear's weight on dim 1 (its input features) instead of dim 0."""
+
+    def inject(self):
+        from torch.distributed.tensor import Shard, distribute_tensor
+        from torch.distributed.tensor.parallel import ColwiseParallel
+
+        def partition(self_, name, module, device_mesh):
+            for p_name, param in module.named_parameters():
+                dim = 1 if p_name == "weight" else 0
+                module.register_parameter(p_name, nn.Parameter(distribute_tensor(param, device_mesh, [Shard(dim)])))
+
+        ColwiseParallel._partition_linear_fn = partition
+
+
+class ExtraCollectiveOnRankZero(FSDP2TPSystem):
+    """Rank 0 all-reduces its loss over a group of its own after every forward (a collective the other ranks
+    do not issue; it cannot block them)."""
+
+    def setup(self, model):
+        import torch.distributed as dist
+
+        self.own_group = dist.new_group([0])  # every rank takes part in creating it
+        super().setup(model)
+
+    def forward(self, batch, module=None):
+        import torch.distributed as dist
+
+        out = super().forward(batch, module)
+        if self.ctx.rank == 0:
+            dist.all_reduce(torch.zeros(1), group=self.own_group)
+        return out

@@ -300,3 +300,21 @@ def test_a_module_whose_reference_is_all_zero_takes_the_pass_scale():
     assert compare(two_modules(0.0), two_modules(6e-17), PROMISE, TOL).ok  # 32 ulps of 0.3 allowed
     v = compare(two_modules(0.0), two_modules(1e-13), PROMISE, TOL)
     assert v.kind == "mismatch" and v.divergence.tensor == "z.bias"
+
+
+def test_linears_inside_a_block_share_the_blocks_scale():
+    """The analytically-zero gradient of attention's key bias is a rounding residue of the block's terms: with
+    the block as its scale group, a residue of a few ulps of the block's largest gradient passes, and it is
+    judged against the key weight alone otherwise (tensor parallelism showed 100 ulps of that)."""
+    def block(kb: float) -> Trace:
+        tensors = {"blk.k.weight": Rec("float64", np.array([1e-3])), "blk.k.bias": Rec("float64", np.array([kb])),
+                   "blk.o.weight": Rec("float64", np.array([1.0]))}
+        return Trace([RankTrace(passes=[(0, "")], losses=[Rec("float64", np.array(1.0))], grads=[dict(tensors)],
+                                params=[dict(tensors)]) for _ in range(2)])
+
+    residue = 10 * EPS["float64"]  # 10 ulps of the block's scale, 1e4 ulps of the key weight's
+    grouped = Tolerance("float64", k=10, floor_ulps=32, scale_groups=(("blk.k", "blk"), ("blk.o", "blk")))
+    assert compare(block(0.0), block(residue), PROMISE, grouped).ok
+    v = compare(block(0.0), block(residue), PROMISE, TOL)
+    assert v.kind == "mismatch" and v.divergence.tensor == "blk.k.bias"
+    assert compare(block(0.0), block(100 * residue), PROMISE, grouped).kind == "mismatch"  # 1000 ulps: no

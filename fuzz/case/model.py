@@ -11,7 +11,7 @@ from typing import Iterator
 from fuzz.case.errors import check as _check
 
 #: Leaf kinds and the widths they need.  Containers hold ``children``.
-LEAF_KINDS = ("linear", "act", "layernorm", "mlp", "attention", "dropout", "scale")
+LEAF_KINDS = ("linear", "act", "layernorm", "rmsnorm", "mlp", "attention", "dropout", "scale")
 CONTAINER_KINDS = ("seq", "block", "residual", "twice", "gate")
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu")
 
@@ -25,7 +25,7 @@ class Node:
 
     - ``linear``: ``out`` features, ``bias``.
     - ``act``: ``fn``, one of :data:`ACTIVATIONS`.
-    - ``layernorm``: nothing (normalises the incoming width).
+    - ``layernorm``, ``rmsnorm``: nothing (normalise the incoming width).
     - ``mlp``: ``hidden`` width of a Linear-GELU-Linear block (width-preserving).
     - ``attention``: ``heads`` of a small self-attention block (width-preserving;
       the incoming width must be divisible by ``heads``).
@@ -73,7 +73,7 @@ class Node:
 
     def has_params(self) -> bool:
         """Whether some parameter is used on every forward (a gate's child is not)."""
-        if self.kind in ("linear", "layernorm", "mlp", "attention", "scale"):
+        if self.kind in ("linear", "layernorm", "rmsnorm", "mlp", "attention", "scale"):
             return True
         return self.kind != "gate" and any(child.has_params() for child in self.children)
 
@@ -100,7 +100,7 @@ def child_names(node: Node) -> list[str]:
 #: Submodule names inside the leaf blocks the builder creates.
 LEAF_SUBMODULES = {"mlp": ("fc1", "fc2"), "attention": ("q", "k", "v", "o")}
 #: Module kinds (as ``ModelSpec.module_paths`` names them) that hold parameters of their own.
-PARAM_KINDS = ("linear", "layernorm", "scale", "embedding")
+PARAM_KINDS = ("linear", "layernorm", "rmsnorm", "scale", "embedding")
 
 
 def under(path: str, prefixes) -> bool:
@@ -112,7 +112,7 @@ def _trains(node: Node, path: str, frozen) -> bool:
     """Whether a forward of ``node`` always uses a parameter outside the ``frozen`` module paths."""
     if under(path, frozen):
         return False
-    if node.kind in ("linear", "layernorm", "scale"):
+    if node.kind in ("linear", "layernorm", "rmsnorm", "scale"):
         return True
     if node.kind in LEAF_SUBMODULES:
         return any(not under(f"{path}.{sub}", frozen) for sub in LEAF_SUBMODULES[node.kind])
@@ -245,3 +245,13 @@ def _validate_node(node: Node, width: int, where: str) -> int:
         out = _validate_node(node.children[0], width, f"{where}.children[0]")
         _check(out == width, f"{where}.children[0]", f"a {k} child must keep the width {width}, it gives {out}")
     return width
+
+
+def check_paths(paths, kinds: dict, where: str, verb: str) -> None:
+    """Each of ``paths`` (the ``path`` of the entries of a plan list at ``where``) names a module of the model,
+    and none twice (``verb``: what the plan does to it, for the message)."""
+    seen = set()
+    for i, path in enumerate(paths):
+        _check(path in kinds, f"{where}[{i}].path", f"no module at path {path!r}")
+        _check(path not in seen, f"{where}[{i}].path", f"module {path!r} is {verb} twice")
+        seen.add(path)

@@ -20,9 +20,11 @@ _FSDP2 = "torch.distributed.fsdp._fully_shard"
 PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
              "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
              f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param")
-#: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals).
+#: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles).
+_TP = "torch.distributed.tensor.parallel.style"
 PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),
-                     (f"{_FSDP2}._fsdp_param_group", "FSDPParamGroup"), (f"{_FSDP2}._fsdp_param", "FSDPParam"))
+                     (f"{_FSDP2}._fsdp_param_group", "FSDPParamGroup"), (f"{_FSDP2}._fsdp_param", "FSDPParam"),
+                     (_TP, "ColwiseParallel"), (_TP, "RowwiseParallel"), (_TP, "SequenceParallel"))
 
 
 def _class(module: str, name: str) -> type:

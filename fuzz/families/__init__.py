@@ -16,6 +16,7 @@ from typing import Callable
 #: Family name -> its module in this package.
 REGISTRY = {
     "fsdp2": "fuzz.families.fsdp2",
+    "fsdp2_tp": "fuzz.families.fsdp2_tp",
 }
 
 

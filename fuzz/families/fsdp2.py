@@ -14,6 +14,7 @@ from typing import Union
 from fuzz import dtypes
 from fuzz.case.core import Case, Plan
 from fuzz.case.errors import CaseError, check
+from fuzz.case.model import check_paths
 from fuzz.dtypes import MP_DTYPES
 from fuzz.families import Family
 
@@ -138,12 +139,9 @@ def validate(case: Case) -> None:
             check(w.path not in ("inp", "head"), f"{where}.path",
                   "tied embedding/head weights must stay in one group: do not wrap 'inp' or 'head' alone")
     check("" in seen, "plan.wraps", "the root ('') must be wrapped")
-    checkpointed = set()
+    check_paths([c.path for c in plan.checkpoints], kinds, "plan.checkpoints", "checkpointed")
     for i, c in enumerate(plan.checkpoints):
         where = f"plan.checkpoints[{i}]"
-        check(c.path in kinds, f"{where}.path", f"no module at path {c.path!r}")
-        check(c.path not in checkpointed, f"{where}.path", f"module {c.path!r} is checkpointed twice")
-        checkpointed.add(c.path)
         check(c.api in CHECKPOINT_APIS, f"{where}.api", f"must be one of {CHECKPOINT_APIS}, got {c.api!r}")
         check(not (c.api != "composable" and c.path == ""), f"{where}.api",
               "only the composable API can checkpoint the root")
@@ -156,7 +154,7 @@ def validate(case: Case) -> None:
     for i, path in enumerate(plan.no_sync):
         check(path in seen, f"plan.no_sync[{i}]", f"{path!r} is not a wrapped module")
     if plan.no_all_reduce:
-        check(mesh.names == ("dp_replicate", "dp_shard") and t.microbatches > 1, "plan.no_all_reduce",
+        check("dp_replicate" in mesh.names and t.microbatches > 1, "plan.no_all_reduce",
               "needs an HSDP mesh and more than one microbatch")
     if t.to_float64:
         check(not plan.mixed_precision(), "train.to_float64",

@@ -124,6 +124,9 @@ class System:
 
     #: Whether ``train.to_float64`` converts the model after :meth:`wrap` (else before).
     converts_after_wrap = False
+    #: Whether the trainer counts the collectives of each pass (a dispatch mode; slows every op down, so
+    #: only systems whose collectives follow from their plan in ways worth checking turn it on).
+    count_collectives = False
 
     def setup(self, model: nn.Module) -> None:
         model = model.to(self.ctx.device)

@@ -63,9 +63,13 @@ class FSDP2System(System):
     converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
     checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every Checkpoint in the plan
 
+    def data_parallel_mesh(self):
+        """The mesh ``fully_shard`` takes: the case's whole mesh (1-D, or HSDP's 2-D)."""
+        return self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+
     def wrap(self, model: nn.Module) -> nn.Module:
         plan = self.case.plan
-        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+        mesh = self.data_parallel_mesh() if plan.wraps else None
         for c in plan.checkpoints:
             if c.before:
                 apply_checkpoint(model, c, **self.checkpoint_kwargs)
@@ -115,6 +119,8 @@ class FSDP2System(System):
         """Invariant: with resharding after backward on, every managed parameter is registered sharded."""
         from torch.distributed.tensor import DTensor
 
+        if not self.case.plan.wraps:
+            return  # nothing is fully_shard-ed (tensor parallelism alone)
         unsharded = [n for n, p in self.named_parameters() if not isinstance(p, DTensor)]
         if unsharded:
             raise InvariantViolation(f"{when}, parameters are not registered as sharded DTensors: "

@@ -15,6 +15,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from fuzz.case import Case
+from strategies.cases import finish
 from strategies.coins import RARE
 from strategies.fsdp2.accumulation import accumulation
 from strategies.fsdp2.meshes import meshes
@@ -22,7 +23,6 @@ from strategies.fsdp2.precision import precision_policies
 from strategies.fsdp2.wrapping import plans
 from strategies.meshes import world_sizes
 from strategies.models import models
-from strategies.perturbation import delays
 from strategies.training import training
 
 
@@ -42,14 +42,5 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     plan = draw(precision_policies(plan, model, train))
     if plan.mixed_precision() and train.to_float64:
         train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
-    return Case(
-        seed=draw(st.integers(0, 2**16)),
-        world_size=ws,
-        model=model,
-        mesh=mesh,
-        plan=plan,
-        train=train,
-        delays=draw(delays(ws)) if perturb else (),
-        system=system,
-        reference=reference,
-    ).validate()
+    return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
+                  reference=reference, perturb=perturb)

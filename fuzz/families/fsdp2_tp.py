@@ -1,0 +1,143 @@
+"""The ``fsdp2_tp`` family: tensor (and sequence) parallelism on the ``tp`` axis, then FSDP2 ``fully_shard`` on the
+data-parallel axes, as torchtitan and PyTorch's 2-D tests apply them; or tensor parallelism alone.
+
+Meshes: ``(tp,)`` (TP alone: no ``fully_shard``), ``(dp_shard, tp)`` and ``(dp_replicate, dp_shard, tp)``.
+The plan is an FSDP2 plan (its wraps apply to the data-parallel sub-mesh) plus one parallel style per
+module (``parallelize_module``), and whether the loss is computed on vocabulary-sharded logits under
+``loss_parallel()``.  The reference is DDP over all ranks, where the ranks of one tensor-parallel group
+train on the same batch: the same gradients as DDP over the data-parallel ranks.
+
+Which styles make a model compute what it computed before (the strategy draws only such plans; see
+``strategies/fsdp2_tp``):
+
+- a Linear ``colwise`` with its output gathered (``output_layout="replicate"``), or ``rowwise`` with its input
+  replicated (``input_layout="replicate"``): self-contained;
+- a ``colwise`` Linear feeding a ``rowwise`` one through elementwise activations only (local shards of the
+  hidden width), as in an MLP block (``fc1``/``fc2``) and attention (``q``/``k``/``v`` then ``o``, heads split
+  over ``tp``);
+- sequence parallelism: a rowwise module reduce-scatters its output over the sequence
+  (``output_layout="shard_seq"``), a LayerNorm/RMSNorm runs ``sequence`` parallel, and the colwise module after
+  it gathers its input (``input_layout="shard_seq"``);
+- the embedding ``rowwise`` (a replicated token input), the head ``colwise`` with its output gathered or, under
+  ``loss_parallel``, left sharded over the vocabulary for the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuzz.case.core import Case
+from fuzz.case.errors import check
+from fuzz.case.model import check_paths
+from fuzz.families import Family
+from fuzz.families import fsdp2
+
+STYLES = ("colwise", "rowwise", "sequence")
+#: Layout names: ``""`` the style's default; ``replicate``; ``shard_seq`` = ``Shard(1)``; ``shard_last`` =
+#: ``Shard(-1)``.
+LAYOUTS = ("", "replicate", "shard_seq", "shard_last")
+
+
+@dataclass(frozen=True)
+class Parallelize:
+    """``parallelize_module`` of the module at ``path`` on the ``tp`` mesh with one parallel style
+    (``ColwiseParallel``, ``RowwiseParallel``, ``SequenceParallel``) and its layouts."""
+
+    path: str
+    style: str
+    input_layout: str = ""
+    output_layout: str = ""
+    use_local_output: bool = True
+
+
+@dataclass(frozen=True)
+class FSDP2TPPlan(fsdp2.FSDP2Plan):
+    """Tensor parallelism (``tp``), then the FSDP2 plan on the data-parallel sub-mesh (no wraps: TP alone)."""
+
+    family = "fsdp2_tp"
+
+    tp: tuple[Parallelize, ...] = ()
+    loss_parallel: bool = False
+
+
+MESHES = (("tp",), ("dp_shard", "tp"), ("dp_replicate", "dp_shard", "tp"))
+
+
+def reference(case: Case) -> str:
+    return "ddp"
+
+
+def validate(case: Case) -> None:
+    plan, model, mesh = case.plan, case.model, case.mesh
+    dp = tuple(a for a in mesh.names if a != "tp")
+    if dp:
+        fsdp2.validate(case)
+    else:
+        check(not plan.wraps, "plan.wraps", "TP alone (a mesh with only a 'tp' axis) wraps nothing")
+        for flag in ("prefetch", "no_sync", "reduce_scatter_unused", "is_last_backward", "unshard_first",
+                     "no_all_reduce", "forward_method"):
+            check(not getattr(plan, flag), f"plan.{flag}", "needs fully_shard (a data-parallel axis)")
+        check(plan.reshard_after_backward, "plan.reshard_after_backward", "needs fully_shard")
+        check(not case.train.nonroot, "train.nonroot", "a non-root pass runs through a wrapped module")
+    check(not plan.mixed_precision(), "plan.wraps", "mixed precision under tensor parallelism is not modelled yet")
+    check(not model.tie_head, "model.tie_head", "tied weights are not tensor parallel here")
+    kinds = dict(model.module_paths())
+    tp = mesh.axis_size("tp")
+    check_paths([p.path for p in plan.tp], kinds, "plan.tp", "parallelized")
+    seen = {p.path for p in plan.tp}
+    for i, p in enumerate(plan.tp):
+        where = f"plan.tp[{i}]"
+        check(p.style in STYLES, f"{where}.style", f"must be one of {STYLES}, got {p.style!r}")
+        for key in ("input_layout", "output_layout"):
+            check(getattr(p, key) in LAYOUTS, f"{where}.{key}", f"must be one of {LAYOUTS}, got {getattr(p, key)!r}")
+        kind = kinds[p.path]
+        allowed = {"colwise": ("linear",), "rowwise": ("linear", "embedding"), "sequence": ("layernorm", "rmsnorm")}
+        check(kind in allowed[p.style], f"{where}.style", f"{p.style} does not apply to a {kind} ({p.path!r})")
+        if "shard_seq" in (p.input_layout, p.output_layout) or p.style == "sequence":
+            check(case.train.seq_len % tp == 0, f"{where}", f"sequence sharding needs seq_len divisible by tp={tp}, "
+                  f"got {case.train.seq_len}")
+    for path, node in model.body.walk("body"):
+        if node.kind == "attention" and f"{path}.q" in seen:
+            check(node.heads % tp == 0, "plan.tp", f"attention at {path} splits {node.heads} heads over tp={tp}")
+    if plan.loss_parallel:
+        head = next((p for p in plan.tp if p.path == "head"), None)
+        check(model.input == "embedding" and head is not None and head.style == "colwise"
+              and head.output_layout == "shard_last" and not head.use_local_output, "plan.loss_parallel",
+              "needs a colwise head whose output stays a vocabulary-sharded DTensor")
+
+
+def features(case: Case) -> set[str]:
+    plan = case.plan
+    tags = fsdp2.features(case) if plan.wraps else {"tp_only"}
+    tags.add(f"tp={case.mesh.axis_size('tp')}")
+    for p in plan.tp:
+        tags.add(f"tp:{p.style}")
+        if p.style == "sequence":
+            tags.add("sequence_parallel")
+        if not p.use_local_output:
+            tags.add("tp:dtensor_output")
+        if p.path in ("inp", "head"):
+            tags.add(f"tp:{p.path}")
+    if plan.loss_parallel:
+        tags.add("loss_parallel")
+    if not plan.tp:
+        tags.add("tp:none")
+    return tags
+
+
+def describe(case: Case) -> tuple[dict[str, str], list[str]]:
+    notes, lines = fsdp2.describe(case)
+    for p in case.plan.tp:
+        args = [f"{k}={getattr(p, k)}" for k in ("input_layout", "output_layout") if getattr(p, k)]
+        args += ["use_local_output=False"] if not p.use_local_output else []
+        style = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel", "sequence": "SequenceParallel"}[p.style]
+        note = f"{style}({', '.join(args)})"
+        notes[p.path] = note + (", then " + notes[p.path] if notes.get(p.path) else "")
+    if case.plan.loss_parallel:
+        lines.append("cross-entropy on vocabulary-sharded logits under loss_parallel()")
+    return notes, lines
+
+
+FAMILY = Family(name="fsdp2_tp", plan_type=FSDP2TPPlan, meshes=MESHES, system="fsdp2_tp",
+                strategy="strategies.fsdp2_tp", reference=reference,
+                validate=validate, features=features, describe=describe)

@@ -1,0 +1,113 @@
+"""System under test of the ``fsdp2_tp`` family: tensor parallelism, then activation checkpointing, then FSDP2
+on the data-parallel sub-mesh — the order torchtitan's ``parallelize_*`` functions and PyTorch's 2-D tests use.
+
+Each module of ``plan.tp`` gets ``parallelize_module`` on the ``tp`` sub-mesh with its style and layouts;
+the rest is :class:`~fuzz.systems.fsdp2.FSDP2System` (checkpoints, ``fully_shard``, accumulation switches,
+invariants) on the ``dp_shard`` or ``(dp_replicate, dp_shard)`` sub-mesh.  Under ``plan.loss_parallel`` the
+loss and its backward run in ``loss_parallel()`` on vocabulary-sharded logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch.nn as nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.experimental import implicit_replication
+from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel, loss_parallel,
+                                               parallelize_module)
+
+from fuzz.families.fsdp2_tp import Parallelize
+from fuzz.systems.base import resolve
+from fuzz.systems.fsdp2 import FSDP2System, InvariantViolation
+
+LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
+
+
+def style_of(p: Parallelize):
+    """The torch parallel style a plan entry names (layouts left out take the style's defaults)."""
+    if p.style == "sequence":
+        return SequenceParallel(use_local_output=p.use_local_output)
+    kwargs = {"use_local_output": p.use_local_output}
+    if p.input_layout:
+        kwargs["input_layouts"] = LAYOUTS[p.input_layout]
+    if p.output_layout:
+        kwargs["output_layouts"] = LAYOUTS[p.output_layout]
+    return {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}[p.style](**kwargs)
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh, styles) -> None:
+    for p in styles:
+        parallelize_module(resolve(model, p.path), tp_mesh, style_of(p))
+
+
+class FSDP2TPSystem(FSDP2System):
+    name = "fsdp2_tp"
+    count_collectives = True  # every rank of an SPMD plan issues the same collectives (checked per pass)
+
+    def _mesh(self):
+        return self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+
+    def data_parallel_mesh(self):
+        dp = tuple(a for a in self.case.mesh.names if a != "tp")
+        return self._mesh()[dp if len(dp) > 1 else dp[0]]
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        apply_tensor_parallel(model, self._mesh()["tp"], self.case.plan.tp)
+        model = super().wrap(model)
+        self.check_placements(model)
+        return model
+
+    def check_placements(self, model: nn.Module) -> None:
+        """Invariant: every parameter of a parallelized module is a DTensor placed on the ``tp`` axis as its
+        style says (colwise: dim 0; rowwise: a Linear's dim 1 and a replicated bias, an Embedding's dim 0;
+        sequence parallel: replicated), whatever FSDP2 did on the data-parallel axes."""
+        wrong = []
+        for p in self.case.plan.tp:
+            module = resolve(model, p.path)
+            kind = "Embedding" if isinstance(module, nn.Embedding) else "Linear"  # (FSDP2 renames the class)
+            for name, param in module.named_parameters(recurse=False):
+                expected = _expected_placement(p.style, kind, name)
+                names = getattr(getattr(param, "device_mesh", None), "mesh_dim_names", None) or ()
+                got = param.placements[names.index("tp")] if isinstance(param, DTensor) and "tp" in names else None
+                if got != expected:
+                    wrong.append(f"{p.path}.{name}: {got}, {p.style} asks for {expected}")
+        if wrong:
+            raise InvariantViolation("tensor-parallel placements differ from the plan: " + "; ".join(wrong[:5]))
+
+    def _loss_context(self):
+        return loss_parallel() if self.case.plan.loss_parallel else contextlib.nullcontext()
+
+    def forward_backward(self, batch, target, path=None):
+        with self._loss_context():
+            return _plain(super().forward_backward(batch, target, path))
+
+    def optimizer_step(self) -> None:
+        """Under ``implicit_replication()``, as PyTorch asks of a model that is only partly tensor parallel
+        (pytorch PR #134551): its parameters mix plain tensors, 1-D (``dp``) and 2-D (``dp``, ``tp``) DTensors,
+        which foreach optimizer steps otherwise refuse to combine."""
+        with implicit_replication():
+            super().optimizer_step()
+
+    def zero_grad(self, step: int) -> None:
+        with implicit_replication():  # foreach zeroing of mixed gradients (set_to_none=False)
+            super().zero_grad(step)
+
+    def evaluate(self, batch, target):
+        with self._loss_context():
+            return _plain(super().evaluate(batch, target))
+
+
+def _expected_placement(style: str, kind: str, name: str):
+    if style == "colwise":
+        return Shard(0)
+    if style == "sequence":
+        return Replicate()
+    if kind == "Embedding":  # rowwise: the vocabulary is split
+        return Shard(0)
+    return Shard(1) if name == "weight" else Replicate()
+
+
+def _plain(loss):
+    """A loss computed on DTensors (vocabulary-sharded logits) as the plain tensor every rank holds."""
+    return loss.full_tensor() if isinstance(loss, DTensor) else loss

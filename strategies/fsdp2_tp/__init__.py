@@ -1,0 +1,79 @@
+"""Cases of the ``fsdp2_tp`` family: tensor (and sequence) parallelism, then FSDP2 on the data-parallel
+sub-mesh, trained against DDP with the ranks of a tensor-parallel group sharing their batch.
+
+Drawn in this order: world size, mesh (:mod:`.meshes`), the model (two times in three a transformer-shaped stack,
+else a generic tree with RMSNorm among its leaves; no tied head),
+the FSDP2 wrap plan on the data-parallel axes (``strategies.fsdp2.wrapping``; none for TP alone), the
+generic training spec (two times in three with a sequence length tp divides, for sequence parallelism), FSDP2's
+accumulation switches, the tensor-parallel styles
+(:mod:`.tensor_parallel`), the seed and delays.  Not drawn yet: mixed precision (the emulating reference does
+not model TP's split reductions), per-rank control flow and non-root passes.
+
+Shrinking: toward world size 2 on ``(dp_shard=1, tp=2)``, a one-Linear model, nothing parallelized, only the
+root wrapped, one step of default training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from fuzz.case import Case, ModelSpec, Node
+from fuzz.families.fsdp2_tp import FSDP2TPPlan
+from strategies.cases import finish
+from strategies.fsdp2.accumulation import accumulation
+from strategies.fsdp2.wrapping import plans
+from strategies.fsdp2_tp.meshes import meshes
+from strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
+from strategies.meshes import world_sizes
+from strategies.models import LEAVES, VOCABS, WIDTHS, models
+from strategies.training import training
+
+
+@st.composite
+def transformer_models(draw) -> ModelSpec:
+    """A transformer-shaped stack, where tensor and sequence parallelism have the most to do: 2-3 blocks, each
+    an MLP, attention or two Linears around an activation, followed by a LayerNorm or RMSNorm (so a norm sits
+    between a module that ends rowwise and one that starts colwise); dense or token input."""
+    width = draw(st.sampled_from((4, 8, 6, 16)))
+    children: list[Node] = []
+    for _ in range(draw(st.integers(2, 3))):
+        kind = draw(st.sampled_from(("mlp", "attention", "pair")))
+        if kind == "mlp":
+            children.append(Node("mlp", hidden=draw(st.sampled_from(WIDTHS))))
+        elif kind == "attention":
+            children.append(Node("attention", heads=draw(st.sampled_from([h for h in (2, 4, 1) if width % h == 0]))))
+        else:
+            children += [Node("linear", out=draw(st.sampled_from(WIDTHS))), Node("act", fn="gelu"),
+                         Node("linear", out=width)]
+        children.append(Node(draw(st.sampled_from(("rmsnorm", "layernorm")))))
+    body = Node("seq", children=tuple(children))
+    if draw(st.booleans()):
+        return ModelSpec(body=body, input="dense", in_dim=width)
+    return ModelSpec(body=body, input="embedding", in_dim=width, vocab=draw(st.sampled_from(VOCABS)))
+
+
+@st.composite
+def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
+          perturb: bool) -> Case:
+    ws = draw(world_sizes(allowed))
+    mesh = draw(meshes(ws))
+    if draw(OFTEN):
+        model = draw(transformer_models())
+    else:
+        model = draw(models(max_depth, leaves=LEAVES + ("rmsnorm",), tie=False))
+    data_parallel = mesh.names != ("tp",)
+    fsdp = draw(plans(model, mesh)) if data_parallel else None
+    train = draw(training(model, max_steps=max_steps))
+    plan = FSDP2TPPlan(**{f.name: getattr(fsdp, f.name) for f in dataclasses.fields(fsdp)}) if fsdp else \
+        FSDP2TPPlan(wraps=())
+    if data_parallel:
+        plan = draw(accumulation(plan, train, mesh))
+    tp_size = mesh.axis_size("tp")
+    if train.seq_len % tp_size and draw(OFTEN):  # sequence parallelism splits the sequence over tp
+        train = dataclasses.replace(train, seq_len=tp_size * draw(st.integers(1, 2)))
+    tp, loss_parallel = draw(tp_plans(model, tp_size, train.seq_len))
+    plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
+    return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
+                  reference=reference, perturb=perturb)

@@ -1,0 +1,130 @@
+"""Tensor-parallel plans that keep the model computing what it computed (see :mod:`fuzz.families.fsdp2_tp`).
+
+Walks the model and, on a coin per candidate, parallelizes:
+
+- an MLP block: ``fc1`` colwise, ``fc2`` rowwise (the hidden activations stay local shards; on a rare coin,
+  and where ``tp`` does not divide the hidden width, ``fc1``'s output stays a DTensor through the GELU);
+- attention whose heads ``tp`` divides: ``q``/``k``/``v`` colwise, ``o`` rowwise;
+- two Linears of one chain with only activations between: colwise, then rowwise;
+- any other Linear: colwise with its output gathered, or rowwise on a replicated input;
+- sequence parallelism where a norm sits between a module ending rowwise and one starting colwise (and the
+  sequence length divides by ``tp``): the rowwise output reduce-scattered over the sequence, the norm
+  ``SequenceParallel``, the colwise input all-gathered;
+- an embedding model's ``inp`` rowwise and ``head`` colwise, its logits gathered or left sharded over the
+  vocabulary for the loss (``loss_parallel``).
+
+Widths ``tp`` does not divide are kept (uneven DTensor shards).
+
+Shrinking: every coin toward "not parallelized", so a minimal failing case keeps only the styles it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from fuzz.case import ModelSpec, Node, child_names
+from fuzz.families.fsdp2_tp import Parallelize
+from strategies.coins import RARE
+
+NORMS = ("layernorm", "rmsnorm")
+#: Parallelize a candidate: two times in three, shrinking toward not.
+OFTEN = st.sampled_from((False, True, True))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    """Parallel styles drawn for one child of a chain: the modules its input reaches first (colwise) and the
+    one its output leaves (rowwise), for sequence parallelism to hook onto."""
+
+    styles: dict
+    heads: tuple[str, ...] = ()
+    tail: str = ""
+
+
+@st.composite
+def tp_plans(draw, model: ModelSpec, tp: int, seq_len: int) -> tuple[tuple[Parallelize, ...], bool]:
+    """``(styles, loss_parallel)`` for ``model`` on a ``tp``-rank axis with sequences of ``seq_len``."""
+    styles: dict[str, Parallelize] = {}
+    _chain(draw, model.body, "body", tp, seq_len, styles)
+    loss_parallel = False
+    if model.input == "embedding":
+        if draw(OFTEN):
+            styles["inp"] = Parallelize("inp", "rowwise", input_layout="replicate")
+        if draw(OFTEN):
+            loss_parallel = draw(st.booleans())
+            styles["head"] = (Parallelize("head", "colwise", output_layout="shard_last", use_local_output=False)
+                              if loss_parallel else Parallelize("head", "colwise", output_layout="replicate"))
+    order = [path for path, _ in model.module_paths()]
+    return tuple(sorted(styles.values(), key=lambda p: order.index(p.path))), loss_parallel
+
+
+def _chain(draw, node: Node, path: str, tp: int, seq_len: int, styles: dict) -> _Unit:
+    """Draw styles for the subtree at ``path``; in a chain (``seq``/``block``) also pairs and sequence
+    parallelism between siblings.  Returns what a leaf offers sequence parallelism (nothing for others)."""
+    if node.kind not in ("seq", "block"):
+        unit = _unit(draw, node, path, tp, styles)
+        for name, child in zip(child_names(node), node.children):
+            _chain(draw, child, f"{path}.{name}", tp, seq_len, styles)
+        return unit
+    names = [f"{path}.{name}" for name in child_names(node)]
+    units: list[_Unit | None] = [None] * len(node.children)
+    i = 0
+    while i < len(node.children):  # colwise-then-rowwise pairs of Linears with only activations between
+        j = i + 1
+        while j < len(node.children) and node.children[j].kind == "act":
+            j += 1
+        if (node.children[i].kind == "linear" and j < len(node.children) and node.children[j].kind == "linear"
+                and draw(OFTEN)):
+            dtensor = _dtensor_hidden(draw, node.children[i].out, tp)
+            units[i] = _Unit({names[i]: Parallelize(names[i], "colwise", use_local_output=not dtensor)},
+                             heads=(names[i],))
+            units[j] = _Unit({names[j]: Parallelize(names[j], "rowwise")}, tail=names[j])
+            styles.update(units[i].styles)
+            styles.update(units[j].styles)
+            i = j + 1
+        else:
+            i += 1
+    for k, (child, name) in enumerate(zip(node.children, names)):
+        if units[k] is None:
+            units[k] = _chain(draw, child, name, tp, seq_len, styles)
+    if seq_len % tp == 0:
+        for k in range(1, len(node.children) - 1):  # sequence parallelism: rowwise -> norm -> colwise
+            before, after = units[k - 1], units[k + 1]
+            if node.children[k].kind in NORMS and before.tail and after.heads and draw(OFTEN):
+                styles[before.tail] = dataclasses.replace(styles[before.tail], output_layout="shard_seq")
+                styles[names[k]] = Parallelize(names[k], "sequence")
+                for head in after.heads:
+                    styles[head] = dataclasses.replace(styles[head], input_layout="shard_seq")
+    return _Unit({})
+
+
+def _unit(draw, node: Node, path: str, tp: int, styles: dict) -> _Unit:
+    """Styles for a leaf on its own (added to ``styles``); what it offers sequence parallelism."""
+    unit = _Unit({})
+    if node.kind == "mlp" and draw(OFTEN):
+        dtensor = _dtensor_hidden(draw, node.hidden, tp)
+        unit = _Unit({f"{path}.fc1": Parallelize(f"{path}.fc1", "colwise", use_local_output=not dtensor),
+                      f"{path}.fc2": Parallelize(f"{path}.fc2", "rowwise")},
+                     heads=(f"{path}.fc1",), tail=f"{path}.fc2")
+    elif node.kind == "attention" and node.heads % tp == 0 and draw(OFTEN):
+        qkv = tuple(f"{path}.{x}" for x in "qkv")
+        unit = _Unit({**{p: Parallelize(p, "colwise") for p in qkv}, f"{path}.o": Parallelize(f"{path}.o", "rowwise")},
+                     heads=qkv, tail=f"{path}.o")
+    elif node.kind == "linear":
+        choice = draw(st.sampled_from(("", "colwise", "rowwise")))
+        if choice == "colwise":
+            unit = _Unit({path: Parallelize(path, "colwise", output_layout="replicate")}, heads=(path,))
+        elif choice == "rowwise":
+            unit = _Unit({path: Parallelize(path, "rowwise", input_layout="replicate")}, tail=path)
+    styles.update(unit.styles)
+    return unit
+
+
+def _dtensor_hidden(draw, hidden: int, tp: int) -> bool:
+    """Whether the hidden activations between a colwise and a rowwise module stay a DTensor (not its local
+    shard): on a rare coin, and always where ``tp`` does not divide the hidden width — a rowwise module
+    takes a local input as an even shard (``DTensor.from_local`` without a shape), so only the DTensor carries
+    uneven shards across."""
+    return draw(RARE) or hidden % tp != 0

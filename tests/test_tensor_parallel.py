@@ -1,0 +1,118 @@
+"""The fsdp2_tp family: tensor and sequence parallelism (then FSDP2) train like DDP with each tp group sharing
+its batch, and faults inside torch's TP styles are found and shrunk."""
+
+import pytest
+
+from fuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
+from fuzz.engine import Fuzzer, FuzzOptions
+from fuzz.families.fsdp2 import Wrap
+from fuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from fuzz.verify import check
+from strategies import cases
+from tests.test_case import simple
+
+# Linear(5 -> 6), GELU, Linear(6 -> 4), LayerNorm, MLP(4 -> 3 -> 4): a colwise/rowwise pair, a sequence-parallel
+# norm between it and an MLP whose hidden width 3 tp=2 does not divide.
+BODY = Node("seq", children=(Node("linear", out=6), Node("act", fn="gelu"), Node("linear", out=4),
+                             Node("layernorm"), Node("mlp", hidden=3)))
+PAIR = (Parallelize("body.0", "colwise"), Parallelize("body.2", "rowwise"))
+SP = (Parallelize("body.0", "colwise"), Parallelize("body.2", "rowwise", output_layout="shard_seq"),
+      Parallelize("body.3", "sequence"),
+      Parallelize("body.4.fc1", "colwise", input_layout="shard_seq", use_local_output=False),
+      Parallelize("body.4.fc2", "rowwise"))
+MESHES = {"tp alone": MeshSpec((2,), ("tp",)), "dp_shard x tp": MeshSpec((2, 2), ("dp_shard", "tp")),
+          "dp_replicate x dp_shard x tp": MeshSpec((2, 1, 2), ("dp_replicate", "dp_shard", "tp"))}
+
+
+def tp_case(mesh: MeshSpec, styles, **train) -> object:
+    data_parallel = mesh.names != ("tp",)
+    wraps = (Wrap("body.4"), Wrap("")) if data_parallel else ()
+    return simple(world_size=mesh.size, mesh=mesh, model=ModelSpec(body=BODY, in_dim=5),
+                  plan=FSDP2TPPlan(wraps=wraps, tp=styles),
+                  train=TrainSpec(steps=3, batch=2, seq_len=4, lr=0.1, optimizer="adam", **train)).validate()
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("styles", ["pair", "sequence parallel"])
+def test_tensor_and_sequence_parallel_train_like_ddp(executor, mesh, styles):
+    case = tp_case(MESHES[mesh], PAIR if styles == "pair" else SP)
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_embedding_head_and_loss_parallel(executor):
+    body = Node("seq", children=(Node("attention", heads=2), Node("mlp", hidden=8)))
+    styles = (Parallelize("inp", "rowwise", input_layout="replicate"),
+              *(Parallelize(f"body.0.{x}", "colwise") for x in "qkv"), Parallelize("body.0.o", "rowwise"),
+              Parallelize("body.1.fc1", "colwise"), Parallelize("body.1.fc2", "rowwise"),
+              Parallelize("head", "colwise", output_layout="shard_last", use_local_output=False))
+    case = simple(world_size=4, mesh=MeshSpec((2, 2), ("dp_shard", "tp")),
+                  model=ModelSpec(body=body, input="embedding", in_dim=4, vocab=9),
+                  plan=FSDP2TPPlan(wraps=(Wrap("body.0"), Wrap("")), tp=styles, loss_parallel=True),
+                  train=TrainSpec(steps=2, batch=2, seq_len=2, lr=0.1, eval=True)).validate()
+    assert {"loss_parallel", "tp:inp", "tp:head", "tp=2"} <= case.features()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.parametrize("fault, styles, kind", [
+    ("SequenceParallelGradNotReduced", SP, "replica"),
+    ("RowwiseOutputNotReduced", PAIR, "value"),
+])
+@pytest.mark.parametrize("mesh", ["tp alone", "dp_shard x tp"])
+def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, kind, mesh):
+    import dataclasses
+
+    case = tp_case(MESHES[mesh], styles)
+    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verdict.kind == "mismatch", verdict.describe()
+    if kind == "replica":  # each tp rank kept its own partial sum
+        assert verdict.divergence.check in ("replica", "value"), verdict.describe()
+
+
+@pytest.mark.parametrize("fault, shows", [
+    ("SequenceParallelGradNotReduced", lambda c: "sequence_parallel" in c.features()),
+    ("RowwiseOutputNotReduced", lambda c: "tp:rowwise" in c.features()),
+])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, shows, seed):
+    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=60)
+    stats = Fuzzer(options, executor, log=print).fuzz(
+        fault, cases(family="fsdp2_tp", world_sizes=(2, 4), system=f"tests.faults:{fault}"), budget_s=300)
+    assert len(stats.failures) == 1, "not found"
+    f = stats.failures[0]
+    modules = sum(1 for _ in f.case.model.body.walk("body")) - 1
+    print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
+          f"{f.shrink_runs} runs to {modules} modules, mesh {f.case.mesh.label()}: {f.verdict.describe()[:200]}")
+    assert f.verdict.kind == "mismatch"
+    assert shows(f.case), f.case.to_json(indent=1)
+    assert modules <= 6, f.case.to_json(indent=1)
+
+
+def test_no_false_alarm_on_tensor_parallel_cases(executor, tmp_path):
+    options = FuzzOptions(corpus_dir=tmp_path, seed=7, max_cases=40)
+    stats = Fuzzer(options, executor, log=print).fuzz("fsdp2_tp", cases(family="fsdp2_tp", world_sizes=(2, 4)),
+                                                      budget_s=300)
+    assert not stats.failures, [f.verdict.describe() for f in stats.failures]
+    assert stats.cases == 40 and stats.features["tp=2"] > 20
+
+
+def test_placements_the_plan_does_not_ask_for_are_an_invariant_violation(executor):
+    import dataclasses
+
+    case = tp_case(MESHES["dp_shard x tp"], PAIR)
+    verdict = check(dataclasses.replace(case, system="tests.faults:ColwiseShardsInputDim"), executor)
+    assert verdict.kind == "error" and "placements differ from the plan" in verdict.describe(), verdict.describe()
+    assert "body.0.weight: S(1), colwise asks for S(0)" in verdict.describe()
+
+
+def test_ranks_issuing_different_collectives_is_a_finding(executor):
+    import dataclasses
+
+    case = tp_case(MESHES["tp alone"], PAIR)
+    outcomes = executor.run(case)
+    counts = outcomes[0].result["system"].collectives[0]
+    assert counts and all(n > 0 for n in counts.values()), counts  # e.g. the rowwise all-reduce, forward
+    verdict = check(dataclasses.replace(case, system="tests.faults:ExtraCollectiveOnRankZero"), executor)
+    d = verdict.divergence
+    assert verdict.kind == "mismatch" and d.check == "collectives" and d.ranks == (0, 1), verdict.describe()
