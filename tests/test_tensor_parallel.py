@@ -20,6 +20,12 @@ SP = (Parallelize("body.0", "colwise"), Parallelize("body.2", "rowwise", output_
       Parallelize("body.3", "sequence"),
       Parallelize("body.4.fc1", "colwise", input_layout="shard_seq", use_local_output=False),
       Parallelize("body.4.fc2", "rowwise"))
+# The same, with the sequence gathered by a PrepareModuleInput on the MLP block (torchtitan's way); and with it
+# gathered by a PrepareModuleOutput on the norm, the MLP not parallelized.
+PREPARE_INPUT = SP[:3] + (Parallelize("body.4", "prepare_input", input_layout="shard_seq", desired_layout="replicate"),
+                          Parallelize("body.4.fc1", "colwise", use_local_output=False), SP[4])
+PREPARE_OUTPUT = SP[:3] + (Parallelize("body.3", "prepare_output", output_layout="shard_seq",
+                                       desired_layout="replicate"),)
 MESHES = {"tp alone": MeshSpec((2,), ("tp",)), "dp_shard x tp": MeshSpec((2, 2), ("dp_shard", "tp")),
           "dp_replicate x dp_shard x tp": MeshSpec((2, 1, 2), ("dp_replicate", "dp_shard", "tp"))}
 
@@ -38,6 +44,23 @@ def test_tensor_and_sequence_parallel_train_like_ddp(executor, mesh, styles):
     case = tp_case(MESHES[mesh], PAIR if styles == "pair" else SP)
     verdict = check(case, executor)
     assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.parametrize("styles", [PREPARE_INPUT, PREPARE_OUTPUT], ids=["input", "output"])
+def test_prepare_module_input_and_output_train_like_ddp(executor, styles):
+    case = tp_case(MESHES["dp_shard x tp"], styles)
+    assert "tp:prepare_input" in case.features() or "tp:prepare_output" in case.features()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_a_prepare_entry_may_share_a_path_only_with_one_style():
+    from fuzz.case import CaseError
+
+    with pytest.raises(CaseError, match="prepared twice"):
+        tp_case(MESHES["tp alone"], PREPARE_OUTPUT + PREPARE_OUTPUT[-1:])
+    with pytest.raises(CaseError, match="prepare_input needs input_layout and desired_layout"):
+        tp_case(MESHES["tp alone"], (Parallelize("body.4", "prepare_input", desired_layout="replicate"),))
 
 
 def test_embedding_head_and_loss_parallel(executor):

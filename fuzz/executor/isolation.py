@@ -29,6 +29,8 @@ PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState")
 
 def _class(module: str, name: str) -> type:
     return getattr(importlib.import_module(module), name)
+
+
 _MISSING = object()
 
 

@@ -18,6 +18,10 @@ Which styles make a model compute what it computed before (the strategy draws on
 - sequence parallelism: a rowwise module reduce-scatters its output over the sequence
   (``output_layout="shard_seq"``), a LayerNorm/RMSNorm runs ``sequence`` parallel, and the colwise module after
   it gathers its input (``input_layout="shard_seq"``);
+  — or, instead of the colwise inputs, ``prepare_input`` on the MLP or attention block that holds them
+  (``PrepareModuleInput`` from ``shard_seq`` to ``replicate``, as torchtitan does), and where no colwise module
+  follows the norm, ``prepare_output`` on the norm (``PrepareModuleOutput`` from ``shard_seq`` to ``replicate``,
+  a second entry for the norm's path);
 - the embedding ``rowwise`` (a replicated token input), the head ``colwise`` with its output gathered or, under
   ``loss_parallel``, left sharded over the vocabulary for the loss.
 """
@@ -32,7 +36,12 @@ from fuzz.case.model import check_paths
 from fuzz.families import Family
 from fuzz.families import fsdp2
 
-STYLES = ("colwise", "rowwise", "sequence")
+STYLES = ("colwise", "rowwise", "sequence", "prepare_input", "prepare_output")
+#: Styles that only convert a module's inputs or outputs: such an entry may share its path with one other.
+PREPARE = ("prepare_input", "prepare_output")
+#: torch's default ``use_local_output`` per style (the printout names it where the plan differs).
+TORCH_LOCAL_OUTPUT = {"colwise": True, "rowwise": True, "sequence": False, "prepare_input": False,
+                      "prepare_output": True}
 #: Layout names: ``""`` the style's default; ``replicate``; ``shard_seq`` = ``Shard(1)``; ``shard_last`` =
 #: ``Shard(-1)``.
 LAYOUTS = ("", "replicate", "shard_seq", "shard_last")
@@ -41,13 +50,16 @@ LAYOUTS = ("", "replicate", "shard_seq", "shard_last")
 @dataclass(frozen=True)
 class Parallelize:
     """``parallelize_module`` of the module at ``path`` on the ``tp`` mesh with one parallel style
-    (``ColwiseParallel``, ``RowwiseParallel``, ``SequenceParallel``) and its layouts."""
+    (``ColwiseParallel``, ``RowwiseParallel``, ``SequenceParallel``, ``PrepareModuleInput`` from
+    ``input_layout`` to ``desired_layout``, ``PrepareModuleOutput`` from ``output_layout`` to
+    ``desired_layout``) and its layouts."""
 
     path: str
     style: str
     input_layout: str = ""
     output_layout: str = ""
     use_local_output: bool = True
+    desired_layout: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,17 +95,28 @@ def validate(case: Case) -> None:
     check(not model.tie_head, "model.tie_head", "tied weights are not tensor parallel here")
     kinds = dict(model.module_paths())
     tp = mesh.axis_size("tp")
-    check_paths([p.path for p in plan.tp], kinds, "plan.tp", "parallelized")
+    for i, p in enumerate(plan.tp):
+        check(p.style in STYLES, f"plan.tp[{i}].style", f"must be one of {STYLES}, got {p.style!r}")
+    check_paths([p.path for p in plan.tp if p.style not in PREPARE], kinds, "plan.tp", "parallelized")
+    check_paths([p.path for p in plan.tp if p.style in PREPARE], kinds, "plan.tp", "prepared")
     seen = {p.path for p in plan.tp}
     for i, p in enumerate(plan.tp):
         where = f"plan.tp[{i}]"
-        check(p.style in STYLES, f"{where}.style", f"must be one of {STYLES}, got {p.style!r}")
-        for key in ("input_layout", "output_layout"):
+        for key in ("input_layout", "output_layout", "desired_layout"):
             check(getattr(p, key) in LAYOUTS, f"{where}.{key}", f"must be one of {LAYOUTS}, got {getattr(p, key)!r}")
         kind = kinds[p.path]
-        allowed = {"colwise": ("linear",), "rowwise": ("linear", "embedding"), "sequence": ("layernorm", "rmsnorm")}
-        check(kind in allowed[p.style], f"{where}.style", f"{p.style} does not apply to a {kind} ({p.path!r})")
-        if "shard_seq" in (p.input_layout, p.output_layout) or p.style == "sequence":
+        if p.style in PREPARE:
+            source = "input_layout" if p.style == "prepare_input" else "output_layout"
+            check(getattr(p, source) and p.desired_layout, f"{where}.{source}",
+                  f"{p.style} needs {source} and desired_layout")
+            check(not (p.input_layout if p.style == "prepare_output" else p.output_layout), f"{where}",
+                  f"{p.style} converts only its {source.split('_')[0]}s")
+        else:
+            allowed = {"colwise": ("linear",), "rowwise": ("linear", "embedding"),
+                       "sequence": ("layernorm", "rmsnorm")}
+            check(kind in allowed[p.style], f"{where}.style", f"{p.style} does not apply to a {kind} ({p.path!r})")
+            check(not p.desired_layout, f"{where}.desired_layout", "only prepare_input/prepare_output have one")
+        if "shard_seq" in (p.input_layout, p.output_layout, p.desired_layout) or p.style == "sequence":
             check(case.train.seq_len % tp == 0, f"{where}", f"sequence sharding needs seq_len divisible by tp={tp}, "
                   f"got {case.train.seq_len}")
     for path, node in model.body.walk("body"):
@@ -128,9 +151,11 @@ def features(case: Case) -> set[str]:
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     notes, lines = fsdp2.describe(case)
     for p in case.plan.tp:
-        args = [f"{k}={getattr(p, k)}" for k in ("input_layout", "output_layout") if getattr(p, k)]
-        args += ["use_local_output=False"] if not p.use_local_output else []
-        style = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel", "sequence": "SequenceParallel"}[p.style]
+        args = [f"{k}={getattr(p, k)}" for k in ("input_layout", "output_layout", "desired_layout") if getattr(p, k)]
+        if p.use_local_output != TORCH_LOCAL_OUTPUT[p.style]:
+            args.append(f"use_local_output={p.use_local_output}")
+        style = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel", "sequence": "SequenceParallel",
+                 "prepare_input": "PrepareModuleInput", "prepare_output": "PrepareModuleOutput"}[p.style]
         note = f"{style}({', '.join(args)})"
         notes[p.path] = note + (", then " + notes[p.path] if notes.get(p.path) else "")
     if case.plan.loss_parallel:

@@ -14,10 +14,10 @@ import contextlib
 import torch.nn as nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.experimental import implicit_replication
-from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel, loss_parallel,
-                                               parallelize_module)
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                               RowwiseParallel, SequenceParallel, loss_parallel, parallelize_module)
 
-from fuzz.families.fsdp2_tp import Parallelize
+from fuzz.families.fsdp2_tp import PREPARE, Parallelize
 from fuzz.systems.base import resolve
 from fuzz.systems.fsdp2 import FSDP2System, InvariantViolation
 
@@ -28,6 +28,12 @@ def style_of(p: Parallelize):
     """The torch parallel style a plan entry names (layouts left out take the style's defaults)."""
     if p.style == "sequence":
         return SequenceParallel(use_local_output=p.use_local_output)
+    if p.style == "prepare_input":
+        return PrepareModuleInput(input_layouts=LAYOUTS[p.input_layout], desired_input_layouts=LAYOUTS[p.desired_layout],
+                                  use_local_output=p.use_local_output)
+    if p.style == "prepare_output":
+        return PrepareModuleOutput(output_layouts=LAYOUTS[p.output_layout],
+                                   desired_output_layouts=LAYOUTS[p.desired_layout], use_local_output=p.use_local_output)
     kwargs = {"use_local_output": p.use_local_output}
     if p.input_layout:
         kwargs["input_layouts"] = LAYOUTS[p.input_layout]
@@ -64,6 +70,8 @@ class FSDP2TPSystem(FSDP2System):
         sequence parallel: replicated), whatever FSDP2 did on the data-parallel axes."""
         wrong = []
         for p in self.case.plan.tp:
+            if p.style in PREPARE:  # converts inputs or outputs only
+                continue
             module = resolve(model, p.path)
             kind = "Embedding" if isinstance(module, nn.Embedding) else "Linear"  # (FSDP2 renames the class)
             for name, param in module.named_parameters(recurse=False):

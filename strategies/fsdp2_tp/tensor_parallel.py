@@ -7,9 +7,11 @@ Walks the model and, on a coin per candidate, parallelizes:
 - attention whose heads ``tp`` divides: ``q``/``k``/``v`` colwise, ``o`` rowwise;
 - two Linears of one chain with only activations between: colwise, then rowwise;
 - any other Linear: colwise with its output gathered, or rowwise on a replicated input;
-- sequence parallelism where a norm sits between a module ending rowwise and one starting colwise (and the
-  sequence length divides by ``tp``): the rowwise output reduce-scattered over the sequence, the norm
-  ``SequenceParallel``, the colwise input all-gathered;
+- sequence parallelism where a norm follows a module ending rowwise (and the sequence length divides by
+  ``tp``): the rowwise output reduce-scattered over the sequence, the norm ``SequenceParallel``, then the
+  sequence all-gathered again: by the colwise modules that follow (their input layout), by a
+  ``PrepareModuleInput`` on the MLP or attention block holding them, or, where no colwise module follows, by a
+  ``PrepareModuleOutput`` on the norm;
 - an embedding model's ``inp`` rowwise and ``head`` colwise, its logits gathered or left sharded over the
   vocabulary for the loss (``loss_parallel``).
 
@@ -25,7 +27,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from fuzz.case import ModelSpec, Node, child_names
-from fuzz.families.fsdp2_tp import Parallelize
+from fuzz.families.fsdp2_tp import PREPARE, Parallelize
 from strategies.coins import RARE
 
 NORMS = ("layernorm", "rmsnorm")
@@ -41,23 +43,29 @@ class _Unit:
     styles: dict
     heads: tuple[str, ...] = ()
     tail: str = ""
+    block: str = ""  # the MLP or attention block holding ``heads``
 
 
 @st.composite
 def tp_plans(draw, model: ModelSpec, tp: int, seq_len: int) -> tuple[tuple[Parallelize, ...], bool]:
     """``(styles, loss_parallel)`` for ``model`` on a ``tp``-rank axis with sequences of ``seq_len``."""
-    styles: dict[str, Parallelize] = {}
+    styles: dict[tuple[str, str], Parallelize] = {}  # by (path, style): a prepare_* entry may share a path
     _chain(draw, model.body, "body", tp, seq_len, styles)
     loss_parallel = False
     if model.input == "embedding":
         if draw(OFTEN):
-            styles["inp"] = Parallelize("inp", "rowwise", input_layout="replicate")
+            _add(styles, Parallelize("inp", "rowwise", input_layout="replicate"))
         if draw(OFTEN):
             loss_parallel = draw(st.booleans())
-            styles["head"] = (Parallelize("head", "colwise", output_layout="shard_last", use_local_output=False)
-                              if loss_parallel else Parallelize("head", "colwise", output_layout="replicate"))
+            _add(styles, Parallelize("head", "colwise", output_layout="shard_last", use_local_output=False)
+                 if loss_parallel else Parallelize("head", "colwise", output_layout="replicate"))
     order = [path for path, _ in model.module_paths()]
-    return tuple(sorted(styles.values(), key=lambda p: order.index(p.path))), loss_parallel
+    return tuple(sorted(styles.values(), key=lambda p: (order.index(p.path), p.style in PREPARE))), loss_parallel
+
+
+def _add(styles: dict, *entries: Parallelize) -> None:
+    for p in entries:
+        styles[p.path, p.style] = p
 
 
 def _chain(draw, node: Node, path: str, tp: int, seq_len: int, styles: dict) -> _Unit:
@@ -81,8 +89,7 @@ def _chain(draw, node: Node, path: str, tp: int, seq_len: int, styles: dict) -> 
             units[i] = _Unit({names[i]: Parallelize(names[i], "colwise", use_local_output=not dtensor)},
                              heads=(names[i],))
             units[j] = _Unit({names[j]: Parallelize(names[j], "rowwise")}, tail=names[j])
-            styles.update(units[i].styles)
-            styles.update(units[j].styles)
+            _add(styles, *units[i].styles.values(), *units[j].styles.values())
             i = j + 1
         else:
             i += 1
@@ -90,14 +97,26 @@ def _chain(draw, node: Node, path: str, tp: int, seq_len: int, styles: dict) -> 
         if units[k] is None:
             units[k] = _chain(draw, child, name, tp, seq_len, styles)
     if seq_len % tp == 0:
-        for k in range(1, len(node.children) - 1):  # sequence parallelism: rowwise -> norm -> colwise
-            before, after = units[k - 1], units[k + 1]
-            if node.children[k].kind in NORMS and before.tail and after.heads and draw(OFTEN):
-                styles[before.tail] = dataclasses.replace(styles[before.tail], output_layout="shard_seq")
-                styles[names[k]] = Parallelize(names[k], "sequence")
-                for head in after.heads:
-                    styles[head] = dataclasses.replace(styles[head], input_layout="shard_seq")
+        for k in range(1, len(node.children)):  # sequence parallelism: rowwise -> norm -> (colwise)
+            before, after = units[k - 1], units[k + 1] if k + 1 < len(node.children) else _Unit({})
+            if node.children[k].kind in NORMS and before.tail and draw(OFTEN):
+                _sequence_parallel(draw, before, names[k], after, styles)
     return _Unit({})
+
+
+def _sequence_parallel(draw, before: _Unit, norm: str, after: _Unit, styles: dict) -> None:
+    """Shard the sequence from the rowwise end of ``before`` through the norm, and gather it again where
+    ``after`` starts (see the module docstring)."""
+    tail = styles[before.tail, "rowwise"]
+    _add(styles, dataclasses.replace(tail, output_layout="shard_seq"), Parallelize(norm, "sequence"))
+    if not after.heads:  # a plain tensor for what follows (modules not parallelized refuse DTensors)
+        _add(styles, Parallelize(norm, "prepare_output", output_layout="shard_seq", desired_layout="replicate"))
+    elif after.block and draw(st.booleans()):  # the block's colwise modules take a DTensor or a local tensor
+        _add(styles, Parallelize(after.block, "prepare_input", input_layout="shard_seq", desired_layout="replicate",
+                                 use_local_output=not draw(RARE)))
+    else:
+        for head in after.heads:
+            _add(styles, dataclasses.replace(styles[head, "colwise"], input_layout="shard_seq"))
 
 
 def _unit(draw, node: Node, path: str, tp: int, styles: dict) -> _Unit:
@@ -107,18 +126,18 @@ def _unit(draw, node: Node, path: str, tp: int, styles: dict) -> _Unit:
         dtensor = _dtensor_hidden(draw, node.hidden, tp)
         unit = _Unit({f"{path}.fc1": Parallelize(f"{path}.fc1", "colwise", use_local_output=not dtensor),
                       f"{path}.fc2": Parallelize(f"{path}.fc2", "rowwise")},
-                     heads=(f"{path}.fc1",), tail=f"{path}.fc2")
+                     heads=(f"{path}.fc1",), tail=f"{path}.fc2", block=path)
     elif node.kind == "attention" and node.heads % tp == 0 and draw(OFTEN):
         qkv = tuple(f"{path}.{x}" for x in "qkv")
         unit = _Unit({**{p: Parallelize(p, "colwise") for p in qkv}, f"{path}.o": Parallelize(f"{path}.o", "rowwise")},
-                     heads=qkv, tail=f"{path}.o")
+                     heads=qkv, tail=f"{path}.o", block=path)
     elif node.kind == "linear":
         choice = draw(st.sampled_from(("", "colwise", "rowwise")))
         if choice == "colwise":
             unit = _Unit({path: Parallelize(path, "colwise", output_layout="replicate")}, heads=(path,))
         elif choice == "rowwise":
             unit = _Unit({path: Parallelize(path, "rowwise", input_layout="replicate")}, tail=path)
-    styles.update(unit.styles)
+    _add(styles, *unit.styles.values())
     return unit
 
 
