@@ -436,6 +436,13 @@ class _InsideTP(_Injected, FSDP2TPSystem):
     """A fault inside torch's tensor-parallel styles (or FSDP2's handling of them)."""
 
 
+class ReducesInBf16UnderTP(_InsideTP):
+    """:class:`ReducesInBf16` on a tensor-parallel model: FSDP2 reduces the tp-local gradients over the
+    data-parallel ranks in bfloat16 where the policy says float32."""
+
+    inject = ReducesInBf16.inject
+
+
 def _partial_taken_as_reduced(grad):
     """A gradient DTensor whose Partial (pending sum over tp) placements are relabelled Replicate: each rank
     keeps its own partial sum, as if the reduction had happened."""

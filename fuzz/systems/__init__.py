@@ -1,6 +1,7 @@
 """Systems: ways to train a case's model, all behind one interface.
 
-References (``ddp``; ``ddp_mp``, which emulates mixed precision) and systems under test (``fsdp2``,
+References (``ddp``; ``ddp_mp``, which emulates mixed precision, and ``ddp_mp_tp``, the same on a
+tensor-parallel model) and systems under test (``fsdp2``,
 ``fsdp2_tp``) subclass
 :class:`~fuzz.systems.base.System`.  A case names its systems by registry name
 or as an importable ``module:attribute`` (test-only faulty systems and user
@@ -16,6 +17,7 @@ from fuzz.systems.base import RankContext, System
 REGISTRY: dict[str, str] = {
     "ddp": "fuzz.systems.ddp:DDPSystem",
     "ddp_mp": "fuzz.systems.mp_reference:MixedPrecisionReference",
+    "ddp_mp_tp": "fuzz.systems.fsdp2_tp:MixedPrecisionTPReference",
     "fsdp2": "fuzz.systems.fsdp2:FSDP2System",
     "fsdp2_tp": "fuzz.systems.fsdp2_tp:FSDP2TPSystem",
 }

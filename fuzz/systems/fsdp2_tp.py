@@ -20,6 +20,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from fuzz.families.fsdp2_tp import PREPARE, Parallelize
 from fuzz.systems.base import resolve
 from fuzz.systems.fsdp2 import FSDP2System, InvariantViolation
+from fuzz.systems.mp_reference import MixedPrecisionReference
 
 LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
 
@@ -47,19 +48,48 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, styles) -> None:
         parallelize_module(resolve(model, p.path), tp_mesh, style_of(p))
 
 
-class FSDP2TPSystem(FSDP2System):
+class TensorParallel:
+    """What tensor parallelism adds to a system on a mesh with a ``tp`` axis (a mixin, before the system's
+    class): the plan's styles applied on the ``tp`` sub-mesh, the loss under ``loss_parallel()``, and the
+    optimizer and zeroing under ``implicit_replication()``."""
+
+    def tp_mesh(self):
+        return self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)["tp"]
+
+    def _loss_context(self):
+        return loss_parallel() if self.case.plan.loss_parallel else contextlib.nullcontext()
+
+    def forward_backward(self, batch, target, path=None):
+        with self._loss_context():
+            return _plain(super().forward_backward(batch, target, path))
+
+    def optimizer_step(self) -> None:
+        """Under ``implicit_replication()``, as PyTorch asks of a model that is only partly tensor parallel
+        (pytorch PR #134551): its parameters mix plain tensors, 1-D (``dp``) and 2-D (``dp``, ``tp``) DTensors,
+        which foreach optimizer steps otherwise refuse to combine."""
+        with implicit_replication():
+            super().optimizer_step()
+
+    def zero_grad(self, step: int) -> None:
+        with implicit_replication():  # foreach zeroing of mixed gradients (set_to_none=False)
+            super().zero_grad(step)
+
+    def evaluate(self, batch, target):
+        with self._loss_context():
+            return _plain(super().evaluate(batch, target))
+
+
+class FSDP2TPSystem(TensorParallel, FSDP2System):
     name = "fsdp2_tp"
     count_collectives = True  # every rank of an SPMD plan issues the same collectives (checked per pass)
 
-    def _mesh(self):
-        return self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-
     def data_parallel_mesh(self):
         dp = tuple(a for a in self.case.mesh.names if a != "tp")
-        return self._mesh()[dp if len(dp) > 1 else dp[0]]
+        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+        return mesh[dp if len(dp) > 1 else dp[0]]
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        apply_tensor_parallel(model, self._mesh()["tp"], self.case.plan.tp)
+        apply_tensor_parallel(model, self.tp_mesh(), self.case.plan.tp)
         model = super().wrap(model)
         self.check_placements(model)
         return model
@@ -83,27 +113,33 @@ class FSDP2TPSystem(FSDP2System):
         if wrong:
             raise InvariantViolation("tensor-parallel placements differ from the plan: " + "; ".join(wrong[:5]))
 
-    def _loss_context(self):
-        return loss_parallel() if self.case.plan.loss_parallel else contextlib.nullcontext()
 
-    def forward_backward(self, batch, target, path=None):
-        with self._loss_context():
-            return _plain(super().forward_backward(batch, target, path))
+class MixedPrecisionTPReference(TensorParallel, MixedPrecisionReference):
+    """The mixed-precision reference of a tensor-parallel case: the same tensor-parallel model (TP is checked
+    against DDP without mixed precision), with FSDP2's policy emulated over the data-parallel ranks.  Each
+    parameter is a DTensor on ``tp``; its compute copy is cast, and its gradient reduced, as its tp-local
+    tensor (as FSDP2 reduces it), then put back on ``tp`` with the parameter's placements."""
 
-    def optimizer_step(self) -> None:
-        """Under ``implicit_replication()``, as PyTorch asks of a model that is only partly tensor parallel
-        (pytorch PR #134551): its parameters mix plain tensors, 1-D (``dp``) and 2-D (``dp``, ``tp``) DTensors,
-        which foreach optimizer steps otherwise refuse to combine."""
-        with implicit_replication():
-            super().optimizer_step()
+    name = "ddp_mp_tp"
 
-    def zero_grad(self, step: int) -> None:
-        with implicit_replication():  # foreach zeroing of mixed gradients (set_to_none=False)
-            super().zero_grad(step)
+    def setup(self, model: nn.Module) -> None:
+        apply_tensor_parallel(model, self.tp_mesh(), self.case.plan.tp)
+        super().setup(model)
 
-    def evaluate(self, batch, target):
-        with self._loss_context():
-            return _plain(super().evaluate(batch, target))
+    def local_gradient(self, name: str, grad):
+        if not isinstance(grad, DTensor):
+            return grad
+        placements = self.masters[name].placements
+        if grad.placements != placements:  # e.g. a replicated parameter's Partial gradient
+            grad = grad.redistribute(placements=placements)
+        return grad.to_local()
+
+    def distributed_gradient(self, name: str, local):
+        master = self.masters[name]
+        if not isinstance(master, DTensor):
+            return local
+        return DTensor.from_local(local, master.device_mesh, master.placements, run_check=False,
+                                  shape=master.shape, stride=master.stride())
 
 
 def _expected_placement(style: str, kind: str, name: str):

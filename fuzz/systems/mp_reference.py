@@ -123,7 +123,9 @@ class MixedPrecisionReference(System):
                     module._parameters[key] = compute[id(p)]
         for g in self.groups:
             module = resolve(model, g.wrap.path)
-            module.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True)
+            # FSDP2 prepends its pre-forward hook: the policy casts inputs before any other pre-hook (a TP style's
+            # input preparation), so that style's collectives run in the cast dtype, forward and backward.
+            module.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True, prepend=True)
             module.register_forward_hook(self._post_forward_hook(g))
         self.accumulated: dict[str, torch.Tensor] = {}
         self.model = model
@@ -200,16 +202,25 @@ class MixedPrecisionReference(System):
                  or (unused and self.compute[n].requires_grad)]
         if not names:
             return
-        grads = [acc.pop(n) if n in acc else self.compute[n].grad if self.compute[n].grad is not None
-                 else torch.zeros_like(self.compute[n]) for n in names]
+        grads = [self.local_gradient(n, acc.pop(n) if n in acc else self.compute[n].grad
+                                     if self.compute[n].grad is not None else torch.zeros_like(self.compute[n]))
+                 for n in names]
         for name in names:
             self.compute[name].grad = None
         all_reduce = self.last or not plan.no_all_reduce
         reduced = self._reduce(grads, g.reduce_dtype or grads[0].dtype, g, all_reduce)
         for name, piece in zip(names, reduced):
             master = self.masters[name]
-            piece = piece.to(master.dtype)
+            piece = self.distributed_gradient(name, piece.to(master.dtype))
             master.grad = piece if master.grad is None else master.grad.add_(piece)
+
+    def local_gradient(self, name: str, grad: torch.Tensor) -> torch.Tensor:
+        """The tensor of parameter ``name``'s gradient that this rank reduces (a subclass's hook: all of it)."""
+        return grad
+
+    def distributed_gradient(self, name: str, local: torch.Tensor) -> torch.Tensor:
+        """The master gradient of parameter ``name`` from its reduced local tensor (the inverse hook)."""
+        return local
 
     def _reduce(self, grads: list[torch.Tensor], reduce_dtype: torch.dtype, g: _Group,
                 all_reduce: bool = True) -> list[torch.Tensor]:

@@ -5,9 +5,9 @@ Drawn in this order: world size, mesh (:mod:`.meshes`), the model (two times in 
 else a generic tree with RMSNorm among its leaves; no tied head),
 the FSDP2 wrap plan on the data-parallel axes (``strategies.fsdp2.wrapping``; none for TP alone), the
 generic training spec (two times in three with a sequence length tp divides, for sequence parallelism), FSDP2's
-accumulation switches, the tensor-parallel styles
-(:mod:`.tensor_parallel`), the seed and delays.  Not drawn yet: mixed precision (the emulating reference does
-not model TP's split reductions), per-rank control flow and non-root passes.
+accumulation switches and mixed-precision policies (``strategies.fsdp2``; the reference then emulates the
+policy on the same tensor-parallel model), the tensor-parallel styles (:mod:`.tensor_parallel`), the seed and
+delays.  Not drawn yet: per-rank control flow and non-root passes.
 
 Shrinking: toward world size 2 on ``(dp_shard=1, tp=2)``, a one-Linear model, nothing parallelized, only the
 root wrapped, one step of default training.
@@ -23,6 +23,7 @@ from fuzz.case import Case, ModelSpec, Node
 from fuzz.families.fsdp2_tp import FSDP2TPPlan
 from strategies.cases import finish
 from strategies.fsdp2.accumulation import accumulation
+from strategies.fsdp2.precision import precision_policies
 from strategies.fsdp2.wrapping import plans
 from strategies.fsdp2_tp.meshes import meshes
 from strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
@@ -70,6 +71,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         FSDP2TPPlan(wraps=())
     if data_parallel:
         plan = draw(accumulation(plan, train, mesh))
+        plan = draw(precision_policies(plan, model, train))
+        if plan.mixed_precision() and train.to_float64:
+            train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
     tp_size = mesh.axis_size("tp")
     if train.seq_len % tp_size and draw(OFTEN):  # sequence parallelism splits the sequence over tp
         train = dataclasses.replace(train, seq_len=tp_size * draw(st.integers(1, 2)))
