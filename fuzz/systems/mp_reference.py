@@ -33,6 +33,8 @@ oracle's tolerance for the case's least precise dtype covers that.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -239,7 +241,7 @@ class MixedPrecisionReference(System):
         pre, post, op = divide_factors(reduce_dtype, n * replicas)
         rows, widths = [], []
         for x in grads:
-            x = x.reshape(x.shape[0], -1).to(reduce_dtype)
+            x = x.reshape(x.shape[0], math.prod(x.shape[1:])).to(reduce_dtype)  # (an empty TP shard too)
             x = torch.nn.functional.pad(x, (0, 0, 0, -x.shape[0] % n)).reshape(n, -1)
             rows.append(x)
             widths.append(x.shape[1])
@@ -264,8 +266,7 @@ class MixedPrecisionReference(System):
         full = torch.empty(n * out.numel(), dtype=reduce_dtype, device=out.device)
         dist.all_gather_into_tensor(full, out, group=self.shard_group)
         pieces = full.reshape(n, -1).split(widths, dim=1)
-        return [p.reshape(-1, *x.shape[1:])[:x.shape[0]] if x.dim() > 1 else p.reshape(-1)[:x.shape[0]]
-                for p, x in zip(pieces, grads)]
+        return [p.reshape(-1)[:x.numel()].reshape(x.shape) for p, x in zip(pieces, grads)]
 
     def optimizer_step(self) -> None:
         super().optimizer_step()
