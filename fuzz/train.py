@@ -102,8 +102,10 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
 
     ``record=False`` trains the same way but keeps no gradients or parameters (the benchmark's bare loop).
     """
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}")
+    role, _, sample = role.partition("/")  # "perturbed_reference/<n>": the n-th sample of the noise
+    if role not in ROLES or (sample and (role != "perturbed_reference" or not sample.isdigit())):
+        raise ValueError(f"unknown role {role + ('/' + sample if sample else '')!r}")
+    shift = 7919 * int(sample or 0)
     cls = resolve(case.system_name() if role == "system" else case.reference_name())
     reset_rank_state(case.seed)
     system = cls(case, ctx, role)
@@ -112,7 +114,7 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
     if role == "perturbed_reference":
         if case.train.to_float64:
             model = model.to(torch.float64)  # perturb what is trained, at its own precision
-        perturb(model, case.seed)
+        perturb(model, case.seed + shift)
     for name, p in model.named_parameters():  # frozen before the parallel API is applied, as users do
         p.requires_grad_(not case.train.frozen_at(name, 0))
     system.setup(model)
@@ -126,7 +128,7 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         if record:
             trace.grads.append(_record(system.gradients()) if trains else {})
         if trains and role == "perturbed_reference":
-            perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes))
+            perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes) + shift)
         if trains:
             system.optimizer_step()
         if record:
