@@ -60,20 +60,26 @@ def _clipping_a_partly_tensor_parallel_fsdp2_model(case: Case) -> bool:
             and any(m not in parallel for m in case.model.param_modules()))
 
 
-def _a_dimension_split_below_tp(case: Case) -> bool:
-    """A parallelized module whose split dimension is smaller than tp (some tp rank holds nothing)."""
-    tp = case.mesh.axis_size("tp")
-
+def _split_sizes(case: Case) -> list[int]:
+    """The size of the dimension each colwise/rowwise module splits over tp."""
     def split(p) -> int:
         if p.path == "inp":
             return case.model.vocab
         return case.model.output_width(p.path) if p.style == "colwise" else case.model.input_width(p.path) or 0
 
-    return any(p.style in ("colwise", "rowwise") and split(p) < tp for p in case.plan.tp)
+    return [split(p) for p in case.plan.tp if p.style in ("colwise", "rowwise")]
+
+
+def _a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
+    """A parallelized module whose split dimension has size 1, or is smaller than tp (a rank holds nothing)."""
+    tp = case.mesh.axis_size("tp")
+    return any(n < tp or n == 1 for n in _split_sizes(case))
 
 
 def _fsdp2_over_an_empty_tensor_parallel_shard(case: Case) -> bool:
-    return bool(case.plan.wraps) and _a_dimension_split_below_tp(case)
+    """FSDP2 over a parallelized module whose split dimension is smaller than tp (some tp rank holds nothing)."""
+    tp = case.mesh.axis_size("tp")
+    return bool(case.plan.wraps) and any(n < tp for n in _split_sizes(case))
 
 
 def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
@@ -147,14 +153,16 @@ KNOWN_BUGS = (
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:chunk_cat",
               "hang"),
              families=("fsdp2_tp",)),
-    # The same empty shard without FSDP2: DTensor treats the sharded dimension of size 1 as replicated.  The
-    # colwise weight's gradient comes back Replicate where the weight is Shard(0), and the optimizer's
-    # in-place add_ refuses the change; with a sequence of 1 the rowwise Linear's input view
-    # (b, 1, 1) -> (b, 1) is refused first ("would remove or reshape sharded dimension 2").  Related:
-    # pytorch#143372 (views of unevenly sharded DTensors), pytorch#135054 (size-1 dims taken as replicated).
-    KnownBug("DTensor over a dimension smaller than tp loses its sharding",
-             ("corpus/fsdp2_tp/8ce6225525b6272e.json", "corpus/fsdp2_tp/68c4f088e6a834f9.json"),
-             _a_dimension_split_below_tp,
+    # A sharded dimension of size 1 (over tp=2, one rank empty; or over tp=1): DTensor takes a size-1
+    # dimension for a replicated one.  The colwise weight's gradient comes back Replicate where the weight
+    # is Shard(0), and the optimizer's in-place add_ refuses the change; with a sequence of 1 the rowwise
+    # Linear's input view (b, 1, 1) -> (b, 1) is refused first ("would remove or reshape sharded dimension
+    # 2"), even on a tp axis of size 1.  Related: pytorch#143372 (views of unevenly sharded DTensors),
+    # pytorch#135054 (size-1 dims taken as replicated).
+    KnownBug("DTensor over a sharded dimension of size 1 loses its sharding",
+             ("corpus/fsdp2_tp/8ce6225525b6272e.json", "corpus/fsdp2_tp/68c4f088e6a834f9.json",
+              "corpus/fsdp2_tp/4654fe3feacc4319.json"),
+             _a_split_dimension_of_size_one_or_below_tp,
              ("error:system:RuntimeError:torch/distributed/tensor/_dispatch.py:_propagate_op_sharding_dispatch_slow_path",),
              families=("fsdp2_tp",)),
 )

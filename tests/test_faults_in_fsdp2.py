@@ -71,7 +71,7 @@ def test_the_fault_acts_where_it_should_and_fsdp2_passes_there(executor, fault):
 def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault, seed):
     _, _, shows = FAULTS[fault]
     hsdp = fault == "ReplicaNotAllReduced"  # needs a 2-D mesh with replicas: world size 4
-    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=60, max_shrink_runs=60,
+    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=60, max_shrink_runs=30,
                  world_sizes=(4,) if hsdp else (2,))
     assert len(stats.failures) == 1, stats.summary_line()
     f = stats.failures[0]

@@ -35,18 +35,20 @@ def children(pid: int) -> list[int]:
 
 def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
     options = FuzzOptions(corpus_dir=tmp_path, seed=2, shrink_budget_s=240, case_timeout_s=10,
-                          hang_shrink_timeout_s=3)
+                          hang_shrink_timeout_s=3, max_shrink_runs=20)
     fuzzer = Fuzzer(options, executor)
-    stats = fuzzer.fuzz("hang", cases(world_sizes=(2,), system="tests.faults:HangWithLayerNorm", max_steps=3), budget_s=60)
+    stats = fuzzer.fuzz("hang", cases(world_sizes=(2,), system="tests.faults:HangWithLayerNorm", max_steps=3,
+                                        max_depth=1), budget_s=60)
     assert len(stats.failures) == 1
     f = stats.failures[0]
     print(f"hang: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s; shrunk in {f.shrink_runs} runs "
           f"/ {f.shrink_seconds:.1f}s ({stats.verdicts['hang']} hangs)")
     assert f.verdict.kind == "hang"
     assert any(n.kind == "layernorm" for _, n in f.case.model.body.walk("body"))
-    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 3
-    # Every hang after the first cost the short timeout, not the 10 s one.
-    assert f.shrink_seconds < 10 + stats.verdicts["hang"] * (3 + 5)
+    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 4  # within 20 shrink runs
+    # Every hang after the first cost the short timeout (3 s, then a pool restart of up to 8 s here), not the
+    # 10 s one (15 s or more with the restart).
+    assert f.shrink_seconds < 10 + stats.verdicts["hang"] * (3 + 8) + stats.verdicts["pass"] * 2
 
 
 SLOW_FAULT_TARGET = textwrap.dedent("""

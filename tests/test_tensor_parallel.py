@@ -132,9 +132,9 @@ def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, ki
 ])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, shows, seed):
-    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=60)
+    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=30)
     stats = Fuzzer(options, executor, log=print).fuzz(
-        fault, cases(family="fsdp2_tp", world_sizes=(2, 4), system=f"tests.faults:{fault}"), budget_s=300)
+        fault, cases(family="fsdp2_tp", world_sizes=(2,), system=f"tests.faults:{fault}"), budget_s=300)
     assert len(stats.failures) == 1, "not found"
     f = stats.failures[0]
     modules = sum(1 for _ in f.case.model.body.walk("body")) - 1
@@ -146,11 +146,11 @@ def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, sh
 
 
 def test_no_false_alarm_on_tensor_parallel_cases(executor, tmp_path):
-    options = FuzzOptions(corpus_dir=tmp_path, seed=7, max_cases=40)
+    options = FuzzOptions(corpus_dir=tmp_path, seed=7, max_cases=30)
     stats = Fuzzer(options, executor, log=print).fuzz("fsdp2_tp", cases(family="fsdp2_tp", world_sizes=(2, 4)),
                                                       budget_s=300)
     assert not stats.failures, [f.verdict.describe() for f in stats.failures]
-    assert stats.cases == 40 and stats.features["tp=2"] > 20
+    assert stats.cases == 30 and stats.features["tp=2"] > 15
 
 
 def test_placements_the_plan_does_not_ask_for_are_an_invariant_violation(executor):
