@@ -3,7 +3,7 @@ bf16 where the policy says fp32, a gradient off by 0.5%, a drift of 0.3% from st
 bf16 where the policy says fp32.
 
 Each is first shown on a hand-written case where it must act (and where unmodified FSDP2 passes), then found
-by short fuzz runs over three fuzz seeds and shrunk to a case that still shows its situation."""
+by short fuzz runs over two fuzz seeds and shrunk to a case that still shows its situation."""
 
 import dataclasses
 
@@ -66,12 +66,12 @@ def test_the_fault_acts_where_it_should_and_fsdp2_passes_there(executor, fault):
         assert verdict.divergence.ranks == (0, 2)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault, seed):
     _, _, shows = FAULTS[fault]
     hsdp = fault == "ReplicaNotAllReduced"  # needs a 2-D mesh with replicas: world size 4
-    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=60, max_shrink_runs=30,
+    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=60, max_shrink_runs=20,
                  world_sizes=(4,) if hsdp else (2,))
     assert len(stats.failures) == 1, stats.summary_line()
     f = stats.failures[0]

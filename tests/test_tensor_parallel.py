@@ -132,7 +132,7 @@ def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, ki
 ])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, shows, seed):
-    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=30)
+    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=20)
     stats = Fuzzer(options, executor, log=print).fuzz(
         fault, cases(family="fsdp2_tp", world_sizes=(2,), system=f"tests.faults:{fault}"), budget_s=300)
     assert len(stats.failures) == 1, "not found"
