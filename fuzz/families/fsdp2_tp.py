@@ -152,14 +152,16 @@ def features(case: Case) -> set[str]:
 
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     notes, lines = fsdp2.describe(case)
+    styles: dict[str, list[str]] = {}  # per path, in the order parallelize_module applies them
     for p in case.plan.tp:
         args = [f"{k}={getattr(p, k)}" for k in ("input_layout", "output_layout", "desired_layout") if getattr(p, k)]
         if p.use_local_output != TORCH_LOCAL_OUTPUT[p.style]:
             args.append(f"use_local_output={p.use_local_output}")
         style = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel", "sequence": "SequenceParallel",
                  "prepare_input": "PrepareModuleInput", "prepare_output": "PrepareModuleOutput"}[p.style]
-        note = f"{style}({', '.join(args)})"
-        notes[p.path] = note + (", then " + notes[p.path] if notes.get(p.path) else "")
+        styles.setdefault(p.path, []).append(f"{style}({', '.join(args)})")
+    for path, applied in styles.items():
+        notes[path] = ", then ".join(applied + ([notes[path]] if notes.get(path) else []))
     if case.plan.loss_parallel:
         lines.append("cross-entropy on vocabulary-sharded logits under loss_parallel()")
     return notes, lines
