@@ -114,9 +114,9 @@ class Attention(nn.Module):
         self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
 
     def forward(self, x):
-        b, s, w = x.shape
-        d = w // self.heads
+        d = x.shape[-1] // self.heads
         q, k, v = self.q(x), self.k(x), self.v(x)
+        b, s = q.shape[0], q.shape[1]  # (x may hold a shard of the sequence that q/k/v gather)
         h = q.shape[-1] // d  # the heads this rank holds: all of them, or its share under tensor parallelism
 
         def split(t):

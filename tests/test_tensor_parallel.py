@@ -87,6 +87,21 @@ def test_the_policys_input_cast_comes_before_the_tp_styles_input_hooks(executor)
     assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
 
 
+def test_an_int_reshard_over_tensor_parallel_parameters_is_refused_up_front():
+    """FSDP2 raises NotImplementedError for reshard_after_forward=<int> on DTensor parameters (the 20-minute run
+    met it): such a case is invalid, named by its field, and the strategy draws True there instead."""
+    import dataclasses
+
+    from fuzz.case import CaseError
+
+    case = tp_case(MeshSpec((4, 1), ("dp_shard", "tp")), PAIR)  # as met: dp_shard=4 (2 divides it), tp=1
+    with pytest.raises(CaseError, match=r"plan.wraps\[1\].reshard_after_forward: an int .*'body.0' is in this group"):
+        dataclasses.replace(case, plan=dataclasses.replace(
+            case.plan, wraps=(Wrap("body.4"), Wrap("", reshard_after_forward=2)))).validate()
+    dataclasses.replace(case, plan=dataclasses.replace(
+        case.plan, wraps=(Wrap("body.4", reshard_after_forward=2), Wrap("")))).validate()  # no TP in body.4
+
+
 def test_a_prepare_entry_may_share_a_path_only_with_one_style():
     from fuzz.case import CaseError
 
@@ -94,6 +109,21 @@ def test_a_prepare_entry_may_share_a_path_only_with_one_style():
         tp_case(MESHES["tp alone"], PREPARE_OUTPUT + PREPARE_OUTPUT[-1:])
     with pytest.raises(CaseError, match="prepare_input needs input_layout and desired_layout"):
         tp_case(MESHES["tp alone"], (Parallelize("body.4", "prepare_input", desired_layout="replicate"),))
+
+
+def test_sequence_parallel_into_attention_trains_like_ddp(executor):
+    """The attention after a sequence-parallel norm gets a shard of the sequence and its q/k/v gather it: its
+    forward must take the sequence length from q, not from its input (the model's own bug, met by the
+    20-minute run as a view error)."""
+    body = Node("seq", children=(Node("linear", out=6), Node("act", fn="gelu"), Node("linear", out=4),
+                                 Node("layernorm"), Node("attention", heads=2)))
+    styles = (PAIR[0], Parallelize("body.2", "rowwise", output_layout="shard_seq"), Parallelize("body.3", "sequence"),
+              *(Parallelize(f"body.4.{x}", "colwise", input_layout="shard_seq") for x in "qkv"),
+              Parallelize("body.4.o", "rowwise"))
+    case = simple(world_size=2, mesh=MESHES["tp alone"], model=ModelSpec(body=body, in_dim=5), plan=FSDP2TPPlan(wraps=(), tp=styles),
+                  train=TrainSpec(steps=2, batch=2, seq_len=4, lr=0.1)).validate()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
 
 
 def test_embedding_head_and_loss_parallel(executor):

@@ -121,6 +121,12 @@ def validate(case: Case) -> None:
         if "shard_seq" in (p.input_layout, p.output_layout, p.desired_layout) or p.style == "sequence":
             check(case.train.seq_len % tp == 0, f"{where}", f"sequence sharding needs seq_len divisible by tp={tp}, "
                   f"got {case.train.seq_len}")
+    for i, w in enumerate(plan.wraps):
+        if not isinstance(w.reshard_after_forward, bool):
+            owned = [p.path for p in plan.tp if p.style not in PREPARE and plan.owner(p.path) == w.path]
+            check(not owned, f"plan.wraps[{i}].reshard_after_forward", "an int (resharding to a smaller mesh after "
+                  f"forward) is not supported by FSDP2 for tensor-parallel parameters ({owned[0]!r} is in this group)"
+                  if owned else "")
     for path, node in model.body.walk("body"):
         if node.kind == "attention" and f"{path}.q" in seen:
             check(node.heads % tp == 0, "plan.tp", f"attention at {path} splits {node.heads} heads over tp={tp}")

@@ -20,7 +20,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from fuzz.case import Case, ModelSpec, Node
-from fuzz.families.fsdp2_tp import FSDP2TPPlan
+from fuzz.families.fsdp2_tp import PREPARE, FSDP2TPPlan
 from strategies.cases import finish
 from strategies.fsdp2.accumulation import accumulation
 from strategies.fsdp2.precision import precision_policies
@@ -55,6 +55,15 @@ def transformer_models(draw) -> ModelSpec:
     return ModelSpec(body=body, input="embedding", in_dim=width, vocab=draw(st.sampled_from(VOCABS)))
 
 
+def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:
+    """``reshard_after_forward=True`` where a drawn int would reshard tensor-parallel parameters to a smaller
+    mesh (FSDP2 raises NotImplementedError for DTensor parameters; see ``fuzz.families.fsdp2_tp.validate``)."""
+    owners = {plan.owner(p.path) for p in plan.tp if p.style not in PREPARE}
+    return dataclasses.replace(plan, wraps=tuple(
+        dataclasses.replace(w, reshard_after_forward=True)
+        if w.path in owners and not isinstance(w.reshard_after_forward, bool) else w for w in plan.wraps))
+
+
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool) -> Case:
@@ -79,5 +88,6 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         train = dataclasses.replace(train, seq_len=tp_size * draw(st.integers(1, 2)))
     tp, loss_parallel = draw(tp_plans(model, tp_size, train.seq_len))
     plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
+    plan = _no_int_reshard_over_tp(plan)
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)

@@ -111,7 +111,7 @@ def _sequence_parallel(draw, before: _Unit, norm: str, after: _Unit, styles: dic
     _add(styles, dataclasses.replace(tail, output_layout="shard_seq"), Parallelize(norm, "sequence"))
     if not after.heads:  # a plain tensor for what follows (modules not parallelized refuse DTensors)
         _add(styles, Parallelize(norm, "prepare_output", output_layout="shard_seq", desired_layout="replicate"))
-    elif after.block and draw(st.booleans()):  # the block's colwise modules take a DTensor or a local tensor
+    elif after.block and draw(OFTEN):  # the block's colwise modules take a DTensor or a local tensor
         _add(styles, Parallelize(after.block, "prepare_input", input_layout="shard_seq", desired_layout="replicate",
                                  use_local_output=not draw(RARE)))
     else:
