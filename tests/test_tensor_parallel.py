@@ -202,3 +202,12 @@ def test_ranks_issuing_different_collectives_is_a_finding(executor):
     verdict = check(dataclasses.replace(case, system="tests.faults:ExtraCollectiveOnRankZero"), executor)
     d = verdict.divergence
     assert verdict.kind == "mismatch" and d.check == "collectives" and d.ranks == (0, 1), verdict.describe()
+
+
+def test_which_splits_leave_a_tensor_parallel_rank_empty():
+    """torch.chunk's rule (pieces of ceil(n / tp)) leaves a rank nothing not only below tp: 5 over 4 is 2, 2, 1, 0
+    (the 20-minute run met FSDP2's empty-shard bug there, with the MLP's hidden width 5 on tp=4)."""
+    from fuzz.known import _empty_on_some_rank
+
+    assert [n for n in range(1, 10) if _empty_on_some_rank(n, 4)] == [1, 2, 3, 5, 6, 9]
+    assert [n for n in range(1, 6) if _empty_on_some_rank(n, 2)] == [1]
