@@ -100,6 +100,10 @@ def _foreach_zeroing_of_sequence_parallel_gradients(case: Case) -> bool:
             and any(p.style == "sequence" for p in case.plan.tp))
 
 
+def _loss_parallel_with_a_rank_holding_no_vocabulary(case: Case) -> bool:
+    return case.plan.loss_parallel and _empty_on_some_rank(case.model.vocab, case.mesh.axis_size("tp"))
+
+
 def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
     return case.mixed_precision() and any(f.until for f in case.train.frozen)
 
@@ -171,6 +175,13 @@ KNOWN_BUGS = (
              _fsdp2_over_an_empty_tensor_parallel_shard,
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:chunk_cat",
               "hang"),
+             families=("fsdp2_tp",)),
+    # loss_parallel() on logits whose vocabulary leaves a tp rank nothing: its nll_loss forward indexes the
+    # empty local shard on that rank; the others block in the loss's collectives.
+    KnownBug("loss_parallel with a tp rank holding no vocabulary",
+             ("corpus/fsdp2_tp/cfbc009f547b972b.json",),
+             _loss_parallel_with_a_rank_holding_no_vocabulary,
+             ("error:system:RuntimeError:torch/distributed/tensor/parallel/loss.py:_nll_loss_forward", "hang"),
              families=("fsdp2_tp",)),
     # SequenceParallel replicates a norm's parameters as new nn.Parameters without their requires_grad
     # (ColwiseParallel and RowwiseParallel keep it): a norm frozen before parallelize_module is trained.
