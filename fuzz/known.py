@@ -84,7 +84,7 @@ def _a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
 
 
 def _fsdp2_over_an_empty_tensor_parallel_shard(case: Case) -> bool:
-    """FSDP2 over a parallelized module whose split dimension is smaller than tp (some tp rank holds nothing)."""
+    """FSDP2 over a parallelized module whose split dimension leaves some tp rank nothing."""
     tp = case.mesh.axis_size("tp")
     return bool(case.plan.wraps) and any(_empty_on_some_rank(n, tp) for n in _split_sizes(case))
 
@@ -168,7 +168,7 @@ KNOWN_BUGS = (
              _clipping_a_partly_tensor_parallel_fsdp2_model,
              ("error:system:RuntimeError:torch/distributed/tensor/_dispatch.py:_propagate_op_sharding_dispatch_slow_path",),
              families=("fsdp2_tp",)),
-    # A tensor-parallel parameter with an empty local shard (its split dimension below tp) under fully_shard:
+    # A tensor-parallel parameter with an empty local shard (see _empty_on_some_rank) under fully_shard:
     # the reduce-scatter's _chunk_cat refuses the empty gradient on the ranks holding it; the others block.
     KnownBug("fsdp2 reduce-scatter of an empty tensor-parallel shard",
              ("corpus/fsdp2_tp/23d7069e16d673a5.json",),
