@@ -92,12 +92,15 @@ def check_consistent(case: Case) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class Promise:
-    """The dtypes a case promises for what the trace records."""
+    """What a case promises for what the trace records: its dtypes, and which ranks run alike."""
 
     #: Parameters, buffers and gradients.
     state: str
     #: The output (and loss) of each kind of pass: ``""`` the root's, ``"non-root <path>"``'s, ``"eval"``.
     outputs: dict
+    #: Per rank, its control flow: ranks with the same value run the same modules and so issue the same
+    #: collectives (all alike, unless per-rank gates key the flow by the data-parallel index).
+    flows: tuple = ()
 
     def output(self, phase: str) -> str:
         return self.outputs.get(phase, self.outputs[""])
@@ -107,4 +110,6 @@ def promise(case: Case) -> Promise:
     outputs = {"": output_dtype(case, "")}
     if case.train.nonroot:
         outputs[f"non-root {case.train.nonroot}"] = output_dtype(case, case.train.nonroot)
-    return Promise(state=model_dtype(case), outputs=outputs)
+    per_rank = case.model.per_rank_flow()
+    flows = tuple(case.mesh.dp_index(rank) if per_rank else 0 for rank in range(case.world_size))
+    return Promise(state=model_dtype(case), outputs=outputs, flows=flows)

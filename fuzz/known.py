@@ -151,7 +151,8 @@ KNOWN_BUGS = (
              _rank_flow_with_several_groups,
              tuple(f"mismatch:{check}:{what}" for check in ("value", "replica", "missing_grad", "extra_grad")
                    for what in ("grad", "param", "loss"))
-             + ("crash:-6", "hang")),
+             + ("crash:-6", "hang"),
+             families=("fsdp2", "fsdp2_tp")),
     # A no_grad forward leaves a group unsharded or partly resharded (no backward to reshard it: the root,
     # reshard_after_forward=False or <int>); a parameter unfrozen then keeps an unsharded parameter that does not
     # require a gradient until the group reshards: no gradient, or only the later microbatches' (the FSDP2
@@ -202,13 +203,15 @@ KNOWN_BUGS = (
     # dimension for a replicated one.  The colwise weight's gradient comes back Replicate where the weight
     # is Shard(0), and the optimizer's in-place add_ refuses the change; with a sequence of 1 the rowwise
     # Linear's input view (b, 1, 1) -> (b, 1) is refused first ("would remove or reshape sharded dimension
-    # 2"), even on a tp axis of size 1.  Related: pytorch#143372 (views of unevenly sharded DTensors),
-    # pytorch#135054 (size-1 dims taken as replicated).
+    # 2"), even on a tp axis of size 1.  Under mixed precision the reference runs the same tensor-parallel
+    # model (``ddp_mp_tp``) and may meet it first.  Related: pytorch#143372 (views of unevenly sharded
+    # DTensors), pytorch#135054 (size-1 dims taken as replicated).
     KnownBug("DTensor over a sharded dimension of size 1 loses its sharding",
              ("corpus/fsdp2_tp/8ce6225525b6272e.json", "corpus/fsdp2_tp/68c4f088e6a834f9.json",
               "corpus/fsdp2_tp/4654fe3feacc4319.json"),
              _a_split_dimension_of_size_one_or_below_tp,
-             ("error:system:RuntimeError:torch/distributed/tensor/_dispatch.py:_propagate_op_sharding_dispatch_slow_path",),
+             tuple(f"error:{role}:RuntimeError:torch/distributed/tensor/_dispatch.py:"
+                   "_propagate_op_sharding_dispatch_slow_path" for role in ("system", "reference")),
              families=("fsdp2_tp",)),
 )
 

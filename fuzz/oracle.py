@@ -4,7 +4,8 @@ Per pass of training (a step; with ``train.nonroot`` each step's second pass thr
 with ``train.eval_every`` a forward under ``no_grad``), in order:
 
 0. where a system counts them, every rank issued the same collectives in the pass's forwards and backwards
-   (counted per op, as ``CommDebugMode`` counts them): SPMD training runs the same collectives on every rank;
+   (counted per op, as ``CommDebugMode`` counts them) as the other ranks of its control flow (all ranks,
+   unless per-rank gates make data-parallel ranks differ): SPMD training runs the same collectives on each;
 1. every rank's loss: its dtype is the one the case promises for that pass's output, its value matches
    the reference's;
 2. every gradient (taken before the optimizer step), then every parameter and buffer (after it), by name:
@@ -233,10 +234,13 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
     step, phase = p.at
     for role, trace in (("system under test", p.sut), ("reference", p.ref)):
         counts = [rt.collectives[p.i] if p.i < len(rt.collectives) else {} for rt in trace.ranks]
+        flows = promise.flows or (0,) * len(counts)
+        first = {}  # per control flow, its first rank
         for rank, c in enumerate(counts):
-            if c != counts[0]:
+            alike = first.setdefault(flows[rank], rank)
+            if c != counts[alike]:
                 p.fail("collectives", "collectives", "collectives", f"in the {role}: rank {rank} issued {c}, "
-                       f"rank 0 {counts[0]}", ranks=(0, rank))
+                       f"rank {alike} {counts[alike]}", ranks=(alike, rank))
     expected = promise.output(phase)
     refs, suts = p.ref.losses(p.i), p.sut.losses(p.i)
     noises = [n.losses(p.i) for n in p.noises]

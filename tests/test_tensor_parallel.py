@@ -7,7 +7,7 @@ from fuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from fuzz.engine import Fuzzer, FuzzOptions
 from fuzz.families.fsdp2 import Wrap
 from fuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from fuzz.verify import check
+from fuzz.verify import check, verdict_from_outcomes
 from strategies import cases
 from tests.test_case import simple
 
@@ -211,3 +211,51 @@ def test_which_splits_leave_a_tensor_parallel_rank_empty():
 
     assert [n for n in range(1, 10) if _empty_on_some_rank(n, 4)] == [1, 2, 3, 5, 6, 9]
     assert [n for n in range(1, 6) if _empty_on_some_rank(n, 2)] == [1]
+
+
+def test_a_non_root_pass_runs_only_through_modules_holding_whole_tp_groups(executor):
+    """A non-root pass runs a wrapped module alone on a full input: valid through the MLP when its fc1/fc2 pair
+    lies inside it, refused where it would cut a sequence-parallel group (the MLP's fc1 gathers the sequence
+    the norm before it left sharded)."""
+    import dataclasses
+
+    from fuzz.case import CaseError
+    from fuzz.families.fsdp2_tp import connections, nonroot_paths
+
+    mesh = MeshSpec((1, 2), ("dp_shard", "tp"))
+    sp = tp_case(mesh, SP)
+    assert connections(sp.plan) == [frozenset({"body.0", "body.2", "body.3", "body.4.fc1", "body.4.fc2"})]
+    assert nonroot_paths(sp.plan) == ()
+    with pytest.raises(CaseError, match="train.nonroot.*cuts through"):
+        dataclasses.replace(sp, train=dataclasses.replace(sp.train, nonroot="body.4")).validate()
+    styles = PAIR + (Parallelize("body.4.fc1", "colwise", use_local_output=False), Parallelize("body.4.fc2", "rowwise"))
+    case = tp_case(mesh, styles, nonroot="body.4")
+    assert nonroot_paths(case.plan) == ("body.4",) and "nonroot" in case.features()
+    outcomes = executor.run(case)
+    verdict = verdict_from_outcomes(case, outcomes)
+    assert verdict.ok, verdict.describe()
+    assert [tuple(p) for p in outcomes[1].result["system"].passes] == [(0, ""), (0, "non-root body.4"), (1, ""),
+                                                                       (1, "non-root body.4"), (2, ""),
+                                                                       (2, "non-root body.4")]
+
+
+def test_per_rank_control_flow_under_tensor_parallelism(executor):
+    """A gate keyed by the data-parallel index around a tensor-parallel MLP: the ranks of one tp group run it
+    together, the two dp groups on different forwards; FSDP2 (one group: several are a known bug) reduces unused
+    parameters as zeros.  Ranks of
+    different dp groups issue different collectives, which is no finding (the oracle compares each rank with
+    the ranks of its control flow)."""
+    body = Node("seq", children=(Node("linear", out=4), Node("gate", period=2, by_rank=True,
+                                                              children=(Node("mlp", hidden=4),))))
+    styles = (Parallelize("body.1.inner.fc1", "colwise"), Parallelize("body.1.inner.fc2", "rowwise"))
+    case = simple(world_size=4, mesh=MESHES["dp_shard x tp"], model=ModelSpec(body=body, in_dim=5),
+                  plan=FSDP2TPPlan(wraps=(Wrap(""),), tp=styles, reduce_scatter_unused=True),
+                  train=TrainSpec(steps=2, batch=2, seq_len=2, lr=0.1)).validate()
+    from fuzz import dtypes
+
+    assert dtypes.promise(case).flows == (0, 0, 1, 1)
+    outcomes = executor.run(case)
+    counts = [o.result["system"].collectives[0] for o in outcomes]
+    assert counts[0] == counts[1] and counts[2] == counts[3] and counts[0] != counts[2], counts
+    verdict = verdict_from_outcomes(case, outcomes)
+    assert verdict.ok, verdict.describe()

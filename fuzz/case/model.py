@@ -179,6 +179,10 @@ class ModelSpec:
         node = dict(self.body.walk("body")).get(path)
         return node is None or _trains(node, path, frozen)  # a leaf block's Linears have parameters
 
+    def per_rank_flow(self) -> bool:
+        """Whether control flow differs between data-parallel ranks (a gate with ``by_rank``)."""
+        return any(node.kind == "gate" and node.by_rank for _, node in self.body.walk("body"))
+
     def param_modules(self) -> list[str]:
         """Paths of the modules that hold parameters of their own (a tied head holds none)."""
         return [path for path, kind in self.module_paths()

@@ -94,6 +94,8 @@ def validate(case: Case) -> None:
             check(not getattr(plan, flag), f"plan.{flag}", "needs fully_shard (a data-parallel axis)")
         check(plan.reshard_after_backward, "plan.reshard_after_backward", "needs fully_shard")
         check(not case.train.nonroot, "train.nonroot", "a non-root pass runs through a wrapped module")
+        check(not model.per_rank_flow(), "model.body",
+              "per-rank gates need a data-parallel axis (ranks of one tp group follow the same control flow)")
     check(not model.tie_head, "model.tie_head", "tied weights are not tensor parallel here")
     kinds = dict(model.module_paths())
     tp = mesh.axis_size("tp")
@@ -130,11 +132,60 @@ def validate(case: Case) -> None:
     for path, node in model.body.walk("body"):
         if node.kind == "attention" and f"{path}.q" in seen:
             check(node.heads % tp == 0, "plan.tp", f"attention at {path} splits {node.heads} heads over tp={tp}")
+    if case.train.nonroot:
+        for group in connections(plan):
+            check(_holds_whole_or_none(case.train.nonroot, group), "train.nonroot",
+                  f"{case.train.nonroot!r} cuts through tensor-parallel styles that pass sharded activations "
+                  f"between {sorted(group)}: run alone on a full input, it would compute something else")
     if plan.loss_parallel:
         head = next((p for p in plan.tp if p.path == "head"), None)
         check(model.input == "embedding" and head is not None and head.style == "colwise"
               and head.output_layout == "shard_last" and not head.use_local_output, "plan.loss_parallel",
               "needs a colwise head whose output stays a vocabulary-sharded DTensor")
+
+
+def _holds_whole_or_none(root: str, group: frozenset[str]) -> bool:
+    inside = [path == root or path.startswith(root + ".") for path in group]
+    return all(inside) or not any(inside)
+
+
+def _output(p: Parallelize) -> str:
+    """What leaves a plan entry's module: ``replicate`` (a full tensor, as without TP) or a shard."""
+    if p.style in PREPARE:
+        return "shard" if p.desired_layout != "replicate" else "replicate"
+    if p.style == "colwise":
+        return "replicate" if p.output_layout == "replicate" else "shard"
+    if p.style == "rowwise":
+        return "shard" if p.output_layout in ("shard_seq", "shard_last") else "replicate"
+    return "shard"  # a sequence-parallel norm keeps the sequence sharded
+
+
+def connections(plan: FSDP2TPPlan) -> list[frozenset[str]]:
+    """The groups of plan entries that pass sharded activations between their modules (a colwise module and
+    the rowwise one after it; a rowwise output sharded over the sequence, the norm, and what gathers it again),
+    as sets of module paths; ``""`` (the loss) where the model's output stays sharded (``loss_parallel``).
+
+    Entries are in module order (the order the plan keeps), which is the order activations reach them: a group
+    opens at an entry whose output is a shard and closes at the first entry after it that outputs a full
+    tensor.  A module run on its own (a non-root pass) takes and gives full tensors, so it must hold each group
+    whole or not at all."""
+    groups, current = [], set()
+    for p in plan.tp:
+        if current or _output(p) == "shard":
+            current.add(p.path)
+        if current and _output(p) == "replicate":
+            groups.append(frozenset(current))
+            current = set()
+    if current:
+        groups.append(frozenset(current | {""}))
+    return groups
+
+
+def nonroot_paths(plan: FSDP2TPPlan) -> tuple[str, ...]:
+    """The wrapped non-root modules a non-root pass may run through under the plan's tensor parallelism."""
+    groups = connections(plan)
+    return tuple(w.path for w in plan.wraps
+                 if w.path and all(_holds_whole_or_none(w.path, g) for g in groups))
 
 
 def features(case: Case) -> set[str]:

@@ -67,6 +67,6 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> FSDP2Plan:
             forward, backward = draw(targets), draw(targets)
             if forward or backward:
                 prefetch.append(Prefetch(path, forward=forward, backward=backward))
-    rank_flow = any(node.kind == "gate" and node.by_rank for _, node in model.body.walk("body"))
+    rank_flow = model.per_rank_flow()
     return FSDP2Plan(wraps=tuple(wraps), checkpoints=tuple(checkpoints), prefetch=tuple(prefetch),
                     reduce_scatter_unused=rank_flow)

@@ -7,7 +7,9 @@ the FSDP2 wrap plan on the data-parallel axes (``strategies.fsdp2.wrapping``; no
 generic training spec (two times in three with a sequence length tp divides, for sequence parallelism), FSDP2's
 accumulation switches and mixed-precision policies (``strategies.fsdp2``; the reference then emulates the
 policy on the same tensor-parallel model), the tensor-parallel styles (:mod:`.tensor_parallel`), the seed and
-delays.  Not drawn yet: per-rank control flow and non-root passes.
+delays; then, on rare coins, per-rank control flow (gates keyed by the data-parallel index, in generic models on
+meshes with more than one data-parallel rank) and a non-root pass through a wrapped module the TP plan lets run
+alone.
 
 Shrinking: toward world size 2 on ``(dp_shard=1, tp=2)``, a one-Linear model, nothing parallelized, only the
 root wrapped, one step of default training.
@@ -19,9 +21,10 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import Case, ModelSpec, Node
-from fuzz.families.fsdp2_tp import PREPARE, FSDP2TPPlan
+from fuzz.case import Case, ModelSpec, Node, TrainSpec
+from fuzz.families.fsdp2_tp import PREPARE, FSDP2TPPlan, nonroot_paths
 from strategies.cases import finish
+from strategies.coins import RARE
 from strategies.fsdp2.accumulation import accumulation
 from strategies.fsdp2.precision import precision_policies
 from strategies.fsdp2.wrapping import plans
@@ -65,14 +68,28 @@ def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:
 
 
 @st.composite
+def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec) -> TrainSpec:
+    """On a rare coin, a non-root pass through a wrapped module that holds each group of tensor-parallel
+    styles passing sharded activations whole or not at all (``fuzz.families.fsdp2_tp.connections``): alone, it
+    takes and gives full tensors.  Drawn after the TP plan, which decides what may be cut."""
+    if not draw(RARE) or plan.reduce_scatter_unused:  # not with per-rank gates (see strategies.fsdp2)
+        return train
+    trainable = frozenset(f.path for f in train.frozen)
+    paths = [p for p in nonroot_paths(plan) if model.uses_params(p, trainable)]
+    return dataclasses.replace(train, nonroot=draw(st.sampled_from(paths))) if paths else train
+
+
+@st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool) -> Case:
     ws = draw(world_sizes(allowed))
     mesh = draw(meshes(ws))
     if draw(OFTEN):
         model = draw(transformer_models())
-    else:
-        model = draw(models(max_depth, leaves=LEAVES + ("rmsnorm",), tie=False))
+    else:  # per-rank control flow on a rare coin: gates keyed by the data-parallel index (alike over a tp group)
+        rank_flow = draw(RARE) and mesh.dp_size() > 1
+        model = draw(models(max_depth, rank_period=mesh.dp_size() if rank_flow else 0, leaves=LEAVES + ("rmsnorm",),
+                            tie=False))
     data_parallel = mesh.names != ("tp",)
     fsdp = draw(plans(model, mesh)) if data_parallel else None
     train = draw(training(model, max_steps=max_steps))
@@ -89,5 +106,6 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     tp, loss_parallel = draw(tp_plans(model, tp_size, train.seq_len))
     plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
     plan = _no_int_reshard_over_tp(plan)
+    train = draw(_nonroot(model, plan, train))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
