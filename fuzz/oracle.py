@@ -46,7 +46,13 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   the Linears inside an MLP or attention block, of the whole block: the gradient of attention's key bias is
   analytically zero, and what two implementations compute for it is a rounding residue of terms the size of
   the block's gradients (tensor parallelism, which splits the heads, showed residues 100 ulps of the key
-  weight's gradient, 5 of the block's).  A module whose reference tensors are all exactly zero (upstream of
+  weight's gradient, 5 of the block's).  A gradient's scale also counts the local gradients each rank of the
+  reference computed before the reduction across ranks (recorded by hooks on its parameters): the reduction's
+  rounding is proportional to the terms it sums, and where the ranks' gradients cancel, the reduced one can be
+  a hundred times smaller than they are (a 20-minute run met a LayerNorm bias whose reduced gradient was 1e-3
+  of terms of 0.2; FSDP2's reduce-scatter and DDP's all-reduce rounded it 60 ulps apart, which no weight
+  perturbation reaches: the gradient did not depend on the weights).  A module whose reference tensors are
+  all exactly zero (upstream of
   a LayerNorm over width 1 every gradient is analytically zero) takes the largest scale of the pass: its
   residues follow the gradients flowing into it.  ``dtype`` is the model's: the mixed-precision reference reproduces FSDP2's
   low-precision arithmetic bit for bit (:mod:`fuzz.systems.mp_reference`), so a reduction done in bf16
@@ -168,13 +174,19 @@ def _scale(values: np.ndarray) -> float:
 
 def module_scales(trace: Trace, i: int, what: str, tol: Tolerance) -> dict[str, float]:
     """Per scale group (:meth:`Tolerance.group`), the largest magnitude among the trace's full tensors of kind
-    ``what`` in pass ``i``."""
+    ``what`` in pass ``i``; for gradients also among the local gradients any rank computed before the
+    reduction across ranks (the terms the reduction sums)."""
     out: dict[str, float] = {}
     for name in trace.names(i, what):
         full = trace.full(i, what, name)
         if full is not None:
             key = tol.group(name)
             out[key] = max(out.get(key, 0.0), _scale(full.value))
+    if what == "grad":
+        for name, value in trace.local_grad_scales(i).items():
+            if np.isfinite(value):
+                key = tol.group(name)
+                out[key] = max(out.get(key, 0.0), value)
     return out
 
 

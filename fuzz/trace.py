@@ -124,6 +124,9 @@ class RankTrace:
     #: Per pass, the collectives its forwards and backwards issued, ``{op: count}``
     #: (:class:`fuzz.collectives.CollectiveCounter`), for systems that count them; empty otherwise.
     collectives: list[dict] = field(default_factory=list)
+    #: Per pass, the largest magnitude of each parameter's gradient as computed on this rank before any
+    #: reduction across ranks (``{name: float}``), for reference systems; empty otherwise.
+    local_grad_scales: list[dict] = field(default_factory=list)
 
     def tensors(self, what: str) -> list[Tensors]:
         return {"grad": self.grads, "param": self.params}[what]
@@ -174,6 +177,15 @@ class Trace:
         if any(r is None or r is ABSENT for r in recs):
             return None
         return assemble(recs)
+
+    def local_grad_scales(self, i: int) -> dict[str, float]:
+        """Per parameter, the largest magnitude its gradient had on any rank before the reduction (pass ``i``)."""
+        out: dict[str, float] = {}
+        for rt in self.ranks:
+            scales = rt.local_grad_scales[i] if i < len(rt.local_grad_scales) else {}
+            for name, value in scales.items():
+                out[name] = max(out.get(name, 0.0), value)
+        return out
 
     @classmethod
     def merge(cls, per_rank: list[RankTrace]) -> Trace:

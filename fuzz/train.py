@@ -22,11 +22,13 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _record(tensors: dict) -> dict:
+def _record(tensors: dict, ctx: RankContext | None = None, rank_local: frozenset[str] = frozenset()) -> dict:
     """Every tensor as this rank holds it: a plain tensor whole, a DTensor's local piece with its placement.
 
     Pieces of Shard/Replicate DTensors are put together by the driver (no collective); other placements are
-    gathered here with ``full_tensor()`` (a collective every rank takes for that tensor).
+    gathered here with ``full_tensor()`` (a collective every rank takes for that tensor).  A ``rank_local``
+    tensor (a value of this rank's own, by design) is recorded as this rank's slice of a tensor stacked over the
+    ranks: compared rank by rank, held by no two ranks.
     """
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
@@ -34,6 +36,11 @@ def _record(tensors: dict) -> dict:
     for name, t in tensors.items():
         if t is None:
             out[name] = None
+            continue
+        if name in rank_local:
+            info = ShardInfo(global_shape=(ctx.world_size, *t.shape), placements=(0,), mesh_shape=(ctx.world_size,),
+                             coord=(ctx.rank,))
+            out[name] = Rec(_dtype(t), _numpy(t)[None], info)
             continue
         if isinstance(t, DTensor):
             if all(type(p) in (Shard, Replicate) for p in t.placements):
@@ -126,13 +133,15 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> 
         kinds = "|".join(dict.fromkeys(_dtype(x) for x in losses))
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
         if record:
-            trace.grads.append(_record(system.gradients()) if trains else {})
+            trace.grads.append(_record(system.gradients(), ctx, system.rank_local()) if trains else {})
+            trace.local_grad_scales.append(system.local_gradient_scales())
         if trains and role == "perturbed_reference":
             perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes) + shift)
         if trains:
             system.optimizer_step()
         if record:
-            trace.params.append(_record({**system.parameters(), **system.buffers()}) if trains else {})
+            trace.params.append(_record({**system.parameters(), **system.buffers()}, ctx, system.rank_local())
+                                 if trains else {})
 
     def counting():
         """Count the collectives of a pass's forwards and backwards, where the system asks for it."""

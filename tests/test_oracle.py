@@ -123,6 +123,20 @@ def test_several_noise_samples_take_the_largest():
     assert compare(ref, far, PROMISE, TOL, [small, large]).kind == "mismatch"
 
 
+def test_a_gradient_cancelled_across_ranks_is_judged_at_the_scale_of_its_local_terms():
+    """A reduced gradient of 1e-3 summed from local ones of 0.2 that cancel: the reduction rounds at the scale of
+    the terms (FSDP2 and DDP 60 ulps apart, a LayerNorm bias in a 20-minute run), which the reference records
+    per rank before reducing.  The floor then counts those terms, and a real error far beyond still fails."""
+    ref, sut = trace(grad=(1e-3, 1e-3)), trace(grad=(1e-3, 1e-3))
+    set_value(sut, "grad", 0, None, 1, 1e-3 + 60 * 2 ** -62 * 1.0)
+    assert compare(ref, sut, PROMISE, TOL).kind == "mismatch"  # against the reduced gradient's own scale
+    for rank, rt in enumerate(ref.ranks):
+        rt.local_grad_scales = [{"w": 0.2 if rank else 0.1} for _ in range(2)]
+    assert compare(ref, sut, PROMISE, TOL).ok
+    set_value(sut, "grad", 0, None, 1, 1e-3 * 1.003)  # a 0.3% error: far beyond the terms' rounding
+    assert compare(ref, sut, PROMISE, TOL).kind == "mismatch"
+
+
 def test_a_late_fault_is_judged_by_that_steps_noise():
     """A model that amplifies rounding: the noise grows with the steps, and a fault at step 3 is still a
     finding when it is well beyond step 3's noise (and not when it is within)."""

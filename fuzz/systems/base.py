@@ -78,20 +78,50 @@ def make_scheduler(train: TrainSpec, optim: torch.optim.Optimizer):
     return None
 
 
-CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
+#: Attributes through which wrapper modules (``CheckpointWrapper``, FSDP1's ``FullyShardedDataParallel``) hold
+#: the module they wrap; they appear in parameter names as prefixes.
+WRAPPER_ATTRS = ("_checkpoint_wrapped_module", "_fsdp_wrapped_module")
+
+
+def case_name(name: str) -> str:
+    """A parameter or buffer name as the case names it: wrapper prefixes taken out."""
+    for attr in WRAPPER_ATTRS:
+        name = name.replace(attr + ".", "")
+    return name
 
 
 def resolve(model: nn.Module, path: str) -> nn.Module:
-    """The module at a case path, looking through any ``CheckpointWrapper`` on the way."""
+    """The module at a case path, looking through any wrapper on the way."""
     module = model
     for part in [p for p in path.split(".") if p]:
-        module = _unwrap(getattr(module, part))
-    return _unwrap(module)
+        module = unwrap(getattr(module, part))
+    return unwrap(module)
 
 
-def _unwrap(module: nn.Module) -> nn.Module:
-    inner = getattr(module, CHECKPOINT_PREFIX.rstrip("."), None)
-    return inner if isinstance(inner, nn.Module) else module
+def holder(model: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """``(module, attribute)`` that holds the (unwrapped) module at a non-root case path: its parent, or the
+    innermost wrapper around it; setting that attribute replaces the module in the tree."""
+    parent_path, _, name = path.rpartition(".")
+    owner, attr = resolve(model, parent_path), name
+    child = getattr(owner, attr)
+    while (inner := _wrapped(child)) is not None:
+        owner, attr, child = child, next(a for a in WRAPPER_ATTRS if getattr(child, a, None) is inner), inner
+    return owner, attr
+
+
+def _wrapped(module: nn.Module) -> nn.Module | None:
+    for attr in WRAPPER_ATTRS:
+        inner = module._modules.get(attr) if isinstance(module, nn.Module) else None
+        if isinstance(inner, nn.Module):
+            return inner
+    return None
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The module inside any wrappers around ``module``."""
+    while (inner := _wrapped(module)) is not None:
+        module = inner
+    return module
 
 
 class System:
@@ -112,6 +142,8 @@ class System:
         self.ctx = ctx
         self.role = role  # "reference" or "system"; delays perturb only the system under test
         self.delays = {d.where: d.ms / 1000 for d in case.delays if d.rank == ctx.rank} if role == "system" else {}
+        self._local_scales: dict[str, float] = {}  # see _watch_local_gradients
+        self._watched: set[int] = set()
 
     # -- set-up
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -138,6 +170,8 @@ class System:
             self.model.to(torch.float64)
         self.optim = make_optimizer(self.case.train, self.named_parameters())
         self.scheduler = make_scheduler(self.case.train, self.optim)
+        if self.role != "system":
+            self._watch_local_gradients()
         for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
             if where in self.delays:
                 _delay_collective(name, self.delays[where])  # undone by the rank's isolation snapshot
@@ -145,11 +179,36 @@ class System:
     def named_parameters(self):
         """The case's parameter names (checkpoint wrappers looked through)."""
         for name, p in self.inner().named_parameters():
-            yield name.replace(CHECKPOINT_PREFIX, ""), p
+            yield case_name(name), p
 
     def buffers(self) -> dict[str, torch.Tensor]:
         """The model's buffers, as ``buffer:<name>`` (recorded with the parameters)."""
-        return {"buffer:" + n.replace(CHECKPOINT_PREFIX, ""): b for n, b in self.inner().named_buffers()}
+        return {"buffer:" + case_name(n): b for n, b in self.inner().named_buffers()}
+
+    def _watch_local_gradients(self) -> None:
+        """Hooks recording each trainable parameter's largest local gradient magnitude (what this rank computed,
+        before any reduction across ranks): the size of the terms a reduction sums, whose rounding the oracle's
+        floor must cover even where the reduced gradient cancels to something small."""
+        def hook(grad, name):
+            local = grad.to_local() if hasattr(grad, "to_local") else grad
+            if local.numel():
+                value = float(local.detach().abs().max())
+                self._local_scales[name] = max(self._local_scales.get(name, 0.0), value)
+
+        for name, p in self.named_parameters():
+            if p.requires_grad and id(p) not in self._watched:
+                self._watched.add(id(p))
+                p.register_hook(functools.partial(hook, name=name))
+
+    def local_gradient_scales(self) -> dict[str, float]:
+        """What the local-gradient hooks saw since the last call (reference systems only; else empty)."""
+        scales, self._local_scales = self._local_scales, {}
+        return scales
+
+    def rank_local(self) -> frozenset[str]:
+        """Names of the tensors each rank holds a value of its own for, by design (FSDP1's ignored modules):
+        recorded per rank, compared rank by rank, exempt from the replica check."""
+        return frozenset()
 
     # -- one step
     def zero_grad(self, step: int) -> None:
@@ -201,17 +260,23 @@ class System:
         """Clip the gradients' total norm (``train.clip``), step the optimizer, then the LR scheduler."""
         self._sleep("before_step")
         if self.case.train.clip:
-            grads = [p for _, p in self.named_parameters() if p.grad is not None]
-            torch.nn.utils.clip_grad_norm_(grads, self.case.train.clip)
+            self.clip_gradients(self.case.train.clip)
         self.optim.step()
         if self.scheduler is not None:
             self.scheduler.step()
+
+    def clip_gradients(self, max_norm: float) -> None:
+        """Scale the gradients so that their total norm is at most ``max_norm``."""
+        grads = [p for _, p in self.named_parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(grads, max_norm)
 
     def unfreeze(self, names: set[str]) -> None:
         """Set ``requires_grad=True`` on the parameters with these case names (``train.frozen`` ends)."""
         for name, p in self.named_parameters():
             if name in names:
                 p.requires_grad_(True)
+        if self.role != "system":
+            self._watch_local_gradients()
 
     def evaluate(self, batch: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """An evaluation forward: eval mode (no dropout), under ``torch.no_grad()``; returns the loss."""
