@@ -35,7 +35,11 @@ def model_dtype(case: Case) -> str:
 
 
 def _wrap(case: Case, path: str):
-    """The wrap at ``path``, or None (nothing is wrapped under tensor parallelism alone)."""
+    """The FSDP2 wrap at ``path`` whose policy decides dtypes, or None (nothing is wrapped under tensor
+    parallelism alone; without mixed precision every module computes in the model's dtype, whatever the
+    family's plan)."""
+    if not case.mixed_precision():
+        return None
     return next((w for w in case.plan.wraps if w.path == path), None)
 
 
@@ -48,7 +52,7 @@ def compute_dtype(case: Case, wrapped: str) -> str:
 def activation_dtype(case: Case, path: str) -> str:
     """The dtype of the floating-point activations that reach the module at ``path`` in a forward of the
     whole model: the compute dtype of the wrapped module that holds its parent (the model's for the root)."""
-    if not path:
+    if not path or not case.mixed_precision():
         return model_dtype(case)
     return compute_dtype(case, case.plan.owner(path.rpartition(".")[0]))
 
@@ -67,7 +71,7 @@ def pass_output_dtype(case: Case, phase: str) -> str:
 
 def precision(case: Case) -> str:
     """The least precise dtype the case computes, reduces or outputs in."""
-    names = [model_dtype(case)] + [d for w in case.plan.wraps
+    names = [model_dtype(case)] + [d for w in (case.plan.wraps if case.mixed_precision() else ())
                                    for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
     return max(names, key=MP_DTYPES.index)
 

@@ -104,6 +104,37 @@ def _loss_parallel_with_a_rank_holding_no_vocabulary(case: Case) -> bool:
     return case.plan.loss_parallel and _empty_on_some_rank(case.model.vocab, case.mesh.axis_size("tp"))
 
 
+def _hybrid_fsdp1_with_shards_of_one(case: Case) -> bool:
+    return (case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2") and case.mesh.axis_size("dp_shard") == 1
+            and case.mesh.axis_size("dp_replicate") > 1)
+
+
+def _fsdp1_clipping_float64_gradients(case: Case) -> bool:
+    return case.train.clip > 0 and (case.train.dtype == "float64" or case.train.to_float64)
+
+
+def _foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) -> bool:
+    """TP alone (plain and DTensor parameters in one optimizer), foreach SGD with momentum and weight decay, and
+    a parameter whose momentum buffer starts later than the others' (frozen at first)."""
+    t = case.train
+    return (not case.plan.wraps and t.optimizer == "sgd" and t.foreach and t.momentum > 0
+            and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen))
+
+
+def _gated(case: Case) -> bool:
+    return any(n.kind == "gate" for _, n in case.model.body.walk("body"))
+
+
+def _fsdp1_flat_unit_unused_after_zeroing(case: Case) -> bool:
+    return not case.plan.use_orig_params and _gated(case) and case.train.zero_grad != "none"
+
+
+def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
+    no_shard = case.plan.sharding == "NO_SHARD" or (case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
+                                                    and case.mesh.axis_size("dp_shard") == 1)
+    return no_shard and case.plan.use_orig_params and _gated(case)
+
+
 def _mixed_precision_group_unfrozen_later(case: Case) -> bool:
     return case.mixed_precision() and any(f.until for f in case.train.frozen)
 
@@ -199,6 +230,52 @@ KNOWN_BUGS = (
              _foreach_zeroing_of_sequence_parallel_gradients,
              ("error:system:RuntimeError:torch/distributed/tensor/_dispatch.py:_propagate_op_sharding_dispatch_slow_path",),
              families=("fsdp2_tp",)),
+    # FSDP1 turns any strategy into NO_SHARD where its process group has one rank ("FSDP is switching to use
+    # NO_SHARD ... since the world size is 1"); for the hybrid strategies that group is the intra-node shard
+    # group, and NO_SHARD reduces over it alone: gradients are never all-reduced across the replicas, which
+    # silently train on their own (a device_mesh (n, 1); torch's own groups with one GPU per node, or on a
+    # CPU machine).  pytorch#154888, closed without a fix for FSDP1.
+    KnownBug("FSDP1 hybrid sharding with shard groups of one rank never reduces across replicas (pytorch#154888)",
+             ("corpus/fsdp1/81863a873dce0ef8.json", "corpus/fsdp1/19dfe7c15b568e2f.json"),
+             _hybrid_fsdp1_with_shards_of_one,
+             tuple(f"mismatch:{check}:{what}" for check in ("replica", "value") for what in ("grad", "param", "loss")),
+             families=("fsdp1",)),
+    # FullyShardedDataParallel.clip_grad_norm_ computes each gradient's norm with
+    # torch.linalg.vector_norm(grad, dtype=torch.float32) "to handle low precision": a float64 gradient is
+    # refused ("should be convertible without narrowing"), so FSDP1 cannot clip a float64 model at all
+    # (torch.nn.utils.clip_grad_norm_ and FSDP2 can).
+    KnownBug("FSDP1 clip_grad_norm_ refuses float64 gradients",
+             ("corpus/fsdp1/c55d28dc7b3d9474.json",),
+             _fsdp1_clipping_float64_gradients,
+             ("error:system:RuntimeError:torch/distributed/fsdp/fully_sharded_data_parallel.py:<listcomp>",),
+             families=("fsdp1",)),
+    # foreach SGD adds the weight decay with one _foreach_add over the parameters of a device and dtype: under
+    # implicit_replication() (which PyTorch asks for a partly tensor-parallel model) the plain parameters' decayed
+    # gradients come back as DTensors; where some momentum buffer is still missing (a parameter unfrozen after
+    # the first step), SGD falls back to per-tensor buf.mul_().add_(grad), and a plain buffer plus a DTensor
+    # gradient trips an AssertionError in DTensor's dispatch.
+    KnownBug("foreach SGD weight decay over plain and tensor-parallel parameters with a late momentum buffer",
+             ("corpus/fsdp2_tp/9a14b5e10c97b750.json",),
+             _foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params,
+             ("error:system:AssertionError:torch/distributed/tensor/_dispatch.py:_dispatch_fast_path_python_tail",),
+             families=("fsdp2_tp",)),
+    # FSDP1 with use_orig_params=False: a unit whose forward did not run in a step (a gated module) comes out of
+    # it with its FlatParameter's gradient None, though zero_grad(set_to_none=False) left zeros there and DDP
+    # (and a local model) keep them: the optimizer then skips the whole unit (no momentum or weight-decay
+    # step where DDP takes one).
+    KnownBug("FSDP1 use_orig_params=False drops a zeroed gradient of a unit unused in a step",
+             ("corpus/fsdp1/bc286d6e1ab6f59b.json",),
+             _fsdp1_flat_unit_unused_after_zeroing,
+             ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
+             families=("fsdp1",)),
+    # FSDP1 NO_SHARD with use_orig_params=True: after a step in which a nested unit's forward did not run, the
+    # unit's original parameters are gone from named_parameters() (and summon_full_params): code that looks
+    # them up by name (state dicts, clipping, a re-built optimizer) no longer sees them.
+    KnownBug("FSDP1 NO_SHARD loses the parameters of a unit unused in a step from named_parameters",
+             ("corpus/fsdp1/23047066ba5a3d87.json",),
+             _fsdp1_no_shard_unit_unused,
+             ("mismatch:missing:param", "mismatch:missing:grad"),
+             families=("fsdp1",)),
     # A sharded dimension of size 1 (over tp=2, one rank empty; or over tp=1): DTensor takes a size-1
     # dimension for a replicated one.  The colwise weight's gradient comes back Replicate where the weight
     # is Shard(0), and the optimizer's in-place add_ refuses the change; with a sequence of 1 the rowwise

@@ -1,4 +1,5 @@
-"""Test-only systems under test: FSDP2 with one injected fault each, wrong only in one situation.
+"""Test-only systems under test: FSDP2, FSDP2 with TP, and FSDP1 with one injected fault each, wrong only in one
+situation.
 
 Cases name them as ``tests.faults:ClassName``; rank processes import this
 module by that name.
@@ -13,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from fuzz.build import Twice
+from fuzz.systems.fsdp1 import FSDP1System
 from fuzz.systems.fsdp2 import FSDP2System
 from fuzz.systems.fsdp2_tp import FSDP2TPSystem
 
@@ -524,3 +526,53 @@ class ExtraCollectiveOnRankZero(FSDP2TPSystem):
         if self.ctx.rank == 0:
             dist.all_reduce(torch.zeros(1), group=self.own_group)
         return out
+
+
+# --------------------------------------------------------------------------- faults inside FSDP1 itself
+
+
+def _all_reduce_skipped_in(function: str, when) -> None:
+    """Patch FSDP1's ``_runtime_utils.<function>(state, handle)`` so that, where ``when(state, handle)``, its
+    ``dist.all_reduce`` calls do nothing (the gradient keeps this rank's value)."""
+    import functools
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import _runtime_utils
+
+    original = getattr(_runtime_utils, function)
+
+    @functools.wraps(original)
+    def patched(state, handle):
+        if not when(state, handle):
+            return original(state, handle)
+        real = dist.all_reduce
+        dist.all_reduce = lambda *args, **kwargs: None
+        try:
+            return original(state, handle)
+        finally:
+            dist.all_reduce = real
+
+    setattr(_runtime_utils, function, patched)
+
+
+class _InsideFSDP1(_Injected, FSDP1System):
+    """A fault inside FSDP1's internals."""
+
+
+class NoShardOrigParamsGradUnreduced(_InsideFSDP1):
+    """Under ``NO_SHARD`` with ``use_orig_params=True``, FSDP1 skips its gradient all-reduce: each rank keeps
+    its own (pre-divided) gradient."""
+
+    def inject(self):
+        _all_reduce_skipped_in("_reduce_grad_no_shard", lambda state, handle: handle._use_orig_params)
+
+
+class HybridSkipsInterAllReduce(_InsideFSDP1):
+    """Under ``HYBRID_SHARD`` (not ``_HYBRID_SHARD_ZERO2``), FSDP1 reduce-scatters within the shard group but
+    skips the all-reduce across replicas."""
+
+    def inject(self):
+        from torch.distributed.fsdp._flat_param import HandleShardingStrategy
+
+        _all_reduce_skipped_in("_reduce_grad",
+                               lambda state, handle: handle._sharding_strategy == HandleShardingStrategy.HYBRID_SHARD)

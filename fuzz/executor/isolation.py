@@ -2,7 +2,7 @@
 
 Before a case the worker takes a :class:`Snapshot`; afterwards it puts back
 whatever the case changed: functions of the torch namespaces a system might
-patch (``torch.Tensor`` methods, collectives, functionals, FSDP2's internal
+patch (``torch.Tensor`` methods, collectives, functionals, FSDP2's and FSDP1's internal
 modules and classes where test-only faults are injected), global module hooks,
 the default dtype, grad mode, deterministic-algorithm flags and the RNG
 streams.  Model-level hooks die with the model, which is rebuilt per case.
@@ -19,7 +19,8 @@ import torch
 _FSDP2 = "torch.distributed.fsdp._fully_shard"
 PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
              "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
-             f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param")
+             f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param",
+             "torch.distributed.fsdp._runtime_utils")  # FSDP1's gradient reduction
 #: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles).
 _TP = "torch.distributed.tensor.parallel.style"
 PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),

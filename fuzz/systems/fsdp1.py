@@ -1,0 +1,224 @@
+"""System under test of the ``fsdp1`` family: ``FullyShardedDataParallel`` (FSDP1), and its reference DDP
+told to ignore FSDP1's ignored modules.
+
+Applied in this order: per-rank weights for ``sync_module_states`` (FSDP1 must broadcast rank 0's),
+checkpointing before wrapping, the manual nested instances (children first), the root instance with the
+plan's auto-wrap policy, checkpointing after wrapping (``apply_activation_checkpointing`` reaching into the
+FSDP1 wrappers, as torchtune applies it).  Clipping goes through ``FullyShardedDataParallel.clip_grad_norm_``.
+
+What the trace records: FSDP1 leaves each rank a flat shard, so the full values are gathered.  Parameters come
+from FSDP1's own API, ``summon_full_params``.  For gradients FSDP1 offers ``summon_full_params(with_grads=True)``
+only with ``use_orig_params=True``, and its maintainers call it experimental (it aborts gloo with a collective
+mismatch on a float64 unit whose shard on some rank is alignment padding only: a torch bug found here, in the
+issue note); so gradients are read, for both settings, from each instance's ``FlatParameter`` gradient,
+all-gathered over its shard group and split by the flat parameter's own layout (``_fqns``, ``_shapes``,
+``_numels_with_padding``, ``_is_padding_mask``: private attributes, those FSDP1's state-dict code reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,
+                                    ShardingStrategy)
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
+
+from fuzz import build
+from fuzz.families.fsdp1 import HYBRID
+from fuzz.systems.base import System, case_name, holder, resolve, unwrap
+from fuzz.systems.ddp import DDPSystem
+from fuzz.systems.fsdp2 import apply_checkpoint
+
+#: The class of each module kind ``ModuleWrapPolicy`` may name (see ``fuzz.build``).
+KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
+                "block": build.Block, "residual": build.Residual, "twice": build.Twice, "scale": build.Scale,
+                "gate": build.Gate, "layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "embedding": nn.Embedding}
+
+
+def ignored_names(model: nn.Module, paths) -> frozenset[str]:
+    """Case names of the parameters and buffers of the modules at ``paths`` (``buffer:`` for buffers)."""
+    names = set()
+    for path in paths:
+        module = resolve(model, path)
+        names.update(f"{path}.{case_name(n)}" for n, _ in module.named_parameters())
+        names.update(f"buffer:{path}.{case_name(n)}" for n, _ in module.named_buffers())
+    return frozenset(names)
+
+
+class FSDP1System(System):
+    name = "fsdp1"
+
+    def fsdp_kwargs(self, model: nn.Module) -> dict:
+        """The arguments every ``FullyShardedDataParallel`` call of the plan takes (the root's adds the policy)."""
+        plan = self.case.plan
+        kwargs = dict(sharding_strategy=ShardingStrategy[plan.sharding], use_orig_params=plan.use_orig_params,
+                      device_id=self.ctx.device, backward_prefetch=BackwardPrefetch[plan.backward_prefetch]
+                      if plan.backward_prefetch else None, forward_prefetch=plan.forward_prefetch,
+                      limit_all_gathers=plan.limit_all_gathers, sync_module_states=plan.sync_module_states)
+        if plan.ignored:
+            kwargs["ignored_modules"] = [resolve(model, p) for p in plan.ignored]
+        if plan.offload:
+            kwargs["cpu_offload"] = CPUOffload(offload_params=True)
+        if plan.sharding in HYBRID and plan.hybrid_via != "auto":
+            mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+            if plan.hybrid_via == "mesh":
+                kwargs["device_mesh"] = mesh
+            else:
+                kwargs["process_group"] = (mesh.get_group("dp_shard"), mesh.get_group("dp_replicate"))
+        return kwargs
+
+    def auto_wrap_policy(self, model: nn.Module):
+        plan = self.case.plan
+        if plan.wrapping == "module_class":
+            return ModuleWrapPolicy({KIND_CLASSES[k] for k in plan.wrap_kinds})
+        if plan.wrapping == "size":
+            return functools.partial(size_based_auto_wrap_policy, min_num_params=plan.min_num_params)
+        if plan.wrapping == "lambda":
+            targets = {id(resolve(model, p)) for p in plan.wraps}
+            return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in targets)
+        return None
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        plan = self.case.plan
+        self._ignored = ignored_names(model, plan.ignored)
+        if plan.sync_module_states and self.ctx.rank != 0:
+            self._start_elsewhere(model)
+        for c in plan.checkpoints:
+            if c.before:
+                apply_checkpoint(model, c)
+        kwargs = self.fsdp_kwargs(model)
+        policy = self.auto_wrap_policy(model)
+        if plan.wrapping == "manual":
+            for path in sorted(plan.wraps, key=lambda p: -p.count(".")):  # children before parents
+                owner, attr = holder(model, path)
+                setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))
+        model = FSDP(model, auto_wrap_policy=policy, **kwargs)
+        if plan.sharding in HYBRID:
+            self._check_hybrid_groups(model)
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+        for c in plan.checkpoints:
+            if not c.before:
+                target = resolve(model, c.path)
+                apply_activation_checkpointing(model, check_fn=lambda m, target=target: m is target)
+        return model
+
+    def _start_elsewhere(self, model: nn.Module) -> None:
+        """Other initial weights on this rank (not rank 0) for what FSDP1 manages: ``sync_module_states`` must
+        replace them by rank 0's (ignored modules keep theirs, as FSDP1 documents)."""
+        g = torch.Generator().manual_seed(1000 + self.ctx.rank)
+        with torch.no_grad():
+            for name, t in [*model.named_parameters(), *(("buffer:" + n, b) for n, b in model.named_buffers())]:
+                if case_name(name) not in self._ignored and t.is_floating_point():
+                    t.add_(torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype))
+
+    def _check_hybrid_groups(self, model: nn.Module) -> None:
+        """The hybrid groups FSDP1 uses must be the case's mesh (torch's own ones included)."""
+        got = (dist.get_world_size(model._inter_node_pg), dist.get_world_size(model.process_group))
+        if got != tuple(self.case.mesh.shape):
+            raise RuntimeError(f"parityfuzz: FSDP1's hybrid groups are (inter, intra) = {got}, the case's mesh "
+                               f"says {tuple(self.case.mesh.shape)} (torch's own groups follow the machine)")
+
+    def inner(self) -> nn.Module:
+        return unwrap(self.model)
+
+    def rank_local(self) -> frozenset[str]:
+        return self._ignored
+
+    def accumulation(self, index: int, last: bool):
+        return self.model.no_sync() if self.case.plan.no_sync and not last else contextlib.nullcontext()
+
+    def clip_gradients(self, max_norm: float) -> None:
+        self.model.clip_grad_norm_(max_norm)
+
+    def named_parameters(self):
+        """What the optimizer takes: the original parameters (their local views) with
+        ``use_orig_params=True``, else FSDP1's flat parameters (and the ignored modules' own)."""
+        for name, p in self.model.named_parameters():
+            yield case_name(name), p
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        return {"buffer:" + case_name(n): b for n, b in self.model.named_buffers()}
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        with FSDP.summon_full_params(self.model, writeback=False):
+            return {case_name(n): p.detach().clone() for n, p in self.model.named_parameters()}
+
+    def gradients(self) -> dict[str, torch.Tensor | None]:
+        grads = {case_name(n): None if p.grad is None else p.grad.detach().clone()  # the ignored modules' own
+                 for n, p in self.model.named_parameters() if case_name(n) in self._ignored}
+        for prefix, module in self.model.named_modules():
+            if isinstance(module, FSDP) and module._handle is not None:
+                grads.update(_flat_gradients(module, case_name(prefix + "." if prefix else "")))
+        return grads
+
+
+def _flat_gradients(module: FSDP, prefix: str) -> dict[str, torch.Tensor | None]:
+    """The full gradients of the original parameters of one FSDP1 instance, as its optimizer sees them: with
+    ``use_orig_params=True`` the original parameters' gradients (views FSDP1 sets on each rank's piece; None
+    where no rank shows one), else the ``FlatParameter``'s gradient (None for all its parameters where it has
+    none).  Each rank's flat shard is put together from them and all-gathered over the shard group."""
+    handle = module._handle
+    flat = handle.flat_param
+    names = [prefix + case_name(f) for f in flat._fqns]
+    if flat._params is not None:  # use_orig_params=True
+        shard = torch.zeros(flat.numel(), dtype=flat.dtype, device=flat.device)
+        shown = torch.zeros(len(names))
+        for i, (p, info) in enumerate(zip(flat._params, flat._shard_param_infos)):
+            if info.in_shard and p.grad is not None:
+                shard[info.offset_in_shard:info.offset_in_shard + info.numel_in_shard] = p.grad.detach().reshape(-1)
+                shown[i] = 1
+        dist.all_reduce(shown, group=module.process_group)
+    else:
+        if flat.grad is None:
+            return dict.fromkeys(names)
+        shard, shown = flat.grad.detach(), torch.ones(len(names))
+    if handle.uses_sharded_strategy:
+        full = shard.new_empty(shard.numel() * dist.get_world_size(module.process_group))
+        dist.all_gather_into_tensor(full, shard.contiguous(), group=module.process_group)
+        shard = full
+    out, offset, views = {}, 0, iter(zip(names, flat._shapes, shown.tolist()))
+    for numel, padding in zip(flat._numels_with_padding, flat._is_padding_mask):
+        if not padding:
+            name, shape, seen = next(views)
+            out[name] = shard[offset:offset + numel].view(shape).clone() if seen else None
+        offset += numel
+    return out
+
+
+class DDPIgnoringSystem(DDPSystem):
+    """DDP that leaves the parameters of FSDP1's ignored modules alone (not reduced: each rank trains its
+    own copy), as FSDP1 does."""
+
+    name = "ddp_ignoring"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self._ignored = ignored_names(model, self.case.plan.ignored)
+        if not any(p.requires_grad for n, p in model.named_parameters() if case_name(n) not in self._ignored):
+            return _Local(model)  # nothing left to reduce (DDP refuses a module with nothing to train)
+        raw = [n.removeprefix("buffer:") for n in self._ignored]
+        DDP = torch.nn.parallel.DistributedDataParallel
+        DDP._set_params_and_buffers_to_ignore_for_model(model, raw)
+        return super().wrap(model)
+
+    def rank_local(self) -> frozenset[str]:
+        return self._ignored
+
+
+class _Local(nn.Module):
+    """A module trained on each rank alone, in DDP's shape (``module``, ``no_sync``): what DDP would do with
+    every parameter ignored."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args):
+        return self.module(*args)
+
+    def no_sync(self):
+        return contextlib.nullcontext()

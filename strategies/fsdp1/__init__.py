@@ -1,0 +1,101 @@
+"""Cases of the ``fsdp1`` family: one ``FullyShardedDataParallel`` call (with nested instances or an auto-wrap
+policy) on a 1-D or hybrid mesh, trained against DDP.
+
+Drawn in this order: world size, sharding strategy (and for the hybrid ones how FSDP1 gets its groups, then
+the mesh: every factorization of the world size, ``(n, 1)`` and ``(1, n)`` included), the wrapping kind, the
+model (tied embedding/head weights only where wrapping names modules by path, so that they stay in one unit),
+what the wrapping wraps, ``use_orig_params``, the generic training spec (without parameter groups or frozen
+modules under ``use_orig_params=False``: FSDP1 flattens each unit into one parameter), on a rare coin an ignored
+module, prefetching and ``limit_all_gathers``, gradient accumulation under
+``no_sync()``, activation checkpointing, the seed and delays.
+
+Not drawn: ``CPUOffload`` and ``sync_module_states`` (FSDP1 needs an accelerator for both: on a CPU machine
+it raises), per-rank control flow, non-root passes, mixed precision and tensor parallelism (to come).
+
+Shrinking: toward world size 2, ``FULL_SHARD``, manual wrapping of the root alone, ``use_orig_params=True``,
+torch's defaults for the other arguments, a one-Linear model and one step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from fuzz.case import Case, MeshSpec, ModelSpec
+from fuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan
+from fuzz.families.fsdp2 import Checkpoint
+from strategies.cases import finish
+from strategies.coins import RARE
+from strategies.fsdp2.wrapping import wrappable_paths
+from strategies.meshes import world_sizes
+from strategies.models import models
+from strategies.training import training
+
+HSDP = ("dp_replicate", "dp_shard")
+
+
+def hybrid_meshes(world_size: int) -> list[MeshSpec]:
+    """Every ``(replicas, shard)`` factorization of the world size, the 2-D ones first."""
+    shapes = [(world_size // s, s) for s in range(world_size, 0, -1) if world_size % s == 0]
+    shapes.sort(key=lambda shape: 1 in shape)
+    return [MeshSpec(shape, HSDP) for shape in shapes]
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + ".")
+
+
+@st.composite
+def _wrapping(draw, model: ModelSpec, kind: str) -> dict:
+    """What a wrapping kind wraps: paths (manual, lambda), module kinds or a parameter count."""
+    if kind in ("manual", "lambda"):
+        return {"wraps": tuple(p for p in wrappable_paths(model) if draw(st.booleans()))}
+    if kind == "module_class":
+        present = [k for k in WRAP_KINDS if k in {kind for _, kind in model.module_paths()}]
+        return {"wrap_kinds": tuple(draw(st.lists(st.sampled_from(present), min_size=1, max_size=2, unique=True)))}
+    return {"min_num_params": draw(st.sampled_from((1, 8, 30, 100)))}
+
+
+@st.composite
+def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
+          perturb: bool) -> Case:
+    ws = draw(world_sizes(allowed))
+    sharding = draw(st.sampled_from(SHARDINGS))
+    # torch's own groups (auto) only one time in five: on a CPU machine they are (n, 1), a known torch bug
+    via = draw(st.sampled_from(HYBRID_VIA[:2] * 2 + HYBRID_VIA[2:])) if sharding in HYBRID else ""
+    if via == "auto":  # torch's own groups: one per machine, one rank per node on a CPU machine
+        mesh = MeshSpec((ws, 1), HSDP)
+    elif via:
+        mesh = draw(st.sampled_from(hybrid_meshes(ws)))
+    else:
+        mesh = MeshSpec((ws,), ("dp_shard",))
+    kind = draw(st.sampled_from(WRAPPINGS[1:] if via == "auto" else WRAPPINGS))
+    # Tied weights must stay in one unit: only where the wrapping names modules by path (wrappable_paths).
+    model = draw(models(max_depth, tie=kind in ("manual", "lambda")))
+    wrapping = draw(_wrapping(model, kind))
+    use_orig_params = draw(st.sampled_from((True, False)))
+    train = draw(training(model, max_steps=max_steps))
+    if not use_orig_params:
+        train = dataclasses.replace(train, groups=(), frozen=())
+    ignored = ()
+    if draw(RARE):
+        wraps = wrapping.get("wraps", ())
+        candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
+                      and not any(_inside(w, p) for w in wraps)
+                      and not (model.tie_head and p in ("inp", "head"))]
+        if candidates:
+            ignored = (draw(st.sampled_from(candidates)),)
+    checkpoints = []
+    for path in draw(st.lists(st.sampled_from([p for p, _ in model.module_paths() if p]), unique=True, max_size=2)):
+        if not any(_inside(path, i) for i in ignored):
+            before = not draw(st.booleans())
+            checkpoints.append(Checkpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
+                                          before=before))
+    plan = FSDP1Plan(sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params, wrapping=kind, **wrapping,
+                     ignored=ignored,
+                     backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
+                     forward_prefetch=draw(st.booleans()), limit_all_gathers=draw(st.sampled_from((True, False))),
+                     no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints))
+    return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
+                  reference=reference, perturb=perturb)

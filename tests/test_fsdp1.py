@@ -1,0 +1,124 @@
+"""The fsdp1 family: FullyShardedDataParallel with each sharding strategy, wrapping and use_orig_params trains
+like DDP; ignored modules train per rank; faults inside FSDP1 are found and shrunk to their dimension."""
+
+import dataclasses
+
+import pytest
+
+from fuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
+from fuzz.engine import Fuzzer, FuzzOptions
+from fuzz.families.fsdp1 import FSDP1Plan
+from fuzz.families.fsdp2 import Checkpoint
+from fuzz.verify import check, verdict_from_outcomes
+from strategies import cases
+from tests.test_case import simple
+
+# Linear(5 -> 6), GELU, MLP(6 -> 3 -> 6), LayerNorm, Linear(6 -> 3): widths that 2 and 4 ranks split unevenly.
+BODY = Node("seq", children=(Node("linear", out=6), Node("act", fn="gelu"), Node("mlp", hidden=3),
+                             Node("layernorm"), Node("linear", out=3)))
+HSDP = ("dp_replicate", "dp_shard")
+
+
+def fsdp1_case(shape=(2,), **plan) -> object:
+    mesh = MeshSpec(shape, HSDP if len(shape) == 2 else ("dp_shard",))
+    return simple(world_size=mesh.size, mesh=mesh, model=ModelSpec(body=BODY, in_dim=5),
+                  plan=FSDP1Plan(**plan), train=TrainSpec(steps=3, batch=2, seq_len=2, lr=0.05, optimizer="adam",
+                                                          microbatches=2)).validate()
+
+
+@pytest.mark.parametrize("sharding, via, shape, use_orig_params", [
+    ("FULL_SHARD", "", (2,), True), ("FULL_SHARD", "", (4,), False), ("SHARD_GRAD_OP", "", (2,), False),
+    ("NO_SHARD", "", (2,), True), ("HYBRID_SHARD", "mesh", (2, 2), True), ("HYBRID_SHARD", "groups", (2, 2), False),
+    ("_HYBRID_SHARD_ZERO2", "mesh", (1, 2), True)])
+def test_each_sharding_strategy_trains_like_ddp(executor, sharding, via, shape, use_orig_params):
+    case = fsdp1_case(shape, sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params,
+                      wraps=("body.2", "body.4"), no_sync=True)
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.parametrize("wrapping, extra", [
+    ("module_class", {"wrap_kinds": ("mlp", "layernorm")}), ("size", {"min_num_params": 20}),
+    ("lambda", {"wraps": ("body.2.fc1", "body.2")}), ("manual", {"wraps": ("body.2.fc1", "body.2", "body.4")})])
+def test_wrappings_with_checkpointing_before_and_after(executor, wrapping, extra):
+    checkpoints = (Checkpoint("body.2", api="wrapper"), Checkpoint("body.4", api="apply", before=False))
+    case = fsdp1_case((2,), wrapping=wrapping, checkpoints=checkpoints, backward_prefetch="BACKWARD_POST",
+                      forward_prefetch=True, limit_all_gathers=False, **extra)
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_a_frozen_module_sharing_a_unit_with_trainable_ones_shows_no_gradient(executor):
+    """With use_orig_params=True FSDP1 shows a frozen parameter no gradient though the unit's flat gradient holds
+    zeros for it: the recorded gradient is what the optimizer sees (the harness once read the flat one)."""
+    case = fsdp1_case((2,), wraps=("body.2",))
+    case = dataclasses.replace(case, train=dataclasses.replace(case.train, frozen=(Freeze("body.2.fc2"),),
+                                                               weight_decay=0.1)).validate()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_ignored_modules_train_per_rank_like_ddp_told_to_ignore_them(executor):
+    """FSDP1 neither shards nor reduces an ignored module's parameters: each rank trains its own copy, and so
+    does the reference (DDP ignoring them).  The trace records them per rank: no replica alarm, and each
+    rank's copy is compared with the reference's copy on that rank."""
+    case = fsdp1_case((2,), wraps=("body.2",), ignored=("body.0",))
+    assert case.reference_name() == "ddp_ignoring"
+    outcomes = executor.run(case)
+    verdict = verdict_from_outcomes(case, outcomes)
+    assert verdict.ok, verdict.describe()
+    ranks = [o.result["system"].params[-1]["body.0.weight"] for o in outcomes]
+    assert ranks[0].shard.coord == (0,) and ranks[1].shard.coord == (1,)
+    assert (ranks[0].value != ranks[1].value).any()  # different batches: the copies drift apart
+    plain = dataclasses.replace(case, reference="ddp")  # a reference that reduces them is not FSDP1's contract
+    assert not check(plain, executor).ok
+
+
+def test_plans_fsdp1_refuses_are_invalid_up_front():
+    with pytest.raises(CaseError, match="plan.hybrid_via"):
+        fsdp1_case((2, 1), sharding="HYBRID_SHARD", hybrid_via="auto")  # manual wrapping: torch raises
+    with pytest.raises(CaseError, match="mesh.names"):
+        fsdp1_case((2,), sharding="HYBRID_SHARD", hybrid_via="mesh")
+    case = fsdp1_case((2,), use_orig_params=False)
+    with pytest.raises(CaseError, match="train.groups"):
+        dataclasses.replace(case, train=dataclasses.replace(case.train, groups=(ParamGroup(("body.0",)),))).validate()
+    with pytest.raises(CaseError, match="plan.ignored"):
+        fsdp1_case((2,), wraps=("body.2.fc1",), ignored=("body.2",))
+
+
+def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
+    """The pool's isolation snapshot covers FSDP1's internals: a fault injected there by one case does not leak
+    into the next one (it once did, and a clean fuzz run after the fault tests failed)."""
+    case = fsdp1_case((2,), sharding="NO_SHARD")
+    assert check(dataclasses.replace(case, system="tests.faults:NoShardOrigParamsGradUnreduced"), executor).kind \
+        == "mismatch"
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.parametrize("fault, shows", [
+    ("NoShardOrigParamsGradUnreduced", lambda c: c.plan.sharding == "NO_SHARD" and c.plan.use_orig_params),
+    ("HybridSkipsInterAllReduce",
+     lambda c: c.plan.sharding == "HYBRID_SHARD" and c.mesh.axis_size("dp_replicate") > 1
+     and c.mesh.axis_size("dp_shard") > 1),
+])
+def test_fsdp1_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
+    options = FuzzOptions(corpus_dir=tmp_path, seed=1, shrink_budget_s=120, max_cases=60, max_shrink_runs=20)
+    stats = Fuzzer(options, executor, log=print).fuzz(
+        fault, cases(family="fsdp1", world_sizes=(2, 4), system=f"tests.faults:{fault}"), budget_s=300)
+    assert len(stats.failures) == 1, "not found"
+    f = stats.failures[0]
+    modules = sum(1 for _ in f.case.model.body.walk("body")) - 1
+    print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} "
+          f"runs to {modules} modules, mesh {f.case.mesh.label()}: {f.verdict.describe()[:200]}")
+    assert f.verdict.kind == "mismatch"
+    assert shows(f.case), f.case.to_json(indent=1)
+    assert modules <= 4, f.case.to_json(indent=1)
+
+
+def test_no_false_alarm_on_fsdp1_cases(executor, tmp_path):
+    options = FuzzOptions(corpus_dir=tmp_path, seed=7, max_cases=30)
+    stats = Fuzzer(options, executor, log=print).fuzz("fsdp1", cases(family="fsdp1", world_sizes=(2, 4)),
+                                                      budget_s=300)
+    assert not stats.failures, [(f.verdict.describe(), f.case.to_json()) for f in stats.failures]
+    assert stats.cases == 30
