@@ -119,6 +119,12 @@ def validate(case: Case) -> None:
         for w in plan.wraps:
             check(not _inside(w, path), f"plan.ignored[{i}]",
                   f"{path!r} holds the wrapped {w!r}: an ignored module holds no FSDP1 wrapper")
+    if plan.ignored:
+        left_out = frozenset(plan.ignored) | frozenset(f.path for f in t.frozen)
+        check(model.uses_params("", left_out), "plan.ignored",
+              "the modules left to FSDP1 must hold a trainable parameter that every forward uses: the reference, "
+              "DDP ignoring the same modules, never syncs a microbatch in which none of its parameters gets a "
+              "gradient (its replicas then disagree)")
     check(plan.backward_prefetch in BACKWARD_PREFETCH, "plan.backward_prefetch",
           f"must be one of {BACKWARD_PREFETCH}, got {plan.backward_prefetch!r}")
     check_paths([c.path for c in plan.checkpoints], kinds, "plan.checkpoints", "checkpointed")

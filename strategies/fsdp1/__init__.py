@@ -81,9 +81,10 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     ignored = ()
     if draw(RARE):
         wraps = wrapping.get("wraps", ())
+        frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
-                      and not any(_inside(w, p) for w in wraps)
-                      and not (model.tie_head and p in ("inp", "head"))]
+                      and not any(_inside(w, p) for w in wraps) and not (model.tie_head and p in ("inp", "head"))
+                      and model.uses_params("", frozen | {p})]  # see fuzz.families.fsdp1.validate
         if candidates:
             ignored = (draw(st.sampled_from(candidates)),)
     checkpoints = []
