@@ -7,11 +7,10 @@ import dataclasses
 import pytest
 
 from fuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
-from fuzz.engine import Fuzzer, FuzzOptions
 from fuzz.families.fsdp1 import FSDP1Plan
 from fuzz.families.fsdp2 import Checkpoint
 from fuzz.verify import check, verdict_from_outcomes
-from strategies import cases
+from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 
 # Linear(5 -> 6), GELU, MLP(6 -> 3 -> 6), LayerNorm, Linear(6 -> 3): widths that 2 and 4 ranks split unevenly.
@@ -108,14 +107,7 @@ def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
      and c.mesh.axis_size("dp_shard") > 1),
 ])
 def test_fsdp1_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
-    options = FuzzOptions(corpus_dir=tmp_path, seed=1, shrink_budget_s=120, max_cases=60, max_shrink_runs=20)
-    stats = Fuzzer(options, executor, log=print).fuzz(
-        fault, cases(family="fsdp1", world_sizes=(2, 4), system=f"tests.faults:{fault}"), budget_s=300)
-    assert len(stats.failures) == 1, "not found"
-    f = stats.failures[0]
-    modules = sum(1 for _ in f.case.model.body.walk("body")) - 1
-    print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} "
-          f"runs to {modules} modules, mesh {f.case.mesh.label()}: {f.verdict.describe()[:200]}")
+    f, modules = found_and_shrunk(executor, tmp_path, "fsdp1", fault, (2, 4))
     assert f.verdict.kind == "mismatch"
     assert shows(f.case), f.case.to_json(indent=1)
     assert modules <= 4, f.case.to_json(indent=1)

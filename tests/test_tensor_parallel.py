@@ -9,6 +9,7 @@ from fuzz.families.fsdp2 import Wrap
 from fuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
 from fuzz.verify import check, verdict_from_outcomes
 from strategies import cases
+from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 
 # Linear(5 -> 6), GELU, Linear(6 -> 4), LayerNorm, MLP(4 -> 3 -> 4): a colwise/rowwise pair, a sequence-parallel
@@ -162,14 +163,7 @@ def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, ki
 ])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, shows, seed):
-    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=20)
-    stats = Fuzzer(options, executor, log=print).fuzz(
-        fault, cases(family="fsdp2_tp", world_sizes=(2,), system=f"tests.faults:{fault}"), budget_s=300)
-    assert len(stats.failures) == 1, "not found"
-    f = stats.failures[0]
-    modules = sum(1 for _ in f.case.model.body.walk("body")) - 1
-    print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
-          f"{f.shrink_runs} runs to {modules} modules, mesh {f.case.mesh.label()}: {f.verdict.describe()[:200]}")
+    f, modules = found_and_shrunk(executor, tmp_path, "fsdp2_tp", fault, (2,), seed)
     assert f.verdict.kind == "mismatch"
     assert shows(f.case), f.case.to_json(indent=1)
     assert modules <= 6, f.case.to_json(indent=1)
