@@ -159,10 +159,11 @@ class HangWithLayerNorm(FSDP2System):
 
 
 class SlowOddLinearGradDrop(OddLinearGradDrop):
-    """OddLinearGradDrop that takes a second per case, so a run can be interrupted mid-shrink."""
+    """OddLinearGradDrop that takes two seconds per case, so a run can be interrupted mid-shrink (with one, a CI
+    run once finished shrinking before its SIGINT was handled)."""
 
     def setup(self, model):
-        time.sleep(1.0)
+        time.sleep(2.0)
         super().setup(model)
 
 

@@ -161,7 +161,7 @@ def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, ki
     ("SequenceParallelGradNotReduced", lambda c: "sequence_parallel" in c.features()),
     ("RowwiseOutputNotReduced", lambda c: "tp:rowwise" in c.features()),
 ])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])  # seed 2 green too (kept out of CI for time)
 def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, shows, seed):
     f, modules = found_and_shrunk(executor, tmp_path, "fsdp2_tp", fault, (2,), seed)
     assert f.verdict.kind == "mismatch"
