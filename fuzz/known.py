@@ -132,7 +132,16 @@ def _fsdp1_flat_unit_unused_after_zeroing(case: Case) -> bool:
 def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
     no_shard = case.plan.sharding == "NO_SHARD" or (case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
                                                     and case.mesh.axis_size("dp_shard") == 1)
-    return no_shard and case.plan.use_orig_params and _gated(case)
+    return no_shard and case.plan.use_orig_params and (_gated(case) or bool(case.train.frozen))
+
+
+def _fsdp1_frozen_tied_weights(case: Case) -> bool:
+    return case.plan.use_orig_params and case.model.tie_head and any(f.path in ("inp", "head")
+                                                                     for f in case.train.frozen)
+
+
+def _fsdp1_orig_params_unused_in_a_step(case: Case) -> bool:
+    return case.plan.use_orig_params and _gated(case)
 
 
 def _fsdp1_no_sync_with_a_unit_unused_on_the_last_microbatch(case: Case) -> bool:
@@ -272,13 +281,31 @@ KNOWN_BUGS = (
              _fsdp1_flat_unit_unused_after_zeroing,
              ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
              families=("fsdp1",)),
-    # FSDP1 NO_SHARD with use_orig_params=True: after a step in which a nested unit's forward did not run, the
-    # unit's original parameters are gone from named_parameters() (and summon_full_params): code that looks
-    # them up by name (state dicts, clipping, a re-built optimizer) no longer sees them.
+    # FSDP1 NO_SHARD with use_orig_params=True: after a step in which a unit got no gradient (its forward did
+    # not run, or all its parameters are frozen), the unit's original parameters are gone from
+    # named_parameters() (and summon_full_params): code that looks them up by name (state dicts, clipping, a
+    # re-built optimizer) no longer sees them.
     KnownBug("FSDP1 NO_SHARD loses the parameters of a unit unused in a step from named_parameters",
-             ("corpus/fsdp1/23047066ba5a3d87.json",),
+             ("corpus/fsdp1/23047066ba5a3d87.json", "corpus/fsdp1/79b46c6d62772350.json"),
              _fsdp1_no_shard_unit_unused,
              ("mismatch:missing:param", "mismatch:missing:grad"),
+             families=("fsdp1",)),
+    # FSDP1 with use_orig_params=True: a parameter unused in a step whose unit's other parameters got gradients
+    # shows a zero gradient where DDP (and a local model) leave None, though FlatParameter._is_grad_none_mask
+    # exists to set such "logically None" gradients to None: the optimizer then steps it (weight decay,
+    # momentum) where DDP does not.
+    KnownBug("FSDP1 use_orig_params=True shows a zero gradient for a parameter unused in a step",
+             ("corpus/fsdp1/875ed9b3950f8533.json", "corpus/fsdp1/6dbba2b8fcc2c56c.json"),
+             _fsdp1_orig_params_unused_in_a_step,
+             ("mismatch:extra_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
+             families=("fsdp1",)),
+    # FSDP1 with use_orig_params=True over a tied embedding/head weight frozen before wrapping (and a nested
+    # unit): an internal assertion while it sets the original parameters' views, "as_params=True
+    # type(prim_param)=<class 'torch.Tensor'>" (the shared parameter was registered as a plain tensor).
+    KnownBug("FSDP1 use_orig_params=True with a frozen tied weight",
+             ("corpus/fsdp1/421ac28f670a191f.json",),
+             _fsdp1_frozen_tied_weights,
+             ("error:system:AssertionError:torch/distributed/utils.py:_p_assert",),
              families=("fsdp1",)),
     # FSDP1 under no_sync() keeps a unit's accumulated gradient unsharded; where the last (synced) microbatch
     # does not reach the unit (a gated module), its post-backward finds a gradient that never went through the

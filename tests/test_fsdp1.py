@@ -86,6 +86,9 @@ def test_plans_fsdp1_refuses_are_invalid_up_front():
         dataclasses.replace(case, train=dataclasses.replace(case.train, groups=(ParamGroup(("body.0",)),))).validate()
     with pytest.raises(CaseError, match="plan.ignored"):
         fsdp1_case((2,), wraps=("body.2.fc1",), ignored=("body.2",))
+    with pytest.raises(CaseError, match="train.clip"):  # per-rank norms: the reference's replicas disagreed
+        dataclasses.replace(case, plan=FSDP1Plan(ignored=("body.0",)),
+                            train=dataclasses.replace(case.train, clip=1.0)).validate()
     gated = Node("seq", children=(Node("gate", period=2, children=(Node("linear", out=4),)), Node("linear", out=4)))
     with pytest.raises(CaseError, match="every forward uses"):  # DDP would never sync a microbatch (the fuzzer met it)
         dataclasses.replace(fsdp1_case((2,)), model=ModelSpec(body=gated, in_dim=4),

@@ -120,6 +120,8 @@ def validate(case: Case) -> None:
             check(not _inside(w, path), f"plan.ignored[{i}]",
                   f"{path!r} holds the wrapped {w!r}: an ignored module holds no FSDP1 wrapper")
     if plan.ignored:
+        check(not t.clip, "train.clip", "not with ignored modules: each rank's total gradient norm counts its own "
+              "copy of them, so the clipping differs per rank and even the reference's replicas disagree")
         left_out = frozenset(plan.ignored) | frozenset(f.path for f in t.frozen)
         check(model.uses_params("", left_out), "plan.ignored",
               "the modules left to FSDP1 must hold a trainable parameter that every forward uses: the reference, "
