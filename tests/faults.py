@@ -159,11 +159,10 @@ class HangWithLayerNorm(FSDP2System):
 
 
 class SlowOddLinearGradDrop(OddLinearGradDrop):
-    """OddLinearGradDrop that takes two seconds per case, so a run can be interrupted mid-shrink (with one, a CI
-    run once finished shrinking before its SIGINT was handled)."""
+    """OddLinearGradDrop that takes a second per case, so a run can be interrupted mid-shrink."""
 
     def setup(self, model):
-        time.sleep(2.0)
+        time.sleep(1.0)
         super().setup(model)
 
 

@@ -1,5 +1,5 @@
-"""Shared by the fault tests of every family: fuzz with a test-only faulty system until the fault is found,
-shrink it, and return the one failure with the figures the test prints."""
+"""Short fuzz runs shared by the tests of every family: with a test-only faulty system until the fault is found
+and shrunk, or on unmodified torch where no failure may show."""
 
 from __future__ import annotations
 
@@ -8,15 +8,28 @@ from strategies import cases
 
 
 def found_and_shrunk(executor, tmp_path, family: str, fault: str, world_sizes: tuple[int, ...],
-                     seed: int = 1) -> tuple[Failure, int]:
+                     seed: int = 1, where=None) -> tuple[Failure, int]:
     """``(failure, modules left in the shrunk model)`` of a short fuzz run of ``family`` with
-    ``tests.faults:<fault>`` as the system under test; asserts that it found exactly one failure."""
+    ``tests.faults:<fault>`` as the system under test (only its cases ``where`` holds, if given); asserts that it
+    found exactly one failure."""
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=20)
-    stats = Fuzzer(options, executor, log=print).fuzz(
-        fault, cases(family=family, world_sizes=world_sizes, system=f"tests.faults:{fault}"), budget_s=300)
+    strategy = cases(family=family, world_sizes=world_sizes, system=f"tests.faults:{fault}")
+    stats = Fuzzer(options, executor, log=print).fuzz(fault, strategy.filter(where) if where else strategy,
+                                                      budget_s=300)
     assert len(stats.failures) == 1, "not found"
     f = stats.failures[0]
     modules = sum(1 for _ in f.case.model.body.walk("body")) - 1
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
           f"{f.shrink_runs} runs to {modules} modules, mesh {f.case.mesh.label()}: {f.verdict.describe()[:200]}")
     return f, modules
+
+
+def clean_run(executor, tmp_path, family: str, max_cases: int, world_sizes: tuple[int, ...] = (2, 4), seed: int = 7):
+    """A short fuzz run of ``family`` on unmodified torch: asserts no failure (printing each case) and that all
+    ``max_cases`` cases ran; returns the run's stats."""
+    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, max_cases=max_cases)
+    stats = Fuzzer(options, executor, log=print).fuzz(family, cases(family=family, world_sizes=world_sizes),
+                                                      budget_s=300)
+    assert not stats.failures, [(f.verdict.describe(), f.case.to_json()) for f in stats.failures]
+    assert stats.cases == max_cases
+    return stats

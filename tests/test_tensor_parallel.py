@@ -4,12 +4,10 @@ its batch, and faults inside torch's TP styles are found and shrunk."""
 import pytest
 
 from fuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
-from fuzz.engine import Fuzzer, FuzzOptions
 from fuzz.families.fsdp2 import Wrap
 from fuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
 from fuzz.verify import check, verdict_from_outcomes
-from strategies import cases
-from tests.shrinking import found_and_shrunk
+from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
 # Linear(5 -> 6), GELU, Linear(6 -> 4), LayerNorm, MLP(4 -> 3 -> 4): a colwise/rowwise pair, a sequence-parallel
@@ -170,11 +168,8 @@ def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, sh
 
 
 def test_no_false_alarm_on_tensor_parallel_cases(executor, tmp_path):
-    options = FuzzOptions(corpus_dir=tmp_path, seed=7, max_cases=30)
-    stats = Fuzzer(options, executor, log=print).fuzz("fsdp2_tp", cases(family="fsdp2_tp", world_sizes=(2, 4)),
-                                                      budget_s=300)
-    assert not stats.failures, [f.verdict.describe() for f in stats.failures]
-    assert stats.cases == 30 and stats.features["tp=2"] > 15
+    stats = clean_run(executor, tmp_path, "fsdp2_tp", 30)
+    assert stats.features["tp=2"] > 15
 
 
 def test_placements_the_plan_does_not_ask_for_are_an_invariant_violation(executor):
