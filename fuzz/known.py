@@ -37,13 +37,16 @@ class KnownBug:
                 and self.applies(case))
 
 
+def _gated(case: Case) -> bool:
+    return any(n.kind == "gate" for _, n in case.model.body.walk("body"))
+
+
 def _hsdp_deferred_all_reduce_with_gated_params(case: Case) -> bool:
-    return case.plan.no_all_reduce and any(n.kind == "gate" for _, n in case.model.body.walk("body"))
+    return case.plan.no_all_reduce and _gated(case)
 
 
 def _mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
-    gated = any(n.kind == "gate" for _, n in case.model.body.walk("body"))
-    return gated and case.mixed_precision() and case.train.microbatches > 1 and bool(case.plan.no_sync)
+    return _gated(case) and case.mixed_precision() and case.train.microbatches > 1 and bool(case.plan.no_sync)
 
 
 def _unfrozen_after_no_grad_forward(case: Case) -> bool:
@@ -119,10 +122,6 @@ def _foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) 
     t = case.train
     return (not case.plan.wraps and t.optimizer == "sgd" and t.foreach and t.momentum > 0
             and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen))
-
-
-def _gated(case: Case) -> bool:
-    return any(n.kind == "gate" for _, n in case.model.body.walk("body"))
 
 
 def _fsdp1_flat_unit_unused_after_zeroing(case: Case) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fuzz.case.core import Case, Plan
 from fuzz.case.errors import check
-from fuzz.case.model import check_paths
+from fuzz.case.model import check_paths, under
 from fuzz.families import Family
 from fuzz.families.fsdp2 import Checkpoint
 
@@ -79,11 +79,6 @@ def reference(case: Case) -> str:
     return "ddp_ignoring" if case.plan.ignored else "ddp"
 
 
-def _inside(path: str, root: str) -> bool:
-    """Whether the module at ``path`` is the one at ``root`` or inside it."""
-    return root == "" or path == root or path.startswith(root + ".")
-
-
 def validate(case: Case) -> None:
     plan, model, mesh, t = case.plan, case.model, case.mesh, case.train
     kinds = dict(model.module_paths())
@@ -117,7 +112,7 @@ def validate(case: Case) -> None:
         check(not (model.tie_head and path in ("inp", "head")), f"plan.ignored[{i}]",
               "a tied embedding/head weight would be ignored on one side only")
         for w in plan.wraps:
-            check(not _inside(w, path), f"plan.ignored[{i}]",
+            check(not under(w, (path,)), f"plan.ignored[{i}]",
                   f"{path!r} holds the wrapped {w!r}: an ignored module holds no FSDP1 wrapper")
     if plan.ignored:
         check(not t.clip, "train.clip", "not with ignored modules: each rank's total gradient norm counts its own "
@@ -136,7 +131,7 @@ def validate(case: Case) -> None:
         check(c.api in CHECKPOINT_APIS, f"{where}.api", f"must be one of {CHECKPOINT_APIS}, got {c.api!r}")
         check(c.before or c.api == "apply", f"{where}.api",
               "after FSDP1, checkpointing goes through apply_activation_checkpointing")
-        check(not any(_inside(c.path, p) for p in plan.ignored), f"{where}.path", "inside an ignored module")
+        check(not under(c.path, plan.ignored), f"{where}.path", "inside an ignored module")
     check(not plan.no_sync or t.microbatches > 1, "plan.no_sync", "needs more than one microbatch")
     check(not t.nonroot, "train.nonroot", "not drawn for FSDP1 (a nested instance run alone)")
     if not plan.use_orig_params:
@@ -200,8 +195,9 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         lines.append("accumulation: the non-last microbatches under no_sync()")
     if plan.sync_module_states:
         lines.append("ranks other than 0 start from other weights; sync_module_states must broadcast rank 0's")
-    lines.append("FSDP.clip_grad_norm_ for clipping" if case.train.clip else "")
-    return notes, [line for line in lines if line]
+    if case.train.clip:
+        lines.append("FSDP.clip_grad_norm_ for clipping")
+    return notes, lines
 
 
 FAMILY = Family(name="fsdp1", plan_type=FSDP1Plan, meshes=MESHES, system="fsdp1", strategy="strategies.fsdp1",

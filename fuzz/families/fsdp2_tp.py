@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from fuzz.case.core import Case
 from fuzz.case.errors import check
-from fuzz.case.model import check_paths
+from fuzz.case.model import check_paths, under
 from fuzz.families import Family
 from fuzz.families import fsdp2
 
@@ -145,7 +145,7 @@ def validate(case: Case) -> None:
 
 
 def _holds_whole_or_none(root: str, group: frozenset[str]) -> bool:
-    inside = [path == root or path.startswith(root + ".") for path in group]
+    inside = [under(path, (root,)) for path in group]
     return all(inside) or not any(inside)
 
 

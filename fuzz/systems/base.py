@@ -104,23 +104,24 @@ def holder(model: nn.Module, path: str) -> tuple[nn.Module, str]:
     parent_path, _, name = path.rpartition(".")
     owner, attr = resolve(model, parent_path), name
     child = getattr(owner, attr)
-    while (inner := _wrapped(child)) is not None:
-        owner, attr, child = child, next(a for a in WRAPPER_ATTRS if getattr(child, a, None) is inner), inner
+    while (wrapped := _wrapped(child)) is not None:
+        owner, (attr, child) = child, wrapped
     return owner, attr
 
 
-def _wrapped(module: nn.Module) -> nn.Module | None:
+def _wrapped(module: nn.Module) -> tuple[str, nn.Module] | None:
+    """``(attribute, inner module)`` where ``module`` is a wrapper, else None."""
     for attr in WRAPPER_ATTRS:
         inner = module._modules.get(attr) if isinstance(module, nn.Module) else None
         if isinstance(inner, nn.Module):
-            return inner
+            return attr, inner
     return None
 
 
 def unwrap(module: nn.Module) -> nn.Module:
     """The module inside any wrappers around ``module``."""
-    while (inner := _wrapped(module)) is not None:
-        module = inner
+    while (wrapped := _wrapped(module)) is not None:
+        module = wrapped[1]
     return module
 
 

@@ -29,7 +29,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_polic
 
 from fuzz import build
 from fuzz.families.fsdp1 import HYBRID
-from fuzz.systems.base import System, case_name, holder, resolve, unwrap
+from fuzz.systems.base import System, case_name, holder, resolve
 from fuzz.systems.ddp import DDPSystem
 from fuzz.systems.fsdp2 import apply_checkpoint
 
@@ -50,6 +50,10 @@ def ignored_names(model: nn.Module, paths) -> frozenset[str]:
 
 
 class FSDP1System(System):
+    """The optimizer takes what the base's ``named_parameters`` gives on the wrapped model: the original
+    parameters (their local views) with ``use_orig_params=True``, else FSDP1's flat parameters (and the ignored
+    modules' own)."""
+
     name = "fsdp1"
 
     def fsdp_kwargs(self, model: nn.Module) -> dict:
@@ -123,9 +127,6 @@ class FSDP1System(System):
             raise RuntimeError(f"parityfuzz: FSDP1's hybrid groups are (inter, intra) = {got}, the case's mesh "
                                f"says {tuple(self.case.mesh.shape)} (torch's own groups follow the machine)")
 
-    def inner(self) -> nn.Module:
-        return unwrap(self.model)
-
     def rank_local(self) -> frozenset[str]:
         return self._ignored
 
@@ -134,15 +135,6 @@ class FSDP1System(System):
 
     def clip_gradients(self, max_norm: float) -> None:
         self.model.clip_grad_norm_(max_norm)
-
-    def named_parameters(self):
-        """What the optimizer takes: the original parameters (their local views) with
-        ``use_orig_params=True``, else FSDP1's flat parameters (and the ignored modules' own)."""
-        for name, p in self.model.named_parameters():
-            yield case_name(name), p
-
-    def buffers(self) -> dict[str, torch.Tensor]:
-        return {"buffer:" + case_name(n): b for n, b in self.model.named_buffers()}
 
     def parameters(self) -> dict[str, torch.Tensor]:
         with FSDP.summon_full_params(self.model, writeback=False):

@@ -22,7 +22,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import Case, MeshSpec, ModelSpec
+from fuzz.case import Case, MeshSpec, ModelSpec, under
 from fuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan
 from fuzz.families.fsdp2 import Checkpoint
 from strategies.cases import finish
@@ -40,10 +40,6 @@ def hybrid_meshes(world_size: int) -> list[MeshSpec]:
     shapes = [(world_size // s, s) for s in range(world_size, 0, -1) if world_size % s == 0]
     shapes.sort(key=lambda shape: 1 in shape)
     return [MeshSpec(shape, HSDP) for shape in shapes]
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + ".")
 
 
 @st.composite
@@ -83,13 +79,13 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         wraps = wrapping.get("wraps", ())
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
-                      and not any(_inside(w, p) for w in wraps) and not (model.tie_head and p in ("inp", "head"))
+                      and not any(under(w, (p,)) for w in wraps) and not (model.tie_head and p in ("inp", "head"))
                       and model.uses_params("", frozen | {p})]  # see fuzz.families.fsdp1.validate
         if candidates:
             ignored = (draw(st.sampled_from(candidates)),)
     checkpoints = []
     for path in draw(st.lists(st.sampled_from([p for p, _ in model.module_paths() if p]), unique=True, max_size=2)):
-        if not any(_inside(path, i) for i in ignored):
+        if not under(path, ignored):
             before = not draw(st.booleans())
             checkpoints.append(Checkpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
                                           before=before))
