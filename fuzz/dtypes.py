@@ -71,6 +71,9 @@ def pass_output_dtype(case: Case, phase: str) -> str:
 
 def precision(case: Case) -> str:
     """The least precise dtype the case computes, reduces or outputs in."""
+    own = _family(case).precision
+    if own is not None:
+        return own(case)
     names = [model_dtype(case)] + [d for w in (case.plan.wraps if case.mixed_precision() else ())
                                    for d in (w.param_dtype, w.reduce_dtype, w.output_dtype) if d]
     return max(names, key=MP_DTYPES.index)
@@ -98,22 +101,48 @@ def check_consistent(case: Case) -> tuple[str, str] | None:
 class Promise:
     """What a case promises for what the trace records: its dtypes, and which ranks run alike."""
 
-    #: Parameters, buffers and gradients.
+    #: Parameters, and buffers and gradients unless said below.
     state: str
     #: The output (and loss) of each kind of pass: ``""`` the root's, ``"non-root <path>"``'s, ``"eval"``.
     outputs: dict
     #: Per rank, its control flow: ranks with the same value run the same modules and so issue the same
     #: collectives (all alike, unless per-rank gates key the flow by the data-parallel index).
     flows: tuple = ()
+    #: Buffers and gradients where their dtype is not ``state``'s (FSDP1's ``buffer_dtype`` and
+    #: ``keep_low_precision_grads``).
+    buffers: str = ""
+    grads: str = ""
 
     def output(self, phase: str) -> str:
         return self.outputs.get(phase, self.outputs[""])
 
+    def tensor(self, what: str, name: str) -> str:
+        """The dtype of a recorded tensor: ``what`` is ``grad`` or ``param`` (buffers are ``param`` records
+        named ``buffer:...``)."""
+        if what == "grad":
+            return self.grads or self.state
+        return (self.buffers or self.state) if name.startswith("buffer:") else self.state
 
-def promise(case: Case) -> Promise:
+
+def _family(case: Case):
+    from fuzz import families
+
+    return families.get(case.family)
+
+
+def promise(case: Case, generic: bool = False) -> Promise:
+    """What the case promises: by the family's own rule where it has one (unless ``generic``), else by
+    FSDP2's policy rules above."""
+    own = _family(case).promise
+    if own is not None and not generic:
+        return own(case)
     outputs = {"": output_dtype(case, "")}
     if case.train.nonroot:
         outputs[f"non-root {case.train.nonroot}"] = output_dtype(case, case.train.nonroot)
+    return Promise(state=model_dtype(case), outputs=outputs, flows=flows(case))
+
+
+def flows(case: Case) -> tuple:
+    """Per rank, its control flow (:attr:`Promise.flows`)."""
     per_rank = case.model.per_rank_flow()
-    flows = tuple(case.mesh.dp_index(rank) if per_rank else 0 for rank in range(case.world_size))
-    return Promise(state=model_dtype(case), outputs=outputs, flows=flows)
+    return tuple(case.mesh.dp_index(rank) if per_rank else 0 for rank in range(case.world_size))

@@ -282,8 +282,8 @@ def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: flo
             return
         p.fail(what, name, "missing_grad" if suts[0] is None else "extra_grad")
     for rank, rec in enumerate(suts):
-        if rec.dtype != promise.state:
-            p.fail(what, name, "dtype", f"{rec.dtype}, promised {promise.state}", ranks=(rank,))
+        if rec.dtype != promise.tensor(what, name):
+            p.fail(what, name, "dtype", f"{rec.dtype}, promised {promise.tensor(what, name)}", ranks=(rank,))
     for role, recs in (("system under test", suts), ("reference", refs)):
         for group in replica_groups(recs):
             first = recs[group[0]].value

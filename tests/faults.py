@@ -576,3 +576,18 @@ class HybridSkipsInterAllReduce(_InsideFSDP1):
 
         _all_reduce_skipped_in("_reduce_grad",
                                lambda state, handle: handle._sharding_strategy == HandleShardingStrategy.HYBRID_SHARD)
+
+
+class ReducesInParamDtype(FSDP1System):
+    """FSDP1's flat-parameter handles forget a ``reduce_dtype`` that differs from ``param_dtype`` and reduce
+    gradients in ``param_dtype`` (the special case of ``_init_param_reduce_dtypes`` taken for every policy):
+    wrong only under mixed precision with both dtypes given and different."""
+
+    def wrap(self, model):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        model = super().wrap(model)
+        for module in model.modules():
+            if isinstance(module, FSDP) and module._handle is not None:
+                module._handle._reduce_dtype = module._handle._fwd_bwd_param_dtype
+        return model

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from fuzz import dtypes
 from fuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
-from fuzz.families.fsdp1 import FSDP1Plan
+from fuzz.families.fsdp1 import FSDP1Plan, Precision
 from fuzz.families.fsdp2 import Checkpoint
 from fuzz.verify import check, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
@@ -19,11 +20,12 @@ BODY = Node("seq", children=(Node("linear", out=6), Node("act", fn="gelu"), Node
 HSDP = ("dp_replicate", "dp_shard")
 
 
-def fsdp1_case(shape=(2,), **plan) -> object:
+def fsdp1_case(shape=(2,), body=BODY, train=None, **plan) -> object:
+    """A 3-step Adam case of ``body`` on a mesh of ``shape`` (``train`` overrides the training fields)."""
     mesh = MeshSpec(shape, HSDP if len(shape) == 2 else ("dp_shard",))
-    return simple(world_size=mesh.size, mesh=mesh, model=ModelSpec(body=BODY, in_dim=5),
-                  plan=FSDP1Plan(**plan), train=TrainSpec(steps=3, batch=2, seq_len=2, lr=0.05, optimizer="adam",
-                                                          microbatches=2)).validate()
+    spec = TrainSpec(steps=3, batch=2, seq_len=2, lr=0.05, optimizer="adam", microbatches=2)
+    return simple(world_size=mesh.size, mesh=mesh, model=ModelSpec(body=body, in_dim=5), plan=FSDP1Plan(**plan),
+                  train=dataclasses.replace(spec, **(train or {}))).validate()
 
 
 @pytest.mark.parametrize("sharding, via, shape, use_orig_params", [
@@ -58,11 +60,13 @@ def test_a_frozen_module_sharing_a_unit_with_trainable_ones_shows_no_gradient(ex
     assert verdict.ok, verdict.describe()
 
 
-def test_ignored_modules_train_per_rank_like_ddp_told_to_ignore_them(executor):
-    """FSDP1 neither shards nor reduces an ignored module's parameters: each rank trains its own copy, and so
-    does the reference (DDP ignoring them).  The trace records them per rank: no replica alarm, and each
-    rank's copy is compared with the reference's copy on that rank."""
-    case = fsdp1_case((2,), wraps=("body.2",), ignored=("body.0",))
+@pytest.mark.parametrize("via", ["modules", "states"])
+def test_ignored_modules_train_per_rank_like_ddp_told_to_ignore_them(executor, via):
+    """FSDP1 neither shards nor reduces an ignored module's parameters (given as ``ignored_modules``, or as
+    parameters through ``ignored_states``): each rank trains its own copy, and so does the reference (DDP
+    ignoring them).  The trace records them per rank: no replica alarm, and each rank's copy is compared with
+    the reference's copy on that rank."""
+    case = fsdp1_case((2,), wraps=("body.2",), ignored=("body.0",), ignored_via=via)
     assert case.reference_name() == "ddp_ignoring"
     outcomes = executor.run(case)
     verdict = verdict_from_outcomes(case, outcomes)
@@ -72,6 +76,46 @@ def test_ignored_modules_train_per_rank_like_ddp_told_to_ignore_them(executor):
     assert (ranks[0].value != ranks[1].value).any()  # different batches: the copies drift apart
     plain = dataclasses.replace(case, reference="ddp")  # a reference that reduces them is not FSDP1's contract
     assert not check(plain, executor).ok
+
+
+SCALED = Node("seq", children=(Node("linear", out=6), Node("scale", out=2), Node("mlp", hidden=3),
+                               Node("layernorm"), Node("linear", out=3)))
+
+
+@pytest.mark.parametrize("sharding, shape, wrapping, extra, precision, train", [
+    ("FULL_SHARD", (4,), "manual", {"wraps": ("body.2",)},
+     Precision(param_dtype="bfloat16", reduce_dtype="float32", buffer_dtype="bfloat16"), {}),
+    ("SHARD_GRAD_OP", (4,), "size", {"min_num_params": 20}, Precision(param_dtype="float16"), {"microbatches": 2}),
+    ("NO_SHARD", (2,), "module_class", {"wrap_kinds": ("mlp",)},
+     Precision(param_dtype="bfloat16", reduce_dtype="float32", keep_low_precision_grads=True),
+     {"optimizer": "sgd", "momentum": 0.9}),
+    ("HYBRID_SHARD", (2, 2), "manual", {"wraps": ("body.1", "body.2"), "hybrid_via": "mesh", "no_sync": True},
+     Precision(reduce_dtype="bfloat16", cast_forward_inputs=True), {"microbatches": 3}),
+])
+def test_mixed_precision_matches_the_reference_emulating_fsdp1(executor, sharding, shape, wrapping, extra,
+                                                                precision, train):
+    """FSDP1's MixedPrecision against ``ddp_mp_fsdp1``, which reproduces its arithmetic (the flat layout of
+    each instance included) at the model dtype's floor: on 4 ranks, where summation order shows, too."""
+    case = fsdp1_case(shape, SCALED, {"dtype": "float32", **train}, sharding=sharding, wrapping=wrapping,
+                      precision=precision, **extra)
+    assert case.reference_name() == "ddp_mp_fsdp1"
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+RANK_GATED = Node("seq", children=(Node("linear", out=6), Node("gate", period=2, by_rank=True,
+                                                                children=(Node("mlp", hidden=3),)),
+                                   Node("linear", out=3)))
+
+
+@pytest.mark.parametrize("use_orig_params", [True, False])
+def test_per_rank_control_flow_inside_an_instance_every_rank_runs(executor, use_orig_params):
+    """A module that only even data-parallel ranks run, inside the root instance (its flat gradient holds zeros
+    for it on the other ranks) next to a nested instance every rank runs: FSDP1 averages it as DDP does."""
+    case = fsdp1_case((4,), RANK_GATED, wraps=("body.2",), use_orig_params=use_orig_params)
+    assert "rank_flow" in case.features()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
 
 
 def test_plans_fsdp1_refuses_are_invalid_up_front():
@@ -87,6 +131,22 @@ def test_plans_fsdp1_refuses_are_invalid_up_front():
     with pytest.raises(CaseError, match="train.clip"):  # per-rank norms: the reference's replicas disagreed
         dataclasses.replace(case, plan=FSDP1Plan(ignored=("body.0",)),
                             train=dataclasses.replace(case.train, clip=1.0)).validate()
+    with pytest.raises(CaseError, match="reference"):  # DDP cannot model mixed precision
+        dataclasses.replace(case, plan=FSDP1Plan(precision=Precision(param_dtype="bfloat16")),
+                            reference="ddp").validate()
+    with pytest.raises(CaseError, match="keep_low_precision_grads"):  # Adam refuses bf16 gradients of fp32 params
+        fsdp1_case((2,), precision=Precision(param_dtype="bfloat16", keep_low_precision_grads=True))
+    with pytest.raises(CaseError, match="cast_root_forward_inputs"):  # a dense input never cast: bf16 Linear refuses
+        fsdp1_case((2,), precision=Precision(param_dtype="bfloat16", cast_root_forward_inputs=False))
+    with pytest.raises(CaseError, match="plan.precision"):  # flags alone: no MixedPrecision to give them to
+        fsdp1_case((2,), precision=Precision(cast_forward_inputs=True))
+    with pytest.raises(CaseError, match="per-rank gate or inside one"):  # some ranks would all-gather it, others not
+        fsdp1_case((2,), RANK_GATED, wraps=("body.1.inner",))
+    holds_a_gate = Node("seq", children=(Node("linear", out=6), Node("seq", children=RANK_GATED.children[1:2])))
+    with pytest.raises(CaseError, match="no parameter of its own that every forward uses"):
+        fsdp1_case((2,), holds_a_gate, wraps=("body.1",))  # reduced only on the ranks that ran its gated child
+    with pytest.raises(CaseError, match="plan.wrapping"):  # which modules size wrapping wraps is not known up front
+        fsdp1_case((2,), RANK_GATED, wrapping="size", min_num_params=8)
     gated = Node("seq", children=(Node("gate", period=2, children=(Node("linear", out=4),)), Node("linear", out=4)))
     with pytest.raises(CaseError, match="every forward uses"):  # DDP would never sync a microbatch (the fuzzer met it)
         dataclasses.replace(fsdp1_case((2,)), model=ModelSpec(body=gated, in_dim=4),
@@ -105,6 +165,8 @@ def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
 
 @pytest.mark.parametrize("fault, shows", [
     ("NoShardOrigParamsGradUnreduced", lambda c: c.plan.sharding == "NO_SHARD" and c.plan.use_orig_params),
+    ("ReducesInParamDtype",
+     lambda c: c.plan.precision.reduce_dtype not in ("", c.plan.precision.compute(dtypes.model_dtype(c)))),
     ("HybridSkipsInterAllReduce",
      lambda c: c.plan.sharding == "HYBRID_SHARD" and c.mesh.axis_size("dp_replicate") > 1
      and c.mesh.axis_size("dp_shard") > 1),
@@ -112,9 +174,10 @@ def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
 def test_fsdp1_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     # Each fault's dimension among the strategies: a clean-database CI run of 60 cases once drew no 2x2
     # HYBRID_SHARD case (about 3% of fsdp1 cases).
-    sharding = "NO_SHARD" if fault.startswith("NoShard") else "HYBRID_SHARD"
-    f, modules = found_and_shrunk(executor, tmp_path, "fsdp1", fault, (2, 4),
-                                  where=lambda c: c.plan.sharding == sharding)
+    where = {"NoShardOrigParamsGradUnreduced": lambda c: c.plan.sharding == "NO_SHARD",
+             "HybridSkipsInterAllReduce": lambda c: c.plan.sharding == "HYBRID_SHARD",
+             "ReducesInParamDtype": lambda c: c.mixed_precision()}[fault]
+    f, modules = found_and_shrunk(executor, tmp_path, "fsdp1", fault, (2, 4), where=where)
     assert f.verdict.kind == "mismatch"
     assert shows(f.case), f.case.to_json(indent=1)
     assert modules <= 4, f.case.to_json(indent=1)

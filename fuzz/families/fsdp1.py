@@ -9,13 +9,16 @@ torch builds its own, one intra-node group per machine: a ``(world, 1)`` mesh on
 counts one device).
 
 The reference is DDP; with ``ignored`` modules, DDP told to ignore the same parameters (FSDP1 neither shards
-nor reduces them: each rank trains its own copy, and the trace records them per rank).
+nor reduces them: each rank trains its own copy, and the trace records them per rank); under mixed precision
+``ddp_mp_fsdp1``, replicated training that does what FSDP1's ``MixedPrecision`` promises.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from fuzz import dtypes
 from fuzz.case.core import Case, Plan
 from fuzz.case.errors import check
 from fuzz.case.model import check_paths, under
@@ -39,6 +42,37 @@ WRAP_KINDS = ("linear", "mlp", "attention", "seq", "block", "residual", "twice",
 #: Checkpointing APIs FSDP1 composes with; after wrapping only ``apply`` (``apply_activation_checkpointing``
 #: reaches the module inside its FSDP1 wrapper).
 CHECKPOINT_APIS = ("wrapper", "apply")
+#: How the ignored modules reach FSDP1: ``ignored_modules=[modules]`` or ``ignored_states=[their parameters]``.
+IGNORED_VIA = ("modules", "states")
+
+
+#: Dtypes FSDP1's ``MixedPrecision`` may name here (``""``: None).
+MP_DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """FSDP1's ``MixedPrecision``, the same on every instance of the plan (all fields at their defaults: no
+    ``mixed_precision`` argument).  FSDP1's semantics, not FSDP2's (``fuzz.systems.fsdp1_mp``): a
+    ``reduce_dtype`` left out follows ``param_dtype``; buffers are cast to ``buffer_dtype``; outputs are never
+    cast back; ``keep_low_precision_grads`` leaves the optimizer gradients in the reduction dtype."""
+
+    param_dtype: str = ""
+    reduce_dtype: str = ""
+    buffer_dtype: str = ""
+    keep_low_precision_grads: bool = False
+    cast_forward_inputs: bool = False
+    cast_root_forward_inputs: bool = True
+
+    def active(self) -> bool:
+        return bool(self.param_dtype or self.reduce_dtype or self.buffer_dtype)
+
+    def compute(self, master: str) -> str:
+        return self.param_dtype or master
+
+    def reduce(self, master: str) -> str:
+        """The dtype gradients are reduced in."""
+        return self.reduce_dtype or self.param_dtype or master
 
 
 @dataclass(frozen=True)
@@ -46,10 +80,12 @@ class FSDP1Plan(Plan):
     """One ``FullyShardedDataParallel`` call on the root (and, for manual wrapping, one per module in
     ``wraps``, children first), and how the training loop drives it.
 
-    ``ignored``: ``ignored_modules``.  ``offload``: ``CPUOffload(offload_params=True)``.
+    ``ignored``: modules FSDP1 leaves alone, given as ``ignored_modules`` or (``ignored_via="states"``) as
+    their parameters through ``ignored_states``.  ``offload``: ``CPUOffload(offload_params=True)``.
     ``sync_module_states``: each rank other than 0 starts from other weights; FSDP1 must broadcast rank 0's.
     ``no_sync``: the non-last microbatches of a step run under ``no_sync()``.  ``checkpoints``:
     ``checkpoint_wrapper`` / ``apply_activation_checkpointing`` before FSDP1 (or after, ``apply`` only).
+    ``precision``: ``mixed_precision=MixedPrecision(...)`` on every instance.
     """
 
     family = "fsdp1"
@@ -62,6 +98,7 @@ class FSDP1Plan(Plan):
     wrap_kinds: tuple[str, ...] = ()
     min_num_params: int = 0
     ignored: tuple[str, ...] = ()
+    ignored_via: str = "modules"
     offload: bool = False
     backward_prefetch: str = "BACKWARD_PRE"
     forward_prefetch: bool = False
@@ -69,14 +106,37 @@ class FSDP1Plan(Plan):
     sync_module_states: bool = False
     no_sync: bool = False
     checkpoints: tuple[Checkpoint, ...] = ()
+    precision: Precision = Precision()
+
+    def mixed_precision(self) -> bool:
+        return self.precision.active()
 
 
 MESHES = (("dp_shard",), ("dp_replicate", "dp_shard"))
 
 
 def reference(case: Case) -> str:
-    """DDP; DDP ignoring the ignored modules' parameters where the plan has some."""
-    return "ddp_ignoring" if case.plan.ignored else "ddp"
+    """DDP; DDP ignoring the ignored modules' parameters where the plan has some; under mixed precision the
+    reference that emulates FSDP1's ``MixedPrecision``."""
+    return "ddp_mp_fsdp1" if case.mixed_precision() else "ddp_ignoring" if case.plan.ignored else "ddp"
+
+
+def promise(case: Case) -> dtypes.Promise:
+    """FSDP1's dtypes: parameters in the model's dtype; buffers in ``buffer_dtype``; gradients in the model's
+    dtype, or with ``keep_low_precision_grads`` in the reduction dtype (as FSDP1 documents it); outputs, never
+    cast back, in ``param_dtype``."""
+    if not case.mixed_precision():
+        return dtypes.promise(case, generic=True)
+    mp, master = case.plan.precision, dtypes.model_dtype(case)
+    return dtypes.Promise(state=master, outputs={"": mp.compute(master)}, flows=dtypes.flows(case),
+                          buffers=mp.buffer_dtype or master,
+                          grads=mp.reduce(master) if mp.keep_low_precision_grads else master)
+
+
+def precision(case: Case) -> str:
+    mp, master = case.plan.precision, dtypes.model_dtype(case)
+    names = [master] + [d for d in (mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype) if d]
+    return max(names, key=dtypes.MP_DTYPES.index)
 
 
 def validate(case: Case) -> None:
@@ -114,6 +174,8 @@ def validate(case: Case) -> None:
         for w in plan.wraps:
             check(not under(w, (path,)), f"plan.ignored[{i}]",
                   f"{path!r} holds the wrapped {w!r}: an ignored module holds no FSDP1 wrapper")
+    check(plan.ignored_via in IGNORED_VIA, "plan.ignored_via", f"must be one of {IGNORED_VIA}, got {plan.ignored_via!r}")
+    check(plan.ignored or plan.ignored_via == "modules", "plan.ignored_via", "only with ignored modules")
     if plan.ignored:
         check(not t.clip, "train.clip", "not with ignored modules: each rank's total gradient norm counts its own "
               "copy of them, so the clipping differs per rank and even the reference's replicas disagree")
@@ -139,7 +201,76 @@ def validate(case: Case) -> None:
         check(not t.groups, "train.groups", "use_orig_params=False: the optimizer sees flat parameters only")
         check(not t.frozen, "train.frozen",
               "use_orig_params=False flattens parameters with one requires_grad per unit")
-    check(not case.model.per_rank_flow(), "model.body", "per-rank control flow is not drawn for FSDP1 yet")
+    _validate_rank_flow(case)
+    _validate_precision(case)
+
+
+def units(case: Case) -> frozenset[str] | None:
+    """The paths of the modules FSDP1 makes instances of (the root, ``""``, always), where the plan says them
+    up front: the nested or lambda-selected modules, or the modules of the named kinds; None for
+    ``size_based_auto_wrap_policy``, whose choice depends on parameter counts."""
+    plan = case.plan
+    if plan.wrapping in ("manual", "lambda"):
+        return frozenset(("",) + plan.wraps)
+    if plan.wrapping == "module_class":
+        return frozenset([""] + [p for p, kind in case.model.module_paths() if kind in plan.wrap_kinds])
+    return None
+
+
+def rank_flow_problem(model, found: frozenset[str]) -> tuple[str, str] | None:
+    """``(instance path, why)`` for an FSDP1 instance at ``found`` that per-rank control flow would break, or
+    None: an instance inside a per-rank gate is all-gathered by some ranks only; one whose own parameters a
+    forward may leave unused reduces its gradient only on the ranks that used them.  Either way the ranks'
+    collectives differ (a hang)."""
+    gates = tuple(p for p, node in model.body.walk("body") if node.kind == "gate" and node.by_rank)
+    for u in sorted(found):
+        if u and under(u, gates):
+            return u, f"the instance at {u!r} is a per-rank gate or inside one"
+        deeper = frozenset(v for v in found if v != u and under(v, (u,)))
+        if not model.uses_params(u, deeper):
+            return u, f"the instance at {u!r} holds no parameter of its own that every forward uses"
+    return None
+
+
+def _validate_rank_flow(case: Case) -> None:
+    """Per-rank control flow (a gate keyed by the data-parallel index): some rank uses each gated child, and
+    every FSDP1 instance issues its collectives on every rank (:func:`rank_flow_problem`)."""
+    if not case.model.per_rank_flow():
+        return
+    dp = case.mesh.dp_size()
+    for path, node in case.model.body.walk("body"):
+        if node.kind == "gate" and node.by_rank:
+            check(node.period <= dp, "model.body", f"the per-rank gate at {path} needs a period <= the "
+                  f"data-parallel size {dp} (some rank must use its child), got {node.period}")
+    found = units(case)
+    check(found is not None, "plan.wrapping", "not size with per-rank control flow: which modules become "
+          "instances depends on parameter counts, so the case cannot say none sits inside a per-rank gate")
+    problem = rank_flow_problem(case.model, found)
+    check(problem is None, "plan.wrap_kinds" if case.plan.wrapping == "module_class" else "plan.wraps",
+          f"with per-rank control flow {problem and problem[1]}: the ranks' collectives would differ")
+
+
+def _validate_precision(case: Case) -> None:
+    mp, plan, t = case.plan.precision, case.plan, case.train
+    for name in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+        value = getattr(mp, name)
+        check(value in ("",) + MP_DTYPES, f"plan.precision.{name}", f"must be one of {MP_DTYPES} or ''")
+    if not mp.active():
+        check(mp == Precision(), "plan.precision", "flags without a dtype: leave them at their defaults")
+        return
+    check(case.reference != "ddp", "reference",
+          "plain DDP cannot model mixed precision: use the emulating reference 'ddp_mp_fsdp1'")
+    check(not t.to_float64, "train.to_float64", "not combined with mixed precision (its dtypes are the model's)")
+    check(not plan.ignored, "plan.ignored", "not with mixed precision: an ignored module keeps its dtype, so "
+          "the activations reaching it (in param_dtype) do not match its weights")
+    dense = case.model.input != "embedding"
+    check(not (mp.param_dtype and dense and not mp.cast_root_forward_inputs), "plan.precision.cast_root_forward_inputs",
+          "a dense input must be cast to param_dtype at the root (FSDP1 documents that the root's "
+          "cast_root_forward_inputs decides, whatever its cast_forward_inputs)")
+    if mp.keep_low_precision_grads:
+        check(t.optimizer == "sgd" and not t.foreach, "plan.precision.keep_low_precision_grads",
+              "only with SGD without foreach: Adam and the foreach kernels refuse gradients of another dtype "
+              "than their parameters")
 
 
 def features(case: Case) -> set[str]:
@@ -154,10 +285,19 @@ def features(case: Case) -> set[str]:
     if not plan.limit_all_gathers:
         tags.add("limit_all_gathers=False")
     if plan.ignored:
-        tags.add("ignored_modules")
+        tags.add("ignored_modules" if plan.ignored_via == "modules" else "ignored_states")
+    if case.model.per_rank_flow():
+        tags.add("rank_flow")  # control flow that differs per rank
     if plan.wraps:
         tags.add(f"wrapped={min(len(plan.wraps), 3)}{'+' if len(plan.wraps) > 3 else ''}")
     tags.update(f"ckpt={c.api}/{'before' if c.before else 'after'}" for c in plan.checkpoints)
+    mp = plan.precision
+    if mp.active():
+        tags.add("mixed_precision")
+        tags.update(f"{n}={getattr(mp, n)}" for n in ("param_dtype", "reduce_dtype", "buffer_dtype") if getattr(mp, n))
+        tags.update(flag for flag in ("keep_low_precision_grads", "cast_forward_inputs") if getattr(mp, flag))
+        if not mp.cast_root_forward_inputs:
+            tags.add("cast_root_forward_inputs=False")
     return tags
 
 
@@ -174,7 +314,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     elif plan.wrapping == "lambda":
         args.append(f"auto_wrap_policy=lambda_auto_wrap_policy({[p for p in plan.wraps]})")
     if plan.ignored:
-        args.append(f"ignored_modules={list(plan.ignored)}")
+        args.append(f"ignored_modules={list(plan.ignored)}" if plan.ignored_via == "modules"
+                    else f"ignored_states=<the parameters of {list(plan.ignored)}>")
     if plan.offload:
         args.append("cpu_offload=CPUOffload(offload_params=True)")
     if plan.backward_prefetch != "BACKWARD_PRE":
@@ -182,6 +323,11 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     for flag, default in (("forward_prefetch", False), ("limit_all_gathers", True), ("sync_module_states", False)):
         if getattr(plan, flag) != default:
             args.append(f"{flag}={getattr(plan, flag)}")
+    mp = plan.precision
+    if mp.active():
+        parts = [f"{f.name}={getattr(mp, f.name)}" for f in dataclasses.fields(mp)
+                 if getattr(mp, f.name) != f.default]
+        args.append(f"mixed_precision=MixedPrecision({', '.join(parts)})")
     notes = {"": f"FullyShardedDataParallel({', '.join(args)})"}
     if plan.wrapping == "manual":
         for path in plan.wraps:
@@ -201,4 +347,5 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
 
 
 FAMILY = Family(name="fsdp1", plan_type=FSDP1Plan, meshes=MESHES, system="fsdp1", strategy="strategies.fsdp1",
-                reference=reference, validate=validate, features=features, describe=describe)
+                reference=reference, validate=validate, features=features, describe=describe, promise=promise,
+                precision=precision)

@@ -1,7 +1,8 @@
 """Systems: ways to train a case's model, all behind one interface.
 
 References (``ddp``; ``ddp_mp``, which emulates mixed precision, and ``ddp_mp_tp``, the same on a
-tensor-parallel model; ``ddp_ignoring``, which leaves FSDP1's ignored modules unreduced) and systems under
+tensor-parallel model; ``ddp_ignoring``, which leaves FSDP1's ignored modules unreduced; ``ddp_mp_fsdp1``, which
+emulates FSDP1's ``MixedPrecision``) and systems under
 test (``fsdp2``, ``fsdp2_tp``, ``fsdp1``) subclass
 :class:`~fuzz.systems.base.System`.  A case names its systems by registry name
 or as an importable ``module:attribute`` (test-only faulty systems and user
@@ -22,6 +23,7 @@ REGISTRY: dict[str, str] = {
     "fsdp2_tp": "fuzz.systems.fsdp2_tp:FSDP2TPSystem",
     "fsdp1": "fuzz.systems.fsdp1:FSDP1System",
     "ddp_ignoring": "fuzz.systems.fsdp1:DDPIgnoringSystem",
+    "ddp_mp_fsdp1": "fuzz.systems.fsdp1_mp:FSDP1MixedPrecisionReference",
 }
 
 

@@ -24,14 +24,14 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,
-                                    ShardingStrategy)
+                                    MixedPrecision, ShardingStrategy)
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
 
 from fuzz import build
 from fuzz.families.fsdp1 import HYBRID
 from fuzz.systems.base import System, case_name, holder, resolve
 from fuzz.systems.ddp import DDPSystem
-from fuzz.systems.fsdp2 import apply_checkpoint
+from fuzz.systems.fsdp2 import apply_checkpoint, dtype
 
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``fuzz.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
@@ -64,9 +64,19 @@ class FSDP1System(System):
                       if plan.backward_prefetch else None, forward_prefetch=plan.forward_prefetch,
                       limit_all_gathers=plan.limit_all_gathers, sync_module_states=plan.sync_module_states)
         if plan.ignored:
-            kwargs["ignored_modules"] = [resolve(model, p) for p in plan.ignored]
+            modules = [resolve(model, p) for p in plan.ignored]
+            if plan.ignored_via == "modules":
+                kwargs["ignored_modules"] = modules
+            else:
+                kwargs["ignored_states"] = [p for m in modules for p in m.parameters()]
         if plan.offload:
             kwargs["cpu_offload"] = CPUOffload(offload_params=True)
+        mp = plan.precision
+        if mp.active():
+            kwargs["mixed_precision"] = MixedPrecision(
+                param_dtype=dtype(mp.param_dtype), reduce_dtype=dtype(mp.reduce_dtype),
+                buffer_dtype=dtype(mp.buffer_dtype), keep_low_precision_grads=mp.keep_low_precision_grads,
+                cast_forward_inputs=mp.cast_forward_inputs, cast_root_forward_inputs=mp.cast_root_forward_inputs)
         if plan.sharding in HYBRID and plan.hybrid_via != "auto":
             mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
             if plan.hybrid_via == "mesh":
@@ -157,18 +167,21 @@ def _flat_gradients(module: FSDP, prefix: str) -> dict[str, torch.Tensor | None]
     handle = module._handle
     flat = handle.flat_param
     names = [prefix + case_name(f) for f in flat._fqns]
+    dtype = flat.dtype
     if flat._params is not None:  # use_orig_params=True
-        shard = torch.zeros(flat.numel(), dtype=flat.dtype, device=flat.device)
+        # Put together in float64 (exact for every dtype); each gradient's own dtype (FSDP1's
+        # keep_low_precision_grads leaves it in low precision) is agreed over the group, 0 for none.
+        shard = torch.zeros(flat.numel(), dtype=torch.float64, device=flat.device)
         shown = torch.zeros(len(names))
         for i, (p, info) in enumerate(zip(flat._params, flat._shard_param_infos)):
             if info.in_shard and p.grad is not None:
                 shard[info.offset_in_shard:info.offset_in_shard + info.numel_in_shard] = p.grad.detach().reshape(-1)
-                shown[i] = 1
-        dist.all_reduce(shown, group=module.process_group)
+                shown[i] = 1 + _GRAD_DTYPES.index(p.grad.dtype)
+        dist.all_reduce(shown, op=dist.ReduceOp.MAX, group=module.process_group)
     else:
         if flat.grad is None:
             return dict.fromkeys(names)
-        shard, shown = flat.grad.detach(), torch.ones(len(names))
+        shard, dtype, shown = flat.grad.detach(), flat.grad.dtype, torch.ones(len(names))
     if handle.uses_sharded_strategy:
         full = shard.new_empty(shard.numel() * dist.get_world_size(module.process_group))
         dist.all_gather_into_tensor(full, shard.contiguous(), group=module.process_group)
@@ -177,9 +190,13 @@ def _flat_gradients(module: FSDP, prefix: str) -> dict[str, torch.Tensor | None]
     for numel, padding in zip(flat._numels_with_padding, flat._is_padding_mask):
         if not padding:
             name, shape, seen = next(views)
-            out[name] = shard[offset:offset + numel].view(shape).clone() if seen else None
+            own = _GRAD_DTYPES[int(seen) - 1] if flat._params is not None and seen else dtype
+            out[name] = shard[offset:offset + numel].view(shape).to(own, copy=True) if seen else None
         offset += numel
     return out
+
+
+_GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
 class DDPIgnoringSystem(DDPSystem):

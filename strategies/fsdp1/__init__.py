@@ -5,12 +5,18 @@ Drawn in this order: world size, sharding strategy (and for the hybrid ones how 
 the mesh: every factorization of the world size, ``(n, 1)`` and ``(1, n)`` included), the wrapping kind, the
 model (tied embedding/head weights only where wrapping names modules by path, so that they stay in one unit),
 what the wrapping wraps, ``use_orig_params``, the generic training spec (without parameter groups or frozen
-modules under ``use_orig_params=False``: FSDP1 flattens each unit into one parameter), on a rare coin an ignored
-module, prefetching and ``limit_all_gathers``, gradient accumulation under
-``no_sync()``, activation checkpointing, the seed and delays.
+modules under ``use_orig_params=False``: FSDP1 flattens each unit into one parameter), mixed precision
+(:mod:`strategies.fsdp1.precision`), on a rare coin an ignored module (not under mixed precision; given as a module or as its parameters
+through ``ignored_states``),
+prefetching and ``limit_all_gathers``, gradient accumulation under ``no_sync()``, activation checkpointing,
+the seed and delays.
+
+On a rare coin the model's gates are per-rank gates (control flow that differs per data-parallel rank), with
+the wrapping kept to instances every rank runs alike (not size wrapping, whose instances the case cannot
+name).
 
 Not drawn: ``CPUOffload`` and ``sync_module_states`` (FSDP1 needs an accelerator for both: on a CPU machine
-it raises), per-rank control flow, non-root passes, mixed precision and tensor parallelism (to come).
+it raises), non-root passes and tensor parallelism (to come).
 
 Shrinking: toward world size 2, ``FULL_SHARD``, manual wrapping of the root alone, ``use_orig_params=True``,
 torch's defaults for the other arguments, a one-Linear model and one step.
@@ -23,10 +29,11 @@ import dataclasses
 from hypothesis import strategies as st
 
 from fuzz.case import Case, MeshSpec, ModelSpec, under
-from fuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan
+from fuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan, rank_flow_problem
 from fuzz.families.fsdp2 import Checkpoint
 from strategies.cases import finish
 from strategies.coins import RARE
+from strategies.fsdp1.precision import precisions
 from strategies.fsdp2.wrapping import wrappable_paths
 from strategies.meshes import world_sizes
 from strategies.models import models
@@ -44,13 +51,45 @@ def hybrid_meshes(world_size: int) -> list[MeshSpec]:
 
 @st.composite
 def _wrapping(draw, model: ModelSpec, kind: str) -> dict:
-    """What a wrapping kind wraps: paths (manual, lambda), module kinds or a parameter count."""
+    """What a wrapping kind wraps: paths (manual, lambda), module kinds or a parameter count.  Under per-rank
+    control flow, instances that would issue collectives on some ranks only are left out
+    (:func:`fuzz.families.fsdp1.rank_flow_problem`); where no module kind fits, the wrapping is a lambda
+    policy selecting nothing."""
     if kind in ("manual", "lambda"):
-        return {"wraps": tuple(p for p in wrappable_paths(model) if draw(st.booleans()))}
+        wraps = [p for p in wrappable_paths(model) if draw(st.booleans())]
+        if model.per_rank_flow():
+            wraps = _fitting_rank_flow(model, wraps)
+        return {"wraps": tuple(wraps)}
     if kind == "module_class":
         present = [k for k in WRAP_KINDS if k in {kind for _, kind in model.module_paths()}]
-        return {"wrap_kinds": tuple(draw(st.lists(st.sampled_from(present), min_size=1, max_size=2, unique=True)))}
+        kinds = draw(st.lists(st.sampled_from(present), min_size=1, max_size=2, unique=True))
+        if model.per_rank_flow():
+            kinds = _kinds_fitting_rank_flow(model, kinds)
+            if not kinds:
+                return {"wrapping": "lambda", "wraps": ()}
+        return {"wrap_kinds": tuple(kinds)}
     return {"min_num_params": draw(st.sampled_from((1, 8, 30, 100)))}
+
+
+def _kinds_fitting_rank_flow(model: ModelSpec, kinds: list[str]) -> list[str]:
+    """``kinds`` without those whose instances per-rank control flow cannot run (as :func:`_fitting_rank_flow`)."""
+    paths = dict(model.module_paths())
+    while kinds:
+        found = [p for p in paths if paths[p] in kinds]
+        problem = rank_flow_problem(model, frozenset([""] + found))
+        if problem is None:
+            break
+        kinds.remove(paths[problem[0] or min(found, key=lambda p: p.count("."))])
+    return kinds
+
+
+def _fitting_rank_flow(model: ModelSpec, wraps: list[str]) -> list[str]:
+    """``wraps`` without the instances per-rank control flow cannot run: the offending one (or, where the root
+    is, the shallowest other one, which gives its parameters back to the root) removed until none is."""
+    while (problem := rank_flow_problem(model, frozenset([""] + wraps))) is not None:
+        culprit = problem[0]
+        wraps.remove(culprit if culprit else min(wraps, key=lambda p: p.count(".")))
+    return wraps
 
 
 @st.composite
@@ -66,16 +105,21 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         mesh = draw(st.sampled_from(hybrid_meshes(ws)))
     else:
         mesh = MeshSpec((ws,), ("dp_shard",))
-    kind = draw(st.sampled_from(WRAPPINGS[1:] if via == "auto" else WRAPPINGS))
+    rank_flow = draw(RARE) and ws > 1  # control flow that differs per rank (in models with gates)
+    kinds = [k for k in (WRAPPINGS[1:] if via == "auto" else WRAPPINGS) if not (rank_flow and k == "size")]
+    kind = draw(st.sampled_from(kinds))
     # Tied weights must stay in one unit: only where the wrapping names modules by path (wrappable_paths).
-    model = draw(models(max_depth, tie=kind in ("manual", "lambda")))
+    model = draw(models(max_depth, rank_period=ws if rank_flow else 0, tie=kind in ("manual", "lambda")))
     wrapping = draw(_wrapping(model, kind))
+    kind = wrapping.pop("wrapping", kind)
     use_orig_params = draw(st.sampled_from((True, False)))
     train = draw(training(model, max_steps=max_steps))
     if not use_orig_params:
         train = dataclasses.replace(train, groups=(), frozen=())
+    precision = draw(precisions(model, train))
     ignored = ()
-    if draw(RARE) and not train.clip:  # clipping with ignored modules differs per rank (fuzz.families.fsdp1)
+    # not with clipping (it differs per rank) nor mixed precision (fuzz.families.fsdp1)
+    if draw(RARE) and not train.clip and not precision.active():
         wraps = wrapping.get("wraps", ())
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
@@ -83,6 +127,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                       and model.uses_params("", frozen | {p})]  # see fuzz.families.fsdp1.validate
         if candidates:
             ignored = (draw(st.sampled_from(candidates)),)
+    ignored_via = draw(st.sampled_from(("modules", "states"))) if ignored else "modules"
     checkpoints = []
     for path in draw(st.lists(st.sampled_from([p for p, _ in model.module_paths() if p]), unique=True, max_size=2)):
         if not under(path, ignored):
@@ -90,7 +135,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
             checkpoints.append(Checkpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
                                           before=before))
     plan = FSDP1Plan(sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params, wrapping=kind, **wrapping,
-                     ignored=ignored,
+                     ignored=ignored, ignored_via=ignored_via, precision=precision,
                      backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
                      forward_prefetch=draw(st.booleans()), limit_all_gathers=draw(st.sampled_from((True, False))),
                      no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints))

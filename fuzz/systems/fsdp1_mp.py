@@ -1,0 +1,265 @@
+"""The reference for FSDP1 under ``MixedPrecision``: replicated data parallelism that does what FSDP1's
+mixed precision promises, written out (``ddp_mp_fsdp1``).
+
+FSDP1's semantics differ from FSDP2's ``MixedPrecisionPolicy`` (:mod:`fuzz.systems.mp_reference`), and this
+reference models FSDP1's:
+
+- **One gradient reduction per backward; one accumulation per instance call.**  FSDP1 reduces a unit's
+  ``FlatParameter`` gradient once, after the backward has reached every call of the unit; each forward call
+  of an instance makes fresh views of its unsharded parameter, so each call's gradient is added to the
+  unsharded gradient on its own, in backward order and in that gradient's dtype (measured: a Linear instance
+  called twice under ``no_sync()`` gives ``((b0 + a0) + b1) + a1`` in bf16, not ``(a0 + b0) + (a1 + b1)``).
+  FSDP2 instead reduces at each call's post-backward and adds the reduced gradients in full precision.
+  Under ``no_sync()`` the unsharded gradient stays in ``param_dtype`` (autograd's accumulation), whatever
+  ``reduce_dtype`` says; FSDP2 keeps it in ``reduce_dtype``.
+- **``NO_SHARD`` keeps one gradient, as DDP does**: the reduced gradient is the ``FlatParameter``'s ``.grad``,
+  and a later backward (the next microbatch outside ``no_sync()``, a step after ``zero_grad(set_to_none=
+  False)``) adds its local gradients to it, in its dtype, and reduces the sum again; the sharded strategies
+  reduce each backward's gradient alone and add it to a full-precision sharded gradient.
+- **Division**: FSDP1 divides by a power of two near sqrt(N) before summing and by the rest after, for every
+  dtype (N: all data-parallel ranks, replicas included); FSDP2 averages fp32/bf16 in the collective.
+- **``reduce_dtype`` left out follows ``param_dtype``** (FSDP2: the gradient's own dtype, the same thing).
+- **Buffers are cast to ``buffer_dtype``** and stay so (FSDP2 leaves buffers alone).
+- **No output cast**: FSDP1 has no ``output_dtype``; the loss is computed in ``param_dtype``.
+- **Where summation order comes from**: gloo sums an element in an order that depends on its position in
+  the buffer, so each FSDP1 instance's gradients are reduced as FSDP1 lays them out: its ``FlatParameter``
+  (the parameters its auto-wrap policy or nesting leaves it, in module order; with ``use_orig_params=True``
+  each one aligned to 16 bytes of ``param_dtype`` and the whole padded to a multiple of the shard group),
+  reduce-scattered over the shard group, all-reduced over the replicas: the reference is then bit for bit
+  FSDP1's arithmetic, and the oracle's floor stays the model dtype's.  Which modules are instances is
+  worked out here from the policy's documented rule (:func:`units`), not read from FSDP1.
+- **Input casts**: the root casts its floating-point inputs when ``cast_root_forward_inputs`` (which FSDP1
+  documents as taking precedence over the root's ``cast_forward_inputs``); other instances cast theirs when
+  ``cast_forward_inputs``.  The plan gives every instance one policy, so every activation reaching a nested
+  instance is already in ``param_dtype`` and only the root's cast is observable: the reference applies that
+  one.
+- **``keep_low_precision_grads``**: the gradients the optimizer sees are in the reduction dtype (as FSDP1
+  documents); they are accumulated in full precision between reductions (a low-precision gradient left by
+  the previous step is cast up first, as FSDP1 does).
+
+The sharded parameters and the optimizer stay in the model's dtype (masters here); the compute copies are
+re-cast from them after every step, as FSDP1 casts at every all-gather.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils._pytree import tree_map
+
+from fuzz.systems.base import System, make_optimizer, make_scheduler
+from fuzz.systems.fsdp1 import KIND_CLASSES
+from fuzz.systems.fsdp2 import dtype
+from fuzz.systems.mp_reference import _cast, divide_factors
+
+
+def units(model: nn.Module, plan) -> set[str]:
+    """The paths of the modules FSDP1 makes instances of (the root, ``""``, always): those the plan names
+    (manual nesting, ``lambda_auto_wrap_policy``), those of the named classes (``ModuleWrapPolicy``), or, for
+    ``size_based_auto_wrap_policy``, bottom-up every non-root module whose parameters not already in a wrapped
+    descendant number at least ``min_num_params`` (torch's ``_recursive_wrap``)."""
+    if plan.wrapping in ("manual", "lambda"):
+        return {""} | set(plan.wraps)
+    if plan.wrapping == "module_class":
+        classes = tuple(KIND_CLASSES[k] for k in plan.wrap_kinds)
+        return {""} | {path for path, m in model.named_modules() if isinstance(m, classes)}
+    found = {""}
+
+    def visit(path: str, module: nn.Module) -> int:
+        """Parameters wrapped at or below ``module``."""
+        wrapped = sum(visit(f"{path}.{name}" if path else name, child) for name, child in module.named_children())
+        total = sum(p.numel() for p in module.parameters())
+        if path and total - wrapped >= plan.min_num_params and not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            found.add(path)
+            return total
+        return wrapped
+
+    visit("", model)
+    return found
+
+
+class _Unit:
+    """One FSDP1 instance's flat layout: its parameters' names in order, and each one's offset in the flat
+    buffer (padding between and after)."""
+
+    def __init__(self, path: str, names: list[str], numels: list[int], align: int, shard: int):
+        self.path, self.names, self.offsets, total = path, names, [], 0
+        for numel in numels:
+            if align and total % align:
+                total += align - total % align
+            self.offsets.append(total)
+            total += numel
+        if align and total % shard:  # FSDP1 pads the aligned flat parameter to the shard group at creation
+            total += shard - total % shard
+        self.numel = total
+
+
+class FSDP1MixedPrecisionReference(System):
+    name = "ddp_mp_fsdp1"
+
+    def setup(self, model: nn.Module) -> None:
+        model = model.to(self.ctx.device)
+        mp = self.case.plan.precision
+        master_dtype = next(model.parameters()).dtype
+        self.compute_dtype = dtype(mp.param_dtype) or master_dtype
+        self.reduce_dtype = dtype(mp.reduce(str(master_dtype).removeprefix("torch.")))
+        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+        self.shard_group = mesh.get_group("dp_shard")
+        self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
+        self.sharded = self.case.plan.sharding != "NO_SHARD"
+        self.masters: dict[str, nn.Parameter] = {}
+        self.compute: dict[str, nn.Parameter] = {}
+        by_id: dict[int, nn.Parameter] = {}
+        for name, p in model.named_parameters():
+            self.masters[name] = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+            if mp.keep_low_precision_grads or not self.sharded:
+                self.masters[name].grad_dtype = None  # a low-precision gradient is kept (or accumulated) there
+            by_id[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(self.compute_dtype),
+                                                             requires_grad=p.requires_grad)
+        for module in model.modules():  # swap in the compute copies, keeping tied parameters tied
+            for key, p in list(module._parameters.items()):
+                if p is not None:
+                    module._parameters[key] = by_id[id(p)]
+        if mp.buffer_dtype:
+            for module in model.modules():
+                for key, b in list(module._buffers.items()):
+                    if b is not None and b.is_floating_point():
+                        module._buffers[key] = b.to(dtype(mp.buffer_dtype))
+        if mp.param_dtype and mp.cast_root_forward_inputs:
+            cast = _cast(self.compute_dtype)
+            model.register_forward_pre_hook(lambda m, args: tree_map(cast, args))
+        self.units = self._layout(model)
+        self.unsharded: dict[str, torch.Tensor] = {}  # sharded strategies: the accumulated unsharded gradients
+        self._per_call_leaves(model)
+        self.model = model
+        self.optim = make_optimizer(self.case.train, self.masters.items())
+        self.scheduler = make_scheduler(self.case.train, self.optim)
+
+    def _layout(self, model: nn.Module) -> list[_Unit]:
+        """Each instance's flat layout (see the module docstring); instances without parameters left out."""
+        paths = units(model, self.case.plan)
+        owned: dict[str, list[str]] = {p: [] for p in sorted(paths)}  # the same order on every rank
+        for name in self.compute:  # named_parameters order: module by module, as FSDP1 flattens
+            module = name.rpartition(".")[0]
+            owner = max((p for p in paths if not p or module == p or module.startswith(p + ".")), key=len)
+            owned[owner].append(name)
+        align = 16 // self.compute_dtype.itemsize if self.case.plan.use_orig_params else 0
+        shard = dist.get_world_size(self.shard_group)
+        return [_Unit(path, names, [self.compute[n].numel() for n in names], align, shard)
+                for path, names in owned.items() if names]
+
+    def _per_call_leaves(self, model: nn.Module) -> None:
+        """Before each call of an instance, its parameters become fresh leaves (FSDP1's fresh views) whose
+        gradient, once the call's backward is done, is added to the accumulated one (:meth:`_accumulate`)."""
+        holders: dict[str, list[tuple[nn.Module, str]]] = {}
+        for module in model.modules():
+            for key, p in module._parameters.items():
+                if p is not None:
+                    name = next(n for n, c in self.compute.items() if c is p)
+                    holders.setdefault(name, []).append((module, key))
+
+        def pre_forward(unit: _Unit):
+            def hook(module, args):
+                for name in unit.names:
+                    leaf = self.compute[name].detach().requires_grad_(self.compute[name].requires_grad)
+                    if leaf.requires_grad and torch.is_grad_enabled():
+                        leaf.register_hook(lambda g, name=name: self._accumulate(name, g))
+                    for holder, key in holders[name]:
+                        holder._parameters[key] = leaf
+            return hook
+
+        for unit in self.units:
+            model.get_submodule(unit.path).register_forward_pre_hook(pre_forward(unit))
+
+    def _accumulate(self, name: str, grad: torch.Tensor) -> None:
+        """Add one call's gradient where FSDP1 accumulates it: the unsharded gradient (sharded strategies), or
+        the one gradient ``NO_SHARD`` keeps."""
+        if grad.numel():
+            self._local_scales[name] = max(self._local_scales.get(name, 0.0), float(grad.abs().max()))
+        if self.sharded:
+            held = self.unsharded.get(name)
+            self.unsharded[name] = grad.clone() if held is None else held.add_(grad)
+        else:
+            master = self.masters[name]
+            master.grad = grad.clone() if master.grad is None else master.grad.add_(grad)
+
+    def named_parameters(self):
+        yield from self.masters.items()
+
+    def unfreeze(self, names: set[str]) -> None:
+        super().unfreeze(names)  # the masters
+        for name in names:
+            self.compute[name].requires_grad_(True)
+
+    def forward_backward(self, batch, target, path=None):
+        loss = super().forward_backward(batch, target, path)
+        if self.last or not self.case.plan.no_sync:
+            self._reduce()
+        return loss
+
+    def _reduce(self) -> None:
+        """Reduce each instance's accumulated gradients where some rank has one of them (zeros for its
+        parameters without one, as the flat gradient holds them): added, in the model's dtype, to the masters'
+        (sharded strategies), or replacing the gradient (``NO_SHARD``); only for parameters some rank has a
+        gradient for."""
+        held = self.unsharded if self.sharded else {n: m.grad for n, m in self.masters.items() if m.grad is not None}
+        names = list(self.compute)
+        shown = torch.tensor([n in held for n in names], dtype=torch.float32)
+        dist.all_reduce(shown)
+        shown_names = {n for n, s in zip(names, shown.tolist()) if s}
+        pre, post, _ = divide_factors(torch.float16, dist.get_world_size())  # FSDP1 divides so for every dtype
+        keep_low = self.case.plan.precision.keep_low_precision_grads
+        for unit in self.units:
+            if not shown_names.intersection(unit.names):
+                continue
+            flat = torch.zeros(unit.numel, dtype=self.reduce_dtype)
+            for n, offset in zip(unit.names, unit.offsets):
+                if n in held:
+                    flat[offset:offset + held[n].numel()] = held[n].reshape(-1).to(self.reduce_dtype)
+            full = self._reduce_flat(flat, pre, post)
+            for n, offset in zip(unit.names, unit.offsets):
+                if n not in shown_names:
+                    continue
+                master = self.masters[n]
+                piece = full[offset:offset + master.numel()].view(master.shape)
+                if not self.sharded:  # the reduced gradient is the gradient; upcast unless kept low
+                    master.grad = piece.clone() if keep_low else piece.to(master.dtype)
+                    continue
+                piece = piece.to(master.dtype)
+                master.grad = piece if master.grad is None else master.grad.to(master.dtype).add_(piece)
+                if keep_low:
+                    master.grad = master.grad.to(self.reduce_dtype)
+        self.unsharded.clear()
+
+    def _reduce_flat(self, flat: torch.Tensor, pre: float, post: float) -> torch.Tensor:
+        """FSDP1's reduction of one flat gradient, returned whole: pre-divide, reduce-scatter (all-reduce under
+        ``NO_SHARD``) summing over the shard group, all-reduce over the replicas, post-divide."""
+        n = dist.get_world_size(self.shard_group)
+        if pre not in (None, 1):
+            flat.div_(pre)
+        if self.sharded:
+            flat = torch.nn.functional.pad(flat, (0, -flat.numel() % n))
+            out = flat.new_empty(flat.numel() // n)
+            dist.reduce_scatter_tensor(out, flat, group=self.shard_group)
+        else:
+            out = flat
+            dist.all_reduce(out, group=self.shard_group)
+        if self.replicate_group is not None:
+            dist.all_reduce(out, group=self.replicate_group)
+        if post not in (None, 1):
+            out.div_(post)
+        if self.sharded:
+            full = out.new_empty(out.numel() * n)
+            dist.all_gather_into_tensor(full, out, group=self.shard_group)
+            out = full
+        return out
+
+    def _watch_local_gradients(self) -> None:
+        """Local gradient scales are taken in :meth:`_reduce` (the masters get no autograd gradient)."""
+
+    def optimizer_step(self) -> None:
+        super().optimizer_step()
+        with torch.no_grad():
+            for name, master in self.masters.items():
+                self.compute[name].copy_(master)
