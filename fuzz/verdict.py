@@ -20,6 +20,7 @@ CHECKS = {
     "missing": "a tensor is missing",
     "passes": "the passes of training differ",
     "collectives": "ranks issued different collectives",
+    "no_error": "the system under test did not raise the error the case expects",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fuzz import dtypes
 from fuzz.case import LEAF_SUBMODULES, Case
 from fuzz.executor import Executor, RankOutcome
+from fuzz.expected import expectation, judge
 from fuzz.oracle import Tolerance, compare
 from fuzz.trace import Trace
 from fuzz.verdict import CRASH, ERROR, HANG, MISMATCH, Verdict
@@ -60,7 +61,12 @@ def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace 
 def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
     """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
     measured by a perturbed reference run, and a near miss with the largest noise of
-    :data:`NOISE_SAMPLES` such runs (``fuzz.oracle``)."""
+    :data:`NOISE_SAMPLES` such runs (``fuzz.oracle``).  A case torch must refuse (:mod:`fuzz.expected`) runs
+    the system under test alone and passes when it raises the expected error."""
+    expected = expectation(case, executor.device_type(case.world_size))
+    if expected is not None:
+        outcomes = executor.run(case, timeout_s, roles=("system",))
+        return judge(expected, outcomes, failure_verdict(outcomes))
     outcomes = executor.run(case, timeout_s)
     verdict = verdict_from_outcomes(case, outcomes)
     if verdict.kind != MISMATCH or verdict.divergence.check != "value":

@@ -591,3 +591,14 @@ class ReducesInParamDtype(FSDP1System):
             if isinstance(module, FSDP) and module._handle is not None:
                 module._handle._reduce_dtype = module._handle._fwd_bwd_param_dtype
         return model
+
+
+class RefusalSuppressed(FSDP1System):
+    """FSDP1 quietly drops ``cpu_offload`` and ``sync_module_states`` where it cannot honour them (no
+    accelerator) instead of raising: a case torch documents refusing then trains."""
+
+    def fsdp_kwargs(self, model):
+        kwargs = super().fsdp_kwargs(model)
+        kwargs.pop("cpu_offload", None)
+        kwargs["sync_module_states"] = False
+        return kwargs

@@ -12,7 +12,7 @@ hypothesis: cases are data, and the strategies, the builder and the executor are
 them meaning.
 """
 
-from fuzz.case.core import SCHEMA, Case, Plan
+from fuzz.case.core import SCHEMA, Case, ExpectedError, Plan
 from fuzz.case.errors import CaseError
 from fuzz.case.mesh import AXES, MeshSpec
 from fuzz.case.model import (ACTIVATIONS, CONTAINER_KINDS, LEAF_KINDS, LEAF_SUBMODULES, PARAM_KINDS, ModelSpec,
@@ -22,5 +22,5 @@ from fuzz.case.training import (DELAY_POINTS, DTYPES, LOSSES, OPTIMIZERS, SCHEDU
 
 __all__ = ["ACTIVATIONS", "AXES", "CONTAINER_KINDS", "DELAY_POINTS", "DTYPES", "LEAF_KINDS", "LEAF_SUBMODULES",
            "LOSSES", "OPTIMIZERS", "PARAM_KINDS", "SCHEDULERS", "SCHEMA", "ZERO_GRAD_MODES", "Case", "CaseError",
-           "Delay", "Freeze", "MeshSpec", "ModelSpec", "Node", "ParamGroup", "Plan", "TrainSpec", "child_names",
+           "Delay", "ExpectedError", "Freeze", "MeshSpec", "ModelSpec", "Node", "ParamGroup", "Plan", "TrainSpec", "child_names",
            "under"]

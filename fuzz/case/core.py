@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,6 +38,19 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class ExpectedError:
+    """An error the system under test must raise on every rank, as torch documents it refusing the case: the
+    exception's class name (``RuntimeError``) and a regular expression its message must match.  ``type`` empty:
+    none expected (the case trains and is compared)."""
+
+    type: str = ""
+    match: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.type)
+
+
+@dataclass(frozen=True)
 class Case:
     """One parity case: train the model under the family's system and under its reference, and compare.
 
@@ -53,6 +67,9 @@ class Case:
     delays: tuple[Delay, ...] = ()
     system: str = ""
     reference: str = ""
+    #: An error torch must raise for this case wherever it runs (e.g. a combination it documents refusing);
+    #: a family may add one that depends on the device (:func:`fuzz.expected.expectation`).
+    expect_error: ExpectedError = ExpectedError()
     schema: int = SCHEMA
 
     @property
@@ -111,6 +128,13 @@ class Case:
         validate_mesh(self.mesh, self.world_size, family.meshes)
         validate_train(self.train, self.model)
         validate_delays(self.delays, self.world_size)
+        check(bool(self.expect_error.type) or not self.expect_error.match, "expect_error.type",
+              "names the exception class the message belongs to")
+        if self.expect_error.match:
+            try:
+                re.compile(self.expect_error.match)
+            except re.error as e:
+                raise CaseError("expect_error.match", f"not a regular expression: {e}") from None
         family.validate(self)
         return self
 

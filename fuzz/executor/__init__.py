@@ -49,6 +49,11 @@ class Executor:
             pool = self.pools[world_size] = RankPool(world_size, backend)
         return pool
 
+    def device_type(self, world_size: int) -> str:
+        """The kind of device the ranks of a pool of this size run on: ``cuda`` under NCCL, else ``cpu``."""
+        backend = auto_backend(world_size) if self.backend == "auto" else self.backend
+        return "cuda" if backend == "nccl" else "cpu"
+
     def run(self, case: Case, timeout_s: float | None = None,
             roles: tuple[str, ...] = ("reference", "system")) -> list[RankOutcome]:
         timeout = timeout_s or self.timeout_s or default_timeout(case)

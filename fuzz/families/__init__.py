@@ -47,6 +47,9 @@ class Family:
     #: its least precise dtype, where the family's mixed precision is not FSDP2's ``MixedPrecisionPolicy``.
     promise: Callable | None = None
     precision: Callable | None = None
+    #: ``expected_error(case, device_type)``: the :class:`fuzz.case.ExpectedError` torch raises for this case on
+    #: this kind of device (``"cpu"``, ``"cuda"``), or None: documented refusals that depend on the machine.
+    expected_error: Callable | None = None
 
 
 def get(name: str) -> Family:

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from fuzz import dtypes
-from fuzz.case.core import Case, Plan
+from fuzz.case.core import Case, ExpectedError, Plan
 from fuzz.case.errors import check
 from fuzz.case.model import check_paths, under
 from fuzz.families import Family
@@ -131,6 +131,18 @@ def promise(case: Case) -> dtypes.Promise:
     return dtypes.Promise(state=master, outputs={"": mp.compute(master)}, flows=dtypes.flows(case),
                           buffers=mp.buffer_dtype or master,
                           grads=mp.reduce(master) if mp.keep_low_precision_grads else master)
+
+
+def expected_error(case: Case, device_type: str) -> ExpectedError | None:
+    """On a machine without an accelerator FSDP1 refuses CPU offload (it pins memory on the accelerator) and
+    ``sync_module_states`` (it broadcasts from the accelerator), with these errors."""
+    if device_type != "cpu":
+        return None
+    if case.plan.sync_module_states:  # checked first when both are set
+        return ExpectedError("ValueError", "`sync_module_states=True`, which requires them to be on GPU")
+    if case.plan.offload:
+        return ExpectedError("RuntimeError", "Cannot access accelerator device when none is available")
+    return None
 
 
 def precision(case: Case) -> str:
@@ -348,4 +360,4 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
 
 FAMILY = Family(name="fsdp1", plan_type=FSDP1Plan, meshes=MESHES, system="fsdp1", strategy="strategies.fsdp1",
                 reference=reference, validate=validate, features=features, describe=describe, promise=promise,
-                precision=precision)
+                precision=precision, expected_error=expected_error)

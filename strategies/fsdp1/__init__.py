@@ -15,8 +15,9 @@ On a rare coin the model's gates are per-rank gates (control flow that differs p
 the wrapping kept to instances every rank runs alike (not size wrapping, whose instances the case cannot
 name).
 
-Not drawn: ``CPUOffload`` and ``sync_module_states`` (FSDP1 needs an accelerator for both: on a CPU machine
-it raises), non-root passes and tensor parallelism (to come).
+``CPUOffload`` and ``sync_module_states`` on rare coins: on a machine without an accelerator FSDP1 refuses both,
+and the case then expects that error (:mod:`fuzz.expected`).  Not drawn: non-root passes and tensor
+parallelism (to come).
 
 Shrinking: toward world size 2, ``FULL_SHARD``, manual wrapping of the root alone, ``use_orig_params=True``,
 torch's defaults for the other arguments, a one-Linear model and one step.
@@ -138,6 +139,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                      ignored=ignored, ignored_via=ignored_via, precision=precision,
                      backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
                      forward_prefetch=draw(st.booleans()), limit_all_gathers=draw(st.sampled_from((True, False))),
-                     no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints))
+                     no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints),
+                     offload=draw(RARE), sync_module_states=draw(RARE))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
