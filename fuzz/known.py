@@ -168,6 +168,23 @@ def _fsdp1_tied_weight_unsharded_no_sync_mixed_precision(case: Case) -> bool:
             and case.plan.no_sync and unsharded)
 
 
+def _fsdp1_no_shard_tensor_parallel_orig_params(case: Case) -> bool:
+    unsharded = case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
+    return unsharded and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
+                                                           for p in case.plan.tp)
+
+
+def _fsdp1_empty_tensor_parallel_shard(case: Case) -> bool:
+    from fuzz.families.fsdp1_tp import split_sizes
+
+    return any(size < case.mesh.axis_size("tp") for size in split_sizes(case).values())
+
+
+def _fsdp1_no_sync_tensor_parallel_orig_params(case: Case) -> bool:
+    return case.plan.no_sync and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
+                                                                   for p in case.plan.tp)
+
+
 KNOWN_BUGS = (
     # set_requires_all_reduce(False) on HSDP keeps a group's reduce-scattered gradients in
     # partial_reduce_output; a parameter used on some microbatches only changes the group's buffer layout
@@ -367,6 +384,32 @@ KNOWN_BUGS = (
              _fsdp1_tied_weight_unsharded_no_sync_mixed_precision,
              ("error:system:RuntimeError:torch/distributed/fsdp/_flat_param.py:_use_sharded_grad_views",),
              families=("fsdp1",)),
+    # FSDP1 NO_SHARD (or a dp group of one rank, where FSDP1 switches to NO_SHARD) over tensor-parallel
+    # parameters with use_orig_params=True: the original parameters become DTensor views of the unsharded flat
+    # parameter, whose (global) shape the next forward's writeback check compares with the local one: "Cannot
+    # writeback when the parameter shape changes" at the second forward.
+    KnownBug("FSDP1 NO_SHARD over tensor-parallel parameters with use_orig_params=True",
+             ("corpus/fsdp1_tp/a43cfa6b15f3c009.json",),
+             _fsdp1_no_shard_tensor_parallel_orig_params,
+             ("error:system:RuntimeError:torch/distributed/fsdp/_flat_param.py:_writeback_tensor",),
+             families=("fsdp1_tp",)),
+    # FSDP1 over a tensor-parallel parameter whose shard is empty on some rank (a dimension smaller than tp),
+    # with use_orig_params=False: that rank trips an internal assertion ("unsharded_start_idx: 0
+    # unsharded_end_idx: -1") while the others wait in a collective (with use_orig_params=True FSDP1 refuses any
+    # uneven shard with a clear error, an expected error in the corpus).
+    KnownBug("FSDP1 over an empty tensor-parallel shard",
+             ("corpus/fsdp1_tp/167cb1fc2b75a040.json",),
+             _fsdp1_empty_tensor_parallel_shard,
+             ("error:system:AssertionError:torch/distributed/utils.py:_p_assert",),
+             families=("fsdp1_tp",)),
+    # FSDP1 with use_orig_params=True over tensor-parallel parameters, accumulating under no_sync(): the next
+    # forward's check that the original parameters still share the flat parameter's storage raises "Attempted
+    # to access the data pointer on an invalid python storage" (FlatParamHandle._same_storage).
+    KnownBug("FSDP1 no_sync over tensor-parallel parameters with use_orig_params=True",
+             ("corpus/fsdp1_tp/e535778bc85baffe.json",),
+             _fsdp1_no_sync_tensor_parallel_orig_params,
+             ("error:system:RuntimeError:torch/distributed/fsdp/_flat_param.py:_same_storage",),
+             families=("fsdp1_tp",)),
     # A sharded dimension of size 1 (over tp=2, one rank empty; or over tp=1): DTensor takes a size-1
     # dimension for a replicated one.  The colwise weight's gradient comes back Replicate where the weight
     # is Shard(0), and the optimizer's in-place add_ refuses the change; with a sequence of 1 the rowwise

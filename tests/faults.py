@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from fuzz.build import Twice
 from fuzz.systems.fsdp1 import FSDP1System
+from fuzz.systems.fsdp1_tp import FSDP1TPSystem
 from fuzz.systems.fsdp2 import FSDP2System
 from fuzz.systems.fsdp2_tp import FSDP2TPSystem
 
@@ -602,3 +603,34 @@ class RefusalSuppressed(FSDP1System):
         kwargs.pop("cpu_offload", None)
         kwargs["sync_module_states"] = False
         return kwargs
+
+
+class TensorParallelShardNotReduced(_Injected, FSDP1TPSystem):
+    """FSDP1 given a device mesh (its DTensor extension on) skips the reduce-scatter over the data-parallel
+    group: each rank keeps its own chunk of its local gradient.  Wrong only with tensor parallelism on a mesh
+    whose data-parallel axis has several ranks."""
+
+    def inject(self):
+        import functools
+
+        import torch.distributed as dist
+        from torch.distributed.fsdp import _runtime_utils
+
+        original = _runtime_utils._reduce_grad
+
+        @functools.wraps(original)
+        def patched(state, handle):
+            if state._fsdp_extension is None or state.world_size == 1:
+                return original(state, handle)
+            real = dist.reduce_scatter_single
+
+            def keep_own_chunk(output, input, *args, group=None, **kwargs):
+                output.copy_(input.chunk(dist.get_world_size(group))[dist.get_rank(group)])
+
+            dist.reduce_scatter_single = keep_own_chunk
+            try:
+                return original(state, handle)
+            finally:
+                dist.reduce_scatter_single = real
+
+        _runtime_utils._reduce_grad = patched

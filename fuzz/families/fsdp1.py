@@ -152,12 +152,19 @@ def precision(case: Case) -> str:
 
 
 def validate(case: Case) -> None:
-    plan, model, mesh, t = case.plan, case.model, case.mesh, case.train
-    kinds = dict(model.module_paths())
+    plan, mesh = case.plan, case.mesh
     check(plan.sharding in SHARDINGS, "plan.sharding", f"must be one of {SHARDINGS}, got {plan.sharding!r}")
     hybrid = plan.sharding in HYBRID
     check(mesh.names == (MESHES[1] if hybrid else MESHES[0]), "mesh.names",
           f"{plan.sharding} runs on a {MESHES[1] if hybrid else MESHES[0]} mesh, got {mesh.names}")
+    validate_plan(case)
+
+
+def validate_plan(case: Case) -> None:
+    """The FSDP1 call's arguments against the case (its mesh's axes checked by the family)."""
+    plan, model, mesh, t = case.plan, case.model, case.mesh, case.train
+    kinds = dict(model.module_paths())
+    hybrid = plan.sharding in HYBRID
     if hybrid:
         check(plan.hybrid_via in HYBRID_VIA, "plan.hybrid_via", f"must be one of {HYBRID_VIA}, got {plan.hybrid_via!r}")
         if plan.hybrid_via == "auto":

@@ -96,6 +96,24 @@ def validate(case: Case) -> None:
         check(not case.train.nonroot, "train.nonroot", "a non-root pass runs through a wrapped module")
         check(not model.per_rank_flow(), "model.body",
               "per-rank gates need a data-parallel axis (ranks of one tp group follow the same control flow)")
+    validate_styles(case)
+    for i, w in enumerate(plan.wraps):
+        if not isinstance(w.reshard_after_forward, bool):
+            owned = [p.path for p in plan.tp if p.style not in PREPARE and plan.owner(p.path) == w.path]
+            check(not owned, f"plan.wraps[{i}].reshard_after_forward", "an int (resharding to a smaller mesh after "
+                  f"forward) is not supported by FSDP2 for tensor-parallel parameters ({owned[0]!r} is in this group)"
+                  if owned else "")
+    if case.train.nonroot:
+        for group in connections(plan):
+            check(_holds_whole_or_none(case.train.nonroot, group), "train.nonroot",
+                  f"{case.train.nonroot!r} cuts through tensor-parallel styles that pass sharded activations "
+                  f"between {sorted(group)}: run alone on a full input, it would compute something else")
+
+
+def validate_styles(case: Case) -> None:
+    """The plan's tensor-parallel styles (``plan.tp``, ``plan.loss_parallel``) against the model and the ``tp``
+    axis: what every family that applies them checks."""
+    plan, model, mesh = case.plan, case.model, case.mesh
     check(not model.tie_head, "model.tie_head", "tied weights are not tensor parallel here")
     kinds = dict(model.module_paths())
     tp = mesh.axis_size("tp")
@@ -123,20 +141,9 @@ def validate(case: Case) -> None:
         if "shard_seq" in (p.input_layout, p.output_layout, p.desired_layout) or p.style == "sequence":
             check(case.train.seq_len % tp == 0, f"{where}", f"sequence sharding needs seq_len divisible by tp={tp}, "
                   f"got {case.train.seq_len}")
-    for i, w in enumerate(plan.wraps):
-        if not isinstance(w.reshard_after_forward, bool):
-            owned = [p.path for p in plan.tp if p.style not in PREPARE and plan.owner(p.path) == w.path]
-            check(not owned, f"plan.wraps[{i}].reshard_after_forward", "an int (resharding to a smaller mesh after "
-                  f"forward) is not supported by FSDP2 for tensor-parallel parameters ({owned[0]!r} is in this group)"
-                  if owned else "")
     for path, node in model.body.walk("body"):
         if node.kind == "attention" and f"{path}.q" in seen:
             check(node.heads % tp == 0, "plan.tp", f"attention at {path} splits {node.heads} heads over tp={tp}")
-    if case.train.nonroot:
-        for group in connections(plan):
-            check(_holds_whole_or_none(case.train.nonroot, group), "train.nonroot",
-                  f"{case.train.nonroot!r} cuts through tensor-parallel styles that pass sharded activations "
-                  f"between {sorted(group)}: run alone on a full input, it would compute something else")
     if plan.loss_parallel:
         head = next((p for p in plan.tp if p.path == "head"), None)
         check(model.input == "embedding" and head is not None and head.style == "colwise"
@@ -189,9 +196,13 @@ def nonroot_paths(plan: FSDP2TPPlan) -> tuple[str, ...]:
 
 
 def features(case: Case) -> set[str]:
+    return (fsdp2.features(case) if case.plan.wraps else {"tp_only"}) | style_features(case)
+
+
+def style_features(case: Case) -> set[str]:
+    """The tags of the plan's tensor-parallel styles (every family that applies them)."""
     plan = case.plan
-    tags = fsdp2.features(case) if plan.wraps else {"tp_only"}
-    tags.add(f"tp={case.mesh.axis_size('tp')}")
+    tags = {f"tp={case.mesh.axis_size('tp')}"}
     for p in plan.tp:
         tags.add(f"tp:{p.style}")
         if p.style == "sequence":
@@ -209,6 +220,14 @@ def features(case: Case) -> set[str]:
 
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     notes, lines = fsdp2.describe(case)
+    styles, more = describe_styles(case)
+    for path, applied in styles.items():
+        notes[path] = ", then ".join([applied] + ([notes[path]] if notes.get(path) else []))
+    return notes, lines + more
+
+
+def describe_styles(case: Case) -> tuple[dict[str, str], list[str]]:
+    """``(the styles applied to each module path, lines)`` for the printout (every family that applies them)."""
     styles: dict[str, list[str]] = {}  # per path, in the order parallelize_module applies them
     for p in case.plan.tp:
         args = [f"{k}={getattr(p, k)}" for k in ("input_layout", "output_layout", "desired_layout") if getattr(p, k)]
@@ -217,11 +236,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         style = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel", "sequence": "SequenceParallel",
                  "prepare_input": "PrepareModuleInput", "prepare_output": "PrepareModuleOutput"}[p.style]
         styles.setdefault(p.path, []).append(f"{style}({', '.join(args)})")
-    for path, applied in styles.items():
-        notes[path] = ", then ".join(applied + ([notes[path]] if notes.get(path) else []))
-    if case.plan.loss_parallel:
-        lines.append("cross-entropy on vocabulary-sharded logits under loss_parallel()")
-    return notes, lines
+    lines = ["cross-entropy on vocabulary-sharded logits under loss_parallel()"] if case.plan.loss_parallel else []
+    return {path: ", then ".join(applied) for path, applied in styles.items()}, lines
 
 
 FAMILY = Family(name="fsdp2_tp", plan_type=FSDP2TPPlan, meshes=MESHES, system="fsdp2_tp",

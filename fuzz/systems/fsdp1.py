@@ -128,7 +128,8 @@ class FSDP1System(System):
         with torch.no_grad():
             for name, t in [*model.named_parameters(), *(("buffer:" + n, b) for n, b in model.named_buffers())]:
                 if case_name(name) not in self._ignored and t.is_floating_point():
-                    t.add_(torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype))
+                    local = t.to_local() if hasattr(t, "to_local") else t  # a tensor-parallel parameter's shard
+                    local.add_(torch.randn(local.shape, generator=g, dtype=torch.float64).to(t.dtype))
 
     def _check_hybrid_groups(self, model: nn.Module) -> None:
         """The hybrid groups FSDP1 uses must be the case's mesh (torch's own ones included)."""

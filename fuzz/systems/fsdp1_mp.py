@@ -50,6 +50,7 @@ from torch.utils._pytree import tree_map
 
 from fuzz.systems.base import System, make_optimizer, make_scheduler
 from fuzz.systems.fsdp1 import KIND_CLASSES
+from fuzz.systems.masters import MasterCopies
 from fuzz.systems.fsdp2 import dtype
 from fuzz.systems.mp_reference import _cast, divide_factors
 
@@ -95,7 +96,7 @@ class _Unit:
         self.numel = total
 
 
-class FSDP1MixedPrecisionReference(System):
+class FSDP1MixedPrecisionReference(MasterCopies, System):
     name = "ddp_mp_fsdp1"
 
     def setup(self, model: nn.Module) -> None:
@@ -108,19 +109,10 @@ class FSDP1MixedPrecisionReference(System):
         self.shard_group = mesh.get_group("dp_shard")
         self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
         self.sharded = self.case.plan.sharding != "NO_SHARD"
-        self.masters: dict[str, nn.Parameter] = {}
-        self.compute: dict[str, nn.Parameter] = {}
-        by_id: dict[int, nn.Parameter] = {}
-        for name, p in model.named_parameters():
-            self.masters[name] = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
-            if mp.keep_low_precision_grads or not self.sharded:
-                self.masters[name].grad_dtype = None  # a low-precision gradient is kept (or accumulated) there
-            by_id[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(self.compute_dtype),
-                                                             requires_grad=p.requires_grad)
-        for module in model.modules():  # swap in the compute copies, keeping tied parameters tied
-            for key, p in list(module._parameters.items()):
-                if p is not None:
-                    module._parameters[key] = by_id[id(p)]
+        self.make_copies(model, lambda name: self.compute_dtype)
+        if mp.keep_low_precision_grads or not self.sharded:
+            for master in self.masters.values():
+                master.grad_dtype = None  # a low-precision gradient is kept (or accumulated) there
         if mp.buffer_dtype:
             for module in model.modules():
                 for key, b in list(module._buffers.items()):
@@ -183,14 +175,6 @@ class FSDP1MixedPrecisionReference(System):
         else:
             master = self.masters[name]
             master.grad = grad.clone() if master.grad is None else master.grad.add_(grad)
-
-    def named_parameters(self):
-        yield from self.masters.items()
-
-    def unfreeze(self, names: set[str]) -> None:
-        super().unfreeze(names)  # the masters
-        for name in names:
-            self.compute[name].requires_grad_(True)
 
     def forward_backward(self, batch, target, path=None):
         loss = super().forward_backward(batch, target, path)
@@ -257,9 +241,3 @@ class FSDP1MixedPrecisionReference(System):
 
     def _watch_local_gradients(self) -> None:
         """Local gradient scales are taken in :meth:`_reduce` (the masters get no autograd gradient)."""
-
-    def optimizer_step(self) -> None:
-        super().optimizer_step()
-        with torch.no_grad():
-            for name, master in self.masters.items():
-                self.compute[name].copy_(master)

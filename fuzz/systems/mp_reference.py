@@ -42,6 +42,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from fuzz.families.fsdp2 import Wrap
 from fuzz.systems.base import System, make_optimizer, make_scheduler, resolve
+from fuzz.systems.masters import MasterCopies
 from fuzz.systems.fsdp2 import dtype
 
 
@@ -99,7 +100,7 @@ class _Group:
         self.partial: torch.Tensor | None = None  # reduce-scattered, not yet all-reduced (HSDP)
 
 
-class MixedPrecisionReference(System):
+class MixedPrecisionReference(MasterCopies, System):
     name = "ddp_mp"
 
     def setup(self, model: nn.Module) -> None:
@@ -110,19 +111,9 @@ class MixedPrecisionReference(System):
         self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
         self.groups = [_Group(w, master_dtype) for w in self.case.plan.wraps]
         by_path = {g.wrap.path: g for g in self.groups}
-        compute: dict[int, nn.Parameter] = {}
-        self.masters: dict[str, nn.Parameter] = {}
-        self.compute: dict[str, nn.Parameter] = {}
-        for name, p in model.named_parameters():
-            group = by_path[self.case.plan.owner(name.rpartition(".")[0])]
-            group.names.append(name)
-            self.masters[name] = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
-            compute[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(group.param_dtype),
-                                                               requires_grad=p.requires_grad)
-        for module in model.modules():  # swap in the compute copies, keeping tied parameters tied
-            for key, p in list(module._parameters.items()):
-                if p is not None:
-                    module._parameters[key] = compute[id(p)]
+        for name, _ in model.named_parameters():
+            by_path[self.case.plan.owner(name.rpartition(".")[0])].names.append(name)
+        self.make_copies(model, lambda name: by_path[self.case.plan.owner(name.rpartition(".")[0])].param_dtype)
         for g in self.groups:
             module = resolve(model, g.wrap.path)
             # FSDP2 prepends its pre-forward hook: the policy casts inputs before any other pre-hook (a TP style's
@@ -163,14 +154,6 @@ class MixedPrecisionReference(System):
                 return args, kwargs  # parameters of its own (the node would change how gradients are summed)
             return _register_post_backward(args, kwargs, lambda: self._post_backward(g))
         return hook
-
-    def named_parameters(self):
-        yield from self.masters.items()
-
-    def unfreeze(self, names: set[str]) -> None:
-        super().unfreeze(names)  # the masters
-        for name in names:
-            self.compute[name].requires_grad_(True)
 
     def forward_backward(self, batch, target, path=None):
         self._state.clear()
@@ -267,9 +250,3 @@ class MixedPrecisionReference(System):
         dist.all_gather_into_tensor(full, out, group=self.shard_group)
         pieces = full.reshape(n, -1).split(widths, dim=1)
         return [p.reshape(-1)[:x.numel()].reshape(x.shape) for p, x in zip(pieces, grads)]
-
-    def optimizer_step(self) -> None:
-        super().optimizer_step()
-        with torch.no_grad():
-            for name, master in self.masters.items():
-                self.compute[name].copy_(master)

@@ -51,7 +51,7 @@ def hybrid_meshes(world_size: int) -> list[MeshSpec]:
 
 
 @st.composite
-def _wrapping(draw, model: ModelSpec, kind: str) -> dict:
+def wrapping(draw, model: ModelSpec, kind: str) -> dict:
     """What a wrapping kind wraps: paths (manual, lambda), module kinds or a parameter count.  Under per-rank
     control flow, instances that would issue collectives on some ranks only are left out
     (:func:`fuzz.families.fsdp1.rank_flow_problem`); where no module kind fits, the wrapping is a lambda
@@ -111,8 +111,8 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     kind = draw(st.sampled_from(kinds))
     # Tied weights must stay in one unit: only where the wrapping names modules by path (wrappable_paths).
     model = draw(models(max_depth, rank_period=ws if rank_flow else 0, tie=kind in ("manual", "lambda")))
-    wrapping = draw(_wrapping(model, kind))
-    kind = wrapping.pop("wrapping", kind)
+    wraps = draw(wrapping(model, kind))
+    kind = wraps.pop("wrapping", kind)
     use_orig_params = draw(st.sampled_from((True, False)))
     train = draw(training(model, max_steps=max_steps))
     if not use_orig_params:
@@ -121,25 +121,33 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     ignored = ()
     # not with clipping (it differs per rank) nor mixed precision (fuzz.families.fsdp1)
     if draw(RARE) and not train.clip and not precision.active():
-        wraps = wrapping.get("wraps", ())
+        nested = wraps.get("wraps", ())
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
-                      and not any(under(w, (p,)) for w in wraps) and not (model.tie_head and p in ("inp", "head"))
+                      and not any(under(w, (p,)) for w in nested) and not (model.tie_head and p in ("inp", "head"))
                       and model.uses_params("", frozen | {p})]  # see fuzz.families.fsdp1.validate
         if candidates:
             ignored = (draw(st.sampled_from(candidates)),)
     ignored_via = draw(st.sampled_from(("modules", "states"))) if ignored else "modules"
+    plan = FSDP1Plan(sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params, wrapping=kind, **wraps,
+                     ignored=ignored, ignored_via=ignored_via, precision=precision,
+                     **draw(call_options(model, train, ignored)))
+    return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
+                  reference=reference, perturb=perturb)
+
+
+@st.composite
+def call_options(draw, model: ModelSpec, train, ignored: tuple[str, ...] = ()) -> dict:
+    """The FSDP1 call's other arguments and how the loop drives it: prefetching, ``limit_all_gathers``,
+    ``no_sync()`` accumulation, activation checkpointing (outside ignored modules), and on rare coins CPU
+    offload and ``sync_module_states``."""
     checkpoints = []
     for path in draw(st.lists(st.sampled_from([p for p, _ in model.module_paths() if p]), unique=True, max_size=2)):
         if not under(path, ignored):
             before = not draw(st.booleans())
             checkpoints.append(Checkpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
                                           before=before))
-    plan = FSDP1Plan(sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params, wrapping=kind, **wrapping,
-                     ignored=ignored, ignored_via=ignored_via, precision=precision,
-                     backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
-                     forward_prefetch=draw(st.booleans()), limit_all_gathers=draw(st.sampled_from((True, False))),
-                     no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints),
-                     offload=draw(RARE), sync_module_states=draw(RARE))
-    return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+    return dict(backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
+                forward_prefetch=draw(st.booleans()), limit_all_gathers=draw(st.sampled_from((True, False))),
+                no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints),
+                offload=draw(RARE), sync_module_states=draw(RARE))

@@ -1,0 +1,91 @@
+"""The ``fsdp1_tp`` family: tensor (and sequence) parallelism on the ``tp`` axis, then one FSDP1
+``FullyShardedDataParallel`` call with ``device_mesh`` the ``dp_shard`` sub-mesh, as PyTorch's FSDP1 + TP tests
+apply them (``parallelize_module``, then FSDP1, which flattens each rank's tensor-parallel shards).
+
+Mesh ``(dp_shard, tp)``; the sharding strategies that take a 1-D mesh (``FULL_SHARD``, ``SHARD_GRAD_OP``,
+``NO_SHARD``).  The plan is an FSDP1 plan plus the tensor-parallel styles of the ``fsdp2_tp`` family, checked
+by the same rules (:func:`fuzz.families.fsdp2_tp.validate_styles`).  The reference is DDP over all ranks, the
+ranks of one tensor-parallel group training on the same batch.
+
+Not drawn (refused): hybrid strategies (a 3-D mesh), mixed precision (its FSDP1-emulating reference runs no
+tensor parallelism), ignored modules, per-rank control flow.  Not drawn (valid, kept in the corpus): tensor-
+parallel dimensions the ``tp`` axis does not divide (:func:`uneven_shards`), which FSDP1 refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuzz.case.core import Case
+from fuzz.case.errors import check
+from fuzz.families import Family
+from fuzz.families import fsdp1, fsdp2_tp
+from fuzz.families.fsdp2_tp import Parallelize
+
+SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+MESHES = (("dp_shard", "tp"),)
+
+
+@dataclass(frozen=True)
+class FSDP1TPPlan(fsdp1.FSDP1Plan):
+    """Tensor parallelism (``tp``, ``loss_parallel``: see ``fuzz.families.fsdp2_tp``), then the FSDP1 call on
+    the ``dp_shard`` sub-mesh."""
+
+    family = "fsdp1_tp"
+
+    tp: tuple[Parallelize, ...] = ()
+    loss_parallel: bool = False
+
+
+def reference(case: Case) -> str:
+    return "ddp"
+
+
+def validate(case: Case) -> None:
+    plan, model = case.plan, case.model
+    check(plan.sharding in SHARDINGS, "plan.sharding",
+          f"must be one of {SHARDINGS} (FSDP1 takes the 1-D dp_shard sub-mesh here), got {plan.sharding!r}")
+    check(not plan.mixed_precision(), "plan.precision",
+          "not with tensor parallelism (the reference that emulates FSDP1's mixed precision runs no TP)")
+    check(not plan.ignored, "plan.ignored", "not with tensor parallelism")
+    check(not model.per_rank_flow(), "model.body", "per-rank control flow is not drawn with tensor parallelism")
+    fsdp1.validate_plan(case)
+    fsdp2_tp.validate_styles(case)
+
+
+def split_sizes(case: Case) -> dict[str, int]:
+    """The size of the dimension each colwise or rowwise module splits over ``tp`` (a colwise Linear's output, a
+    rowwise Linear's input, a rowwise Embedding's vocabulary), by module path."""
+    model, out = case.model, {}
+    for p in case.plan.tp:
+        if p.style == "colwise":
+            out[p.path] = model.output_width(p.path)
+        elif p.style == "rowwise":
+            out[p.path] = model.vocab if p.path == "inp" else model.input_width(p.path)
+    return out
+
+
+def uneven_shards(case: Case) -> list[str]:
+    """Paths of the parallelized modules whose split dimension the ``tp`` axis does not divide: FSDP1's DTensor
+    extension refuses such parameters ("Cannot flatten unevenly sharded tensor"), and where a rank's shard is
+    empty it trips an internal assertion there instead (the others hang)."""
+    tp = case.mesh.axis_size("tp")
+    return [path for path, size in split_sizes(case).items() if size % tp]
+
+
+def features(case: Case) -> set[str]:
+    return fsdp1.features(case) | fsdp2_tp.style_features(case)
+
+
+def describe(case: Case) -> tuple[dict[str, str], list[str]]:
+    notes, lines = fsdp1.describe(case)
+    styles, style_lines = fsdp2_tp.describe_styles(case)
+    for path, applied in styles.items():
+        notes[path] = ", then ".join([applied] + ([notes[path]] if notes.get(path) else []))
+    notes[""] = notes[""].replace("FullyShardedDataParallel(", "FullyShardedDataParallel(device_mesh=mesh['dp_shard'], ", 1)
+    return notes, lines + style_lines
+
+
+FAMILY = Family(name="fsdp1_tp", plan_type=FSDP1TPPlan, meshes=MESHES, system="fsdp1_tp",
+                strategy="strategies.fsdp1_tp", reference=reference, validate=validate, features=features,
+                describe=describe, expected_error=fsdp1.expected_error)

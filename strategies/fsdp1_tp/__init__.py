@@ -1,0 +1,63 @@
+"""Cases of the ``fsdp1_tp`` family: tensor parallelism, then one FSDP1 call on the ``dp_shard`` sub-mesh of a
+``(dp_shard, tp)`` mesh (PyTorch's FSDP1 + TP tests' order).
+
+Drawn in this order: world size (2 or more), the mesh (tp 2 first, then larger; dp of 1 included), the sharding
+strategy (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``NO_SHARD``), the wrapping kind, the model (mostly a transformer-
+shaped stack, as in ``strategies.fsdp2_tp``; never tied), what the wrapping wraps, ``use_orig_params`` (True
+in three cases of four: what PyTorch asks for with TP), the training spec, the tensor-parallel styles
+(``strategies.fsdp2_tp.tensor_parallel``), then the FSDP1 call's other arguments
+(``strategies.fsdp1.call_options``).
+
+Not drawn: hybrid strategies, mixed precision, ignored modules, per-rank control flow, and tensor-parallel
+dimensions the ``tp`` axis does not divide, which FSDP1 refuses (``fuzz.families.fsdp1_tp``; the corpus
+keeps cases of them).
+
+Shrinking: toward world size 2 (a (1, 2) mesh), ``FULL_SHARD``, manual wrapping of the root alone, a
+transformer stack, the TP plan's simplest styles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from fuzz.case import Case, MeshSpec
+from fuzz.families.fsdp1 import WRAPPINGS
+from fuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
+from strategies.cases import finish
+from strategies.fsdp1 import call_options, wrapping
+from strategies.fsdp2_tp import transformer_models
+from strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
+from strategies.meshes import world_sizes
+from strategies.models import LEAVES, models
+from strategies.training import training
+
+
+@st.composite
+def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
+          perturb: bool) -> Case:
+    ws = draw(world_sizes(tuple(w for w in allowed if w >= 2) or (2,)))
+    tps = sorted((t for t in range(2, ws + 1) if ws % t == 0), key=lambda t: (t != 2, t))
+    tp = draw(st.sampled_from(tps))
+    mesh = MeshSpec((ws // tp, tp), ("dp_shard", "tp"))
+    sharding = draw(st.sampled_from(SHARDINGS))
+    kind = draw(st.sampled_from(WRAPPINGS))
+    model = draw(transformer_models()) if draw(OFTEN) else \
+        draw(models(max_depth, leaves=LEAVES + ("rmsnorm",), tie=False))
+    wraps = draw(wrapping(model, kind))
+    kind = wraps.pop("wrapping", kind)
+    use_orig_params = draw(st.sampled_from((True, True, True, False)))
+    train = draw(training(model, max_steps=max_steps))
+    if not use_orig_params:
+        train = dataclasses.replace(train, groups=(), frozen=())
+    if train.seq_len % tp and draw(OFTEN):  # sequence parallelism splits the sequence over tp
+        train = dataclasses.replace(train, seq_len=tp * draw(st.integers(1, 2)))
+    styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
+    plan = FSDP1TPPlan(sharding=sharding, use_orig_params=use_orig_params, wrapping=kind, **wraps, tp=styles,
+                       loss_parallel=loss_parallel, **draw(call_options(model, train)))
+    case = finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
+                  reference=reference, perturb=perturb)
+    assume(not uneven_shards(case))  # FSDP1 refuses them: corpus cases keep that, the fuzzer looks elsewhere
+    return case

@@ -1,0 +1,57 @@
+"""The fsdp1_tp family: tensor parallelism, then FSDP1 on the data-parallel sub-mesh (as PyTorch's FSDP1 + TP
+tests apply them) trains like DDP; a fault inside FSDP1 that only shows under tensor parallelism is found and
+shrunk to it; uneven tensor-parallel shards are refused, not drawn."""
+
+import dataclasses
+
+import pytest
+
+from fuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from fuzz.families.fsdp1_tp import FSDP1TPPlan, uneven_shards
+from fuzz.families.fsdp2_tp import Parallelize
+from fuzz.verify import check
+from tests.shrinking import found_and_shrunk
+from tests.test_case import simple
+
+# MLP(8 -> 4 -> 8), LayerNorm, Linear(8 -> 8): an MLP split colwise/rowwise, a norm, a Linear gathering its output.
+BODY = Node("seq", children=(Node("mlp", hidden=4), Node("layernorm"), Node("linear", out=8)))
+MLP = (Parallelize("body.0.fc1", "colwise"), Parallelize("body.0.fc2", "rowwise"))
+SEQUENCE = (Parallelize("body.0.fc1", "colwise"), Parallelize("body.0.fc2", "rowwise", output_layout="shard_seq"),
+            Parallelize("body.1", "sequence"), Parallelize("body.2", "colwise", input_layout="shard_seq",
+                                                           output_layout="replicate"))
+
+
+def tp_case(shape=(2, 2), tp=MLP, **plan):
+    mesh = MeshSpec(shape, ("dp_shard", "tp"))
+    return simple(world_size=mesh.size, mesh=mesh, model=ModelSpec(body=BODY, in_dim=8),
+                  plan=FSDP1TPPlan(tp=tp, **plan),
+                  train=TrainSpec(steps=3, batch=2, seq_len=2, lr=0.05, optimizer="adam", microbatches=2)).validate()
+
+
+@pytest.mark.parametrize("sharding, use_orig_params, tp, extra", [
+    ("FULL_SHARD", True, MLP, {"wraps": ("body.0",)}),
+    ("FULL_SHARD", False, SEQUENCE, {"no_sync": True}),  # (with use_orig_params=True: a known torch bug)
+    ("SHARD_GRAD_OP", True, SEQUENCE, {"wrapping": "module_class", "wrap_kinds": ("mlp",)}),
+])
+def test_tensor_parallel_then_fsdp1_trains_like_ddp(executor, sharding, use_orig_params, tp, extra):
+    case = tp_case(sharding=sharding, use_orig_params=use_orig_params, tp=tp, **extra)
+    assert case.reference_name() == "ddp"
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_plans_fsdp1_tp_refuses_are_invalid_and_uneven_shards_are_named():
+    with pytest.raises(CaseError, match="plan.sharding"):  # a hybrid strategy would need a 3-D mesh
+        tp_case(sharding="HYBRID_SHARD", hybrid_via="mesh")
+    with pytest.raises(CaseError, match="plan.tp"):  # the fsdp2_tp family's style rules hold
+        tp_case(tp=(Parallelize("body.1", "colwise"),))
+    uneven = dataclasses.replace(tp_case(), model=ModelSpec(body=Node("seq", children=(
+        Node("mlp", hidden=3), Node("layernorm"), Node("linear", out=8))), in_dim=8)).validate()
+    assert uneven_shards(uneven) == ["body.0.fc1", "body.0.fc2"] and uneven_shards(tp_case()) == []
+
+
+def test_a_fault_only_tensor_parallelism_shows_is_found_and_shrunk(executor, tmp_path):
+    f, modules = found_and_shrunk(executor, tmp_path, "fsdp1_tp", "TensorParallelShardNotReduced", (4,))
+    assert f.verdict.kind == "mismatch"
+    assert f.case.mesh.axis_size("dp_shard") > 1 and f.case.plan.sharding != "NO_SHARD", f.case.to_json(indent=1)
+    assert modules <= 3, f.case.to_json(indent=1)
