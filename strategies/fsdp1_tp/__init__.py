@@ -1,18 +1,18 @@
 """Cases of the ``fsdp1_tp`` family: tensor parallelism, then one FSDP1 call on the ``dp_shard`` sub-mesh of a
 ``(dp_shard, tp)`` mesh (PyTorch's FSDP1 + TP tests' order).
 
-Drawn in this order: world size (2 or more), the mesh (tp 2 first, then larger; dp of 1 included), the sharding
-strategy (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``NO_SHARD``), the wrapping kind, the model (mostly a transformer-
-shaped stack, as in ``strategies.fsdp2_tp``; never tied), what the wrapping wraps, ``use_orig_params`` (True
-in three cases of four: what PyTorch asks for with TP), the training spec, the tensor-parallel styles
-(``strategies.fsdp2_tp.tensor_parallel``), then the FSDP1 call's other arguments
+Drawn in this order: world size (2 or more, 4 first), the mesh (a data-parallel axis of several ranks first; a
+dp of 1 included), the sharding strategy (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``NO_SHARD``), the wrapping kind,
+the model (mostly a transformer-shaped stack, as in ``strategies.fsdp2_tp``; never tied), what the wrapping
+wraps, ``use_orig_params`` (True in three cases of four: what PyTorch asks for with TP), the training spec, the
+tensor-parallel styles (``strategies.fsdp2_tp.tensor_parallel``), then the FSDP1 call's other arguments
 (``strategies.fsdp1.call_options``).
 
 Not drawn: hybrid strategies, mixed precision, ignored modules, per-rank control flow, and tensor-parallel
 dimensions the ``tp`` axis does not divide, which FSDP1 refuses (``fuzz.families.fsdp1_tp``; the corpus
 keeps cases of them).
 
-Shrinking: toward world size 2 (a (1, 2) mesh), ``FULL_SHARD``, manual wrapping of the root alone, a
+Shrinking: toward world size 4 on a (2, 2) mesh, ``FULL_SHARD``, manual wrapping of the root alone, a
 transformer stack, the TP plan's simplest styles.
 """
 
@@ -30,7 +30,6 @@ from strategies.cases import finish
 from strategies.fsdp1 import call_options, wrapping
 from strategies.fsdp2_tp import transformer_models
 from strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
-from strategies.meshes import world_sizes
 from strategies.models import LEAVES, models
 from strategies.training import training
 
@@ -38,8 +37,10 @@ from strategies.training import training
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool) -> Case:
-    ws = draw(world_sizes(tuple(w for w in allowed if w >= 2) or (2,)))
-    tps = sorted((t for t in range(2, ws + 1) if ws % t == 0), key=lambda t: (t != 2, t))
+    # 4 ranks first and a data-parallel axis of several ranks first: with one (2 ranks), FSDP1 switches to
+    # NO_SHARD, where a known torch bug ends most cases at their second forward.
+    ws = draw(st.sampled_from(sorted((w for w in allowed if w >= 2), key=lambda w: (w != 4, w)) or [2]))
+    tps = sorted((t for t in range(2, ws + 1) if ws % t == 0), key=lambda t: (t == ws, t))
     tp = draw(st.sampled_from(tps))
     mesh = MeshSpec((ws // tp, tp), ("dp_shard", "tp"))
     sharding = draw(st.sampled_from(SHARDINGS))
