@@ -125,8 +125,9 @@ def _foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) 
             and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen))
 
 
-def _fsdp1_flat_unit_unused_after_zeroing(case: Case) -> bool:
-    return not case.plan.use_orig_params and _gated(case) and case.train.zero_grad != "none"
+def _fsdp1_flat_unit_unused_in_the_last_backward(case: Case) -> bool:
+    return (not case.plan.use_orig_params and _gated(case)
+            and (case.train.zero_grad != "none" or case.train.microbatches > 1))
 
 
 def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
@@ -305,13 +306,14 @@ KNOWN_BUGS = (
              _foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params,
              ("error:system:AssertionError:torch/distributed/tensor/_dispatch.py:_dispatch_fast_path_python_tail",),
              families=("fsdp2_tp",)),
-    # FSDP1 with use_orig_params=False: a unit whose forward did not run in a step (a gated module) comes out of
-    # it with its FlatParameter's gradient None, though zero_grad(set_to_none=False) left zeros there and DDP
-    # (and a local model) keep them: the optimizer then skips the whole unit (no momentum or weight-decay
-    # step where DDP takes one).
-    KnownBug("FSDP1 use_orig_params=False drops a zeroed gradient of a unit unused in a step",
-             ("corpus/fsdp1/bc286d6e1ab6f59b.json",),
-             _fsdp1_flat_unit_unused_after_zeroing,
+    # FSDP1 with use_orig_params=False: a unit the last backward of a step does not reach (a gated module) comes
+    # out of the step with its FlatParameter's gradient None (prepare_gradient_for_optim hands the saved sharded
+    # gradient over only if that backward called the unit's post-backward), though zero_grad(set_to_none=False)
+    # left zeros there, or an earlier microbatch (outside no_sync) reduced a gradient into it; DDP (and a local
+    # model) keep them: the optimizer skips the whole unit, or loses the earlier microbatches' gradient.
+    KnownBug("FSDP1 use_orig_params=False drops the gradient of a unit the last backward of a step does not reach",
+             ("corpus/fsdp1/bc286d6e1ab6f59b.json", "corpus/fsdp1/5fca3ee09ca2e627.json"),
+             _fsdp1_flat_unit_unused_in_the_last_backward,
              ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
              families=("fsdp1",)),
     # The same with use_orig_params=False, where the optimizer sees only FlatParameters: a parameter unused in a

@@ -185,8 +185,11 @@ def validate_plan(case: Case) -> None:
     check((plan.min_num_params > 0) == (plan.wrapping == "size"), "plan.min_num_params",
           "size wrapping needs min_num_params >= 1, the others none")
     check_paths(list(plan.ignored), kinds, "plan.ignored", "ignored")
+    rank_gates = tuple(p for p, node in model.body.walk("body") if node.kind == "gate" and node.by_rank)
     for i, path in enumerate(plan.ignored):
         check(path != "", f"plan.ignored[{i}]", "the root cannot be ignored")
+        check(not under(path, rank_gates), f"plan.ignored[{i}]", "not inside a per-rank gate: the trace cannot "
+              "tell a rank's own copy without a gradient (a rank that did not run it) from a missing one")
         check(model.uses_params(path), f"plan.ignored[{i}]", f"{path!r} holds no parameters to ignore")
         check(not (model.tie_head and path in ("inp", "head")), f"plan.ignored[{i}]",
               "a tied embedding/head weight would be ignored on one side only")
