@@ -190,6 +190,10 @@ def _fsdp1_clipping_tensor_parallel_parameters(case: Case) -> bool:
     return case.train.clip > 0 and any(p.style in ("colwise", "rowwise") for p in case.plan.tp)
 
 
+def _ddp_static_graph_with_no_sync(case: Case) -> bool:
+    return case.plan.static_graph and case.train.microbatches > 1
+
+
 KNOWN_BUGS = (
     # set_requires_all_reduce(False) on HSDP keeps a group's reduce-scattered gradients in
     # partial_reduce_output; a parameter used on some microbatches only changes the group's buffer layout
@@ -425,6 +429,17 @@ KNOWN_BUGS = (
              _fsdp1_clipping_tensor_parallel_parameters,
              tuple(f"mismatch:{check}:{what}" for check in ("value", "replica") for what in ("grad", "param", "loss")),
              families=("fsdp1_tp",)),
+    # DistributedDataParallel(static_graph=True) whose first backward runs under no_sync() (gradient
+    # accumulation): _DDPSink enqueues the static graph's one-shot delayed all-reduce, whose finalize_backward()
+    # asserts expect_autograd_hooks_ ("INTERNAL ASSERT FAILED at reducer.cpp"); pytorch#143580 (open), fix in
+    # review as pytorch PR #187732, which also reports that, past the assertion, gradients silently stop being
+    # all-reduced from the second iteration on.
+    KnownBug("DDP static_graph with accumulation under no_sync() (pytorch#143580)",
+             ("corpus/zero/cdedb6ab7ba57090.json",),
+             _ddp_static_graph_with_no_sync,
+             ("error:system:RuntimeError:torch/autograd/graph.py:_engine_run_backward",)
+             + tuple(f"mismatch:{check}:{what}" for check in ("value", "replica") for what in ("grad", "param", "loss")),
+             families=("zero",)),
     # A sharded dimension of size 1 (over tp=2, one rank empty; or over tp=1): DTensor takes a size-1
     # dimension for a replicated one.  The colwise weight's gradient comes back Replicate where the weight
     # is Shard(0), and the optimizer's in-place add_ refuses the change; with a sequence of 1 the rowwise

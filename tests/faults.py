@@ -18,6 +18,7 @@ from fuzz.systems.fsdp1 import FSDP1System
 from fuzz.systems.fsdp1_tp import FSDP1TPSystem
 from fuzz.systems.fsdp2 import FSDP2System
 from fuzz.systems.fsdp2_tp import FSDP2TPSystem
+from fuzz.systems.zero import ZeroSystem
 
 
 class _GradDropper(FSDP2System):
@@ -634,3 +635,34 @@ class TensorParallelShardNotReduced(_Injected, FSDP1TPSystem):
                 dist.reduce_scatter_single = real
 
         _runtime_utils._reduce_grad = patched
+
+
+class ZeroBucketFromWrongRank(_Injected, ZeroSystem):
+    """With ``parameters_as_bucket_view=True``, ZeRO broadcasts each rank's bucket of updated parameters from
+    the next rank instead, which did not step them: every rank ends up with the same stale values.  Wrong only
+    with bucket views on several ranks."""
+
+    def inject(self):
+        import functools
+
+        import torch.distributed as dist
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        original = ZeroRedundancyOptimizer._broadcast_params_from_rank
+
+        @functools.wraps(original)
+        def patched(self, rank):
+            if not self.parameters_as_bucket_view or self.world_size == 1:
+                return original(self, rank)
+            real = dist.broadcast
+
+            def from_next(tensor, src, group=None, async_op=False):
+                return real(tensor, src=(src + 1) % dist.get_world_size(), group=group, async_op=async_op)
+
+            dist.broadcast = from_next
+            try:
+                return original(self, rank)
+            finally:
+                dist.broadcast = real
+
+        ZeroRedundancyOptimizer._broadcast_params_from_rank = patched

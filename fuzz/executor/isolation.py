@@ -21,11 +21,12 @@ PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distrib
              "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
              f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param",
              "torch.distributed.fsdp._runtime_utils")  # FSDP1's gradient reduction
-#: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles).
+#: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles, ZeRO).
 _TP = "torch.distributed.tensor.parallel.style"
 PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),
                      (f"{_FSDP2}._fsdp_param_group", "FSDPParamGroup"), (f"{_FSDP2}._fsdp_param", "FSDPParam"),
-                     (_TP, "ColwiseParallel"), (_TP, "RowwiseParallel"), (_TP, "SequenceParallel"))
+                     (_TP, "ColwiseParallel"), (_TP, "RowwiseParallel"), (_TP, "SequenceParallel"),
+                     ("torch.distributed.optim.zero_redundancy_optimizer", "ZeroRedundancyOptimizer"))
 
 
 def _class(module: str, name: str) -> type:

@@ -56,6 +56,13 @@ class RankContext:
 def make_optimizer(train: TrainSpec, named_params) -> torch.optim.Optimizer:
     """The case's optimizer over ``(case name, parameter)`` pairs, in the case's parameter groups (a group
     takes the parameters of its modules; the rest form the default group)."""
+    cls, param_groups, kwargs = optimizer_parts(train, named_params)
+    return cls(param_groups, **kwargs)
+
+
+def optimizer_parts(train: TrainSpec, named_params) -> tuple[type, list[dict], dict]:
+    """``(optimizer class, parameter groups, defaults)`` of the case's optimizer (what a wrapper such as
+    ``ZeroRedundancyOptimizer`` takes apart)."""
     cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
     default: list = []
     grouped: list[list] = [[] for _ in train.groups]
@@ -66,7 +73,7 @@ def make_optimizer(train: TrainSpec, named_params) -> torch.optim.Optimizer:
     param_groups += [{"params": params, "lr": train.lr * g.lr_scale, "weight_decay": g.weight_decay}
                      for g, params in zip(train.groups, grouped)]
     extra = {"momentum": train.momentum} if train.optimizer == "sgd" else {}
-    return cls(param_groups, lr=train.lr, weight_decay=train.weight_decay, foreach=train.foreach, **extra)
+    return cls, param_groups, dict(lr=train.lr, weight_decay=train.weight_decay, foreach=train.foreach, **extra)
 
 
 def make_scheduler(train: TrainSpec, optim: torch.optim.Optimizer):
@@ -169,13 +176,17 @@ class System:
         self.model = self.wrap(model)
         if to_float64 and self.converts_after_wrap:
             self.model.to(torch.float64)
-        self.optim = make_optimizer(self.case.train, self.named_parameters())
+        self.optim = self.make_optimizer()
         self.scheduler = make_scheduler(self.case.train, self.optim)
         if self.role != "system":
             self._watch_local_gradients()
         for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
             if where in self.delays:
                 _delay_collective(name, self.delays[where])  # undone by the rank's isolation snapshot
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer the case's training spec names, over :meth:`named_parameters`."""
+        return make_optimizer(self.case.train, self.named_parameters())
 
     def named_parameters(self):
         """The case's parameter names (checkpoint wrappers looked through)."""

@@ -19,7 +19,11 @@ class DDPSystem(System):
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
         # A gate leaves its child unused on some forwards (alike on every rank): DDP must be told.
         gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
-        return DDP(model, device_ids=device_ids, find_unused_parameters=gated)
+        return DDP(model, device_ids=device_ids, find_unused_parameters=gated, **self.ddp_kwargs())
+
+    def ddp_kwargs(self) -> dict:
+        """DistributedDataParallel's other arguments (a subclass's plan may set them)."""
+        return {}
 
     def unfreeze(self, names: set[str]) -> None:
         """DDP reduces only the parameters that required gradients when it was built: wrap the module anew,

@@ -1,0 +1,52 @@
+"""The zero family: ZeroRedundancyOptimizer over DDP trains like DDP with the whole optimizer on every rank,
+with every parameter in exactly one rank's partition; a fault in ZeRO's broadcast is found and shrunk to the
+dimension it needs."""
+
+import dataclasses
+
+import pytest
+
+from fuzz.case import CaseError, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
+from fuzz.families.zero import ZeroPlan
+from fuzz.verify import check
+from tests.shrinking import found_and_shrunk
+from tests.test_case import simple
+
+# Parameters of uneven sizes (an Embedding of 17x6, Linears of 6x6, 6x1, 1x6, a LayerNorm), so that the greedy
+# partition gives the ranks different loads.
+BODY = Node("seq", children=(Node("linear", out=6), Node("mlp", hidden=1), Node("layernorm"), Node("linear", out=6)))
+
+
+def zero_case(world_size=3, optimizer="adamw", **plan):
+    train = TrainSpec(steps=3, batch=2, seq_len=2, lr=0.05, optimizer=optimizer, weight_decay=0.1, microbatches=2,
+                      groups=(ParamGroup(("body.1",), lr_scale=2.0, weight_decay=0.0),), scheduler="step")
+    return simple(world_size=world_size, mesh=MeshSpec((world_size,), ("dp_shard",)), plan=ZeroPlan(**plan),
+                  model=ModelSpec(body=BODY, input="embedding", in_dim=6, vocab=17), train=train).validate()
+
+
+@pytest.mark.parametrize("world_size, optimizer, plan", [
+    (3, "adamw", {}),
+    (4, "adam", {"parameters_as_bucket_view": True, "gradient_as_bucket_view": True}),
+    (2, "sgd", {"parameters_as_bucket_view": True}),
+])
+def test_zero_trains_like_ddp_with_the_whole_optimizer(executor, world_size, optimizer, plan):
+    case = zero_case(world_size, optimizer, **plan)
+    if optimizer == "sgd":
+        case = dataclasses.replace(case, train=dataclasses.replace(case.train, momentum=0.9)).validate()
+    assert case.reference_name() == "ddp"
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_a_static_graph_with_gates_is_refused():
+    gated = Node("seq", children=(Node("gate", period=2, children=(Node("linear", out=6),)), Node("linear", out=6)))
+    with pytest.raises(CaseError, match="plan.static_graph"):
+        dataclasses.replace(zero_case(), model=ModelSpec(body=gated, in_dim=6), plan=ZeroPlan(static_graph=True),
+                            train=TrainSpec()).validate()
+
+
+def test_a_bucket_broadcast_fault_is_found_and_shrunk_to_bucket_views(executor, tmp_path):
+    f, modules = found_and_shrunk(executor, tmp_path, "zero", "ZeroBucketFromWrongRank", (2, 3))
+    assert f.verdict.kind == "mismatch"
+    assert f.case.plan.parameters_as_bucket_view and f.case.world_size > 1, f.case.to_json(indent=1)
+    assert modules <= 2, f.case.to_json(indent=1)
