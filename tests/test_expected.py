@@ -17,9 +17,9 @@ def test_fsdp1_refusing_a_cpu_machine_is_a_pass(executor, flag):
     assert verdict.ok and "expected error" in verdict.note, verdict.describe()
 
 
-@pytest.mark.parametrize("flag", ["offload", "sync_module_states"])
-def test_a_refusal_suppressed_inside_fsdp1_is_a_finding(executor, flag):
-    case = dataclasses.replace(fsdp1_case((2,), **{flag: True}), system="tests.faults:RefusalSuppressed")
+def test_a_refusal_suppressed_inside_fsdp1_is_a_finding(executor):
+    case = dataclasses.replace(fsdp1_case((2,), offload=True, sync_module_states=True),
+                               system="tests.faults:RefusalSuppressed")
     verdict = check(case, executor)
     assert verdict.kind == "mismatch" and verdict.divergence.check == "no_error", verdict.describe()
     assert verdict.bug_signature() == "mismatch:no_error:error"
