@@ -162,16 +162,19 @@ def _fsdp1_keep_low_precision_grads_sharded(case: Case) -> bool:
     return mp.keep_low_precision_grads and case.plan.sharding != "NO_SHARD" and mp.reduce(master) != mp.compute(master)
 
 
+def _fsdp1_unsharded(case: Case) -> bool:
+    """FSDP1 runs as NO_SHARD: asked to, or its shard group has one rank (it then switches)."""
+    return case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
+
+
 def _fsdp1_tied_weight_unsharded_no_sync_mixed_precision(case: Case) -> bool:
     mp, master = case.plan.precision, dtypes.model_dtype(case)
-    unsharded = case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
     return (case.model.tie_head and case.plan.use_orig_params and mp.compute(master) != master
-            and case.plan.no_sync and unsharded)
+            and case.plan.no_sync and _fsdp1_unsharded(case))
 
 
 def _fsdp1_no_shard_tensor_parallel_orig_params(case: Case) -> bool:
-    unsharded = case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
-    return unsharded and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
+    return _fsdp1_unsharded(case) and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
                                                            for p in case.plan.tp)
 
 

@@ -533,28 +533,35 @@ class ExtraCollectiveOnRankZero(FSDP2TPSystem):
 # --------------------------------------------------------------------------- faults inside FSDP1 itself
 
 
-def _all_reduce_skipped_in(function: str, when) -> None:
-    """Patch FSDP1's ``_runtime_utils.<function>(state, handle)`` so that, where ``when(state, handle)``, its
-    ``dist.all_reduce`` calls do nothing (the gradient keeps this rank's value)."""
+def _collective_replaced_in(owner, attr: str, collective: str, replacement, when) -> None:
+    """Patch ``owner.<attr>`` so that, on calls where ``when(*args)`` holds, the ``torch.distributed.<collective>``
+    it calls is ``replacement(real collective)`` (the isolation snapshot undoes the patch after the case)."""
     import functools
 
     import torch.distributed as dist
-    from torch.distributed.fsdp import _runtime_utils
 
-    original = getattr(_runtime_utils, function)
+    original = getattr(owner, attr)
 
     @functools.wraps(original)
-    def patched(state, handle):
-        if not when(state, handle):
-            return original(state, handle)
-        real = dist.all_reduce
-        dist.all_reduce = lambda *args, **kwargs: None
+    def patched(*args):
+        if not when(*args):
+            return original(*args)
+        real = getattr(dist, collective)
+        setattr(dist, collective, replacement(real))
         try:
-            return original(state, handle)
+            return original(*args)
         finally:
-            dist.all_reduce = real
+            setattr(dist, collective, real)
 
-    setattr(_runtime_utils, function, patched)
+    setattr(owner, attr, patched)
+
+
+def _all_reduce_skipped_in(function: str, when) -> None:
+    """Patch FSDP1's ``_runtime_utils.<function>(state, handle)`` so that, where ``when(state, handle)``, its
+    ``dist.all_reduce`` calls do nothing (the gradient keeps this rank's value)."""
+    from torch.distributed.fsdp import _runtime_utils
+
+    _collective_replaced_in(_runtime_utils, function, "all_reduce", lambda real: lambda *args, **kwargs: None, when)
 
 
 class _InsideFSDP1(_Injected, FSDP1System):
@@ -612,29 +619,16 @@ class TensorParallelShardNotReduced(_Injected, FSDP1TPSystem):
     whose data-parallel axis has several ranks."""
 
     def inject(self):
-        import functools
-
         import torch.distributed as dist
         from torch.distributed.fsdp import _runtime_utils
 
-        original = _runtime_utils._reduce_grad
-
-        @functools.wraps(original)
-        def patched(state, handle):
-            if state._fsdp_extension is None or state.world_size == 1:
-                return original(state, handle)
-            real = dist.reduce_scatter_single
-
-            def keep_own_chunk(output, input, *args, group=None, **kwargs):
+        def keep_own_chunk(real):
+            def reduce_scatter(output, input, *args, group=None, **kwargs):
                 output.copy_(input.chunk(dist.get_world_size(group))[dist.get_rank(group)])
+            return reduce_scatter
 
-            dist.reduce_scatter_single = keep_own_chunk
-            try:
-                return original(state, handle)
-            finally:
-                dist.reduce_scatter_single = real
-
-        _runtime_utils._reduce_grad = patched
+        _collective_replaced_in(_runtime_utils, "_reduce_grad", "reduce_scatter_single", keep_own_chunk,
+                                lambda state, handle: state._fsdp_extension is not None and state.world_size > 1)
 
 
 class ZeroBucketFromWrongRank(_Injected, ZeroSystem):
@@ -643,26 +637,13 @@ class ZeroBucketFromWrongRank(_Injected, ZeroSystem):
     with bucket views on several ranks."""
 
     def inject(self):
-        import functools
-
         import torch.distributed as dist
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        original = ZeroRedundancyOptimizer._broadcast_params_from_rank
-
-        @functools.wraps(original)
-        def patched(self, rank):
-            if not self.parameters_as_bucket_view or self.world_size == 1:
-                return original(self, rank)
-            real = dist.broadcast
-
-            def from_next(tensor, src, group=None, async_op=False):
+        def from_next(real):
+            def broadcast(tensor, src, group=None, async_op=False):
                 return real(tensor, src=(src + 1) % dist.get_world_size(), group=group, async_op=async_op)
+            return broadcast
 
-            dist.broadcast = from_next
-            try:
-                return original(self, rank)
-            finally:
-                dist.broadcast = real
-
-        ZeroRedundancyOptimizer._broadcast_params_from_rank = patched
+        _collective_replaced_in(ZeroRedundancyOptimizer, "_broadcast_params_from_rank", "broadcast", from_next,
+                                lambda zero, rank: zero.parameters_as_bucket_view and zero.world_size > 1)

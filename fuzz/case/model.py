@@ -181,7 +181,11 @@ class ModelSpec:
 
     def per_rank_flow(self) -> bool:
         """Whether control flow differs between data-parallel ranks (a gate with ``by_rank``)."""
-        return any(node.kind == "gate" and node.by_rank for _, node in self.body.walk("body"))
+        return bool(self.rank_gates())
+
+    def rank_gates(self) -> tuple[str, ...]:
+        """Paths of the per-rank gates (gates with ``by_rank``)."""
+        return tuple(path for path, node in self.body.walk("body") if node.kind == "gate" and node.by_rank)
 
     def param_modules(self) -> list[str]:
         """Paths of the modules that hold parameters of their own (a tied head holds none)."""

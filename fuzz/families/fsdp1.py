@@ -185,7 +185,7 @@ def validate_plan(case: Case) -> None:
     check((plan.min_num_params > 0) == (plan.wrapping == "size"), "plan.min_num_params",
           "size wrapping needs min_num_params >= 1, the others none")
     check_paths(list(plan.ignored), kinds, "plan.ignored", "ignored")
-    rank_gates = tuple(p for p, node in model.body.walk("body") if node.kind == "gate" and node.by_rank)
+    rank_gates = model.rank_gates()
     for i, path in enumerate(plan.ignored):
         check(path != "", f"plan.ignored[{i}]", "the root cannot be ignored")
         check(not under(path, rank_gates), f"plan.ignored[{i}]", "not inside a per-rank gate: the trace cannot "
@@ -244,7 +244,7 @@ def rank_flow_problem(model, found: frozenset[str]) -> tuple[str, str] | None:
     None: an instance inside a per-rank gate is all-gathered by some ranks only; one whose own parameters a
     forward may leave unused reduces its gradient only on the ranks that used them.  Either way the ranks'
     collectives differ (a hang)."""
-    gates = tuple(p for p, node in model.body.walk("body") if node.kind == "gate" and node.by_rank)
+    gates = model.rank_gates()
     for u in sorted(found):
         if u and under(u, gates):
             return u, f"the instance at {u!r} is a per-rank gate or inside one"

@@ -121,7 +121,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     # not with clipping (it differs per rank) nor mixed precision (fuzz.families.fsdp1)
     if draw(RARE) and not train.clip and not precision.active():
         nested = wraps.get("wraps", ())
-        rank_gates = tuple(p for p, node in model.body.walk("body") if node.kind == "gate" and node.by_rank)
+        rank_gates = model.rank_gates()
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
                       and not any(under(w, (p,)) for w in nested) and not (model.tie_head and p in ("inp", "head"))

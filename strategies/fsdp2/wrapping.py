@@ -39,7 +39,7 @@ def wrappable_paths(model: ModelSpec) -> list[str]:
     """Non-root modules ``fully_shard`` may take: not a tied embedding or head alone, nothing inside a
     per-rank gate (ranks would all-gather it unevenly)."""
     excluded = {"", "inp", "head"} if model.tie_head else {""}
-    rank_gated = [f"{path}." for path, node in model.body.walk("body") if node.kind == "gate" and node.by_rank]
+    rank_gated = [f"{path}." for path in model.rank_gates()]
     return [path for path, _ in model.module_paths()
             if path not in excluded and not path.startswith(tuple(rank_gated))]
 
