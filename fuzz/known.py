@@ -193,6 +193,34 @@ def _fsdp1_clipping_tensor_parallel_parameters(case: Case) -> bool:
     return case.train.clip > 0 and any(p.style in ("colwise", "rowwise") for p in case.plan.tp)
 
 
+def _nested(case: Case, inner: str, outer: str) -> bool:
+    """Whether a composable plan's data-parallel API ``inner`` sits on a module strictly inside one ``outer``
+    manages."""
+    from fuzz.case import under
+
+    managed = case.plan.data_parallel()
+    return any(a == inner and any(b == outer and q != p and under(p, (q,)) for q, b in managed.items())
+               for p, a in managed.items())
+
+
+def _fully_shard_between_fsdp_replicates(case: Case) -> bool:
+    """A replicate_with_fsdp module inside a fully_shard module inside a replicate_with_fsdp module."""
+    from fuzz.case import under
+
+    managed = case.plan.data_parallel()
+    inside = lambda p, q: p != q and under(p, (q,))  # noqa: E731
+    return any(a == "replicate_fsdp" and b == "fully_shard" and c == "replicate_fsdp" and inside(p, q) and inside(q, r)
+               for p, a in managed.items() for q, b in managed.items() for r, c in managed.items())
+
+
+def _foreach_zeroing_of_plain_and_dtensor_gradients(case: Case) -> bool:
+    """A composable plan giving parameters both to the DDP-based replicate (plain) and to an FSDP-based API
+    (DTensor), zeroed in place with foreach."""
+    apis = {case.plan.data_parallel().get(case.plan.manager(m)) for m in case.model.param_modules()}
+    return (case.train.foreach and case.train.zero_grad != "none" and "replicate" in apis
+            and bool(apis & {"fully_shard", "replicate_fsdp"}))
+
+
 def _ddp_static_graph_with_no_sync(case: Case) -> bool:
     return case.plan.static_graph and case.train.microbatches > 1
 
@@ -247,10 +275,11 @@ KNOWN_BUGS = (
     # require a gradient until the group reshards: no gradient, or only the later microbatches' (the FSDP2
     # analogue of FSDP1's pytorch#105371).
     KnownBug("fsdp2 requires_grad set while a no_grad forward left the group unsharded is not seen",
-             ("corpus/fsdp2/0f0f8ba17c12f22c.json", "corpus/fsdp2/f5b6959abd91135c.json"),
+             ("corpus/fsdp2/0f0f8ba17c12f22c.json", "corpus/fsdp2/f5b6959abd91135c.json",
+              "corpus/composable/d15f1d01af7c3c17.json"),
              _unfrozen_after_no_grad_forward,
              ("mismatch:missing_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
-             families=("fsdp2", "fsdp2_tp")),
+             families=("fsdp2", "fsdp2_tp", "composable")),
     # clip_grad_norm_ stacks the per-parameter norms; under FSDP2 a partly tensor-parallel model has 2-D
     # (dp, tp) and 1-D (dp) gradient DTensors, and DTensor will not stack operands from different meshes.
     KnownBug("clip_grad_norm_ on gradients from different device meshes (pytorch#180346)",
@@ -457,6 +486,52 @@ KNOWN_BUGS = (
              tuple(f"error:{role}:RuntimeError:torch/distributed/tensor/_dispatch.py:"
                    "_propagate_op_sharding_dispatch_slow_path" for role in ("system", "reference")),
              families=("fsdp2_tp",)),
+    # torch.distributed._composable.replicate (DDP-based) collects its parameters at the first forward, skipping
+    # only submodules fully_shard manages (_ReplicateState._collect_params checks _is_fully_sharded): a replicate
+    # inside it is not skipped, and the outer DistributedDataParallel takes the inner one's parameters too (each
+    # of their gradients all-reduced by both).
+    KnownBug("replicate inside replicate, the outer one takes the inner one's parameters too",
+             ("corpus/composable/eb78628abf06784d.json",),
+             lambda case: _nested(case, "replicate", "replicate"),
+             ("error:system:InvariantViolation:systems/composable.py:check_replicated_names",),
+             families=("composable",)),
+    # replicate_with_fsdp.replicate stops at modules whose registry holds "fully_shard"
+    # (is_composable_with_replicate) or that hold its own state class: the DDP-based replicate registers as
+    # "replicate" with another state class, so a replicate_with_fsdp above it takes its parameters as replicated
+    # DTensors, under the DDP-based replicate's hooks.
+    KnownBug("replicate_with_fsdp takes the parameters of a DDP-based replicate inside it",
+             ("corpus/composable/72291bcf972a7caf.json",),
+             lambda case: _nested(case, "replicate", "replicate_fsdp"),
+             ("error:system:InvariantViolation:systems/composable.py:check_managed",),
+             families=("composable",)),
+    # The other way round: the DDP-based replicate skips only fully_shard modules (_is_fully_sharded), takes the
+    # replicated DTensors of a replicate_with_fsdp module inside it and localizes them (_localize_dtensor);
+    # FSDP2's lazy initialisation then finds plain Parameters where its sharded DTensors were.
+    KnownBug("DDP-based replicate over a replicate_with_fsdp module localizes its DTensor parameters",
+             ("corpus/composable/efb78fbb419e0602.json",),
+             lambda case: _nested(case, "replicate_fsdp", "replicate"),
+             ("error:system:AttributeError:torch/distributed/fsdp/_fully_shard/_fsdp_param.py:reset_sharded_param",),
+             families=("composable",)),
+    # The first state to run forward becomes the root and marks the states below it non-root; a
+    # replicate_with_fsdp root looks for its own state class only (_get_module_replicate_state), so a fully_shard
+    # module below it stays a root of its own.  At that module's first forward its lazy init finds a
+    # replicate_with_fsdp state below it (an FSDPState subclass) that the outer root already initialised:
+    # "FSDP state has already been lazily initialized for 1".  With fully_shard innermost, or no replicate_with_fsdp
+    # at the root, it trains.
+    KnownBug("replicate_with_fsdp at the root leaves a fully_shard module below it a root of its own",
+             ("corpus/composable/0096254cd1970f39.json",),
+             _fully_shard_between_fsdp_replicates,
+             ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_state.py:_lazy_init",),
+             families=("composable",)),
+    # Optimizer.zero_grad(set_to_none=False) with foreach groups the gradients of all parameter groups by device
+    # and dtype only (_group_tensors_by_device_and_dtype), so plain and DTensor gradients meet in one
+    # _foreach_zero_ call, which DTensor refuses ("got mixed torch.Tensor and DTensor").  Optimizer.step is fine
+    # once the groups hold one kind each (it groups per parameter group); zero_grad has no such way out.
+    KnownBug("foreach zero_grad(set_to_none=False) over plain and DTensor gradients",
+             ("corpus/composable/6fdff3ad974fa37f.json",),
+             _foreach_zeroing_of_plain_and_dtensor_gradients,
+             ("error:system:RuntimeError:torch/optim/optimizer.py:zero_grad",),
+             families=("composable",)),
 )
 
 

@@ -26,7 +26,8 @@ _TP = "torch.distributed.tensor.parallel.style"
 PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),
                      (f"{_FSDP2}._fsdp_param_group", "FSDPParamGroup"), (f"{_FSDP2}._fsdp_param", "FSDPParam"),
                      (_TP, "ColwiseParallel"), (_TP, "RowwiseParallel"), (_TP, "SequenceParallel"),
-                     ("torch.distributed.optim.zero_redundancy_optimizer", "ZeroRedundancyOptimizer"))
+                     ("torch.distributed.optim.zero_redundancy_optimizer", "ZeroRedundancyOptimizer"),
+                     ("torch.distributed._composable.replicate", "_ReplicateState"))
 
 
 def _class(module: str, name: str) -> type:

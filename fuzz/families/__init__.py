@@ -1,7 +1,7 @@
 """System families: one registry, torch-free.
 
-A family is a way of training in parallel (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``;
-later ``composable``).  Each brings one module here (its plan type, validation, feature tags, mesh axes,
+A family is a way of training in parallel (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``,
+``composable``).  Each brings one module here (its plan type, validation, feature tags, mesh axes,
 reference rule and printout), one strategy module in ``strategies/`` and one system module in ``fuzz/systems/``.  This registry
 is the only place that maps a family name to them: the executor, the oracle and the engine never name a
 family.
@@ -20,6 +20,7 @@ REGISTRY = {
     "fsdp1": "fuzz.families.fsdp1",
     "fsdp1_tp": "fuzz.families.fsdp1_tp",
     "zero": "fuzz.families.zero",
+    "composable": "fuzz.families.composable",
 }
 
 

@@ -1,0 +1,183 @@
+"""The ``composable`` family: the composable APIs on one module tree, in a drawn order — FSDP2's
+``fully_shard``, both ``replicate`` APIs torch ships (``torch.distributed._composable.replicate``, built on
+DistributedDataParallel, and ``torch.distributed._composable.replicate_with_fsdp.replicate``, built on FSDP2's
+machinery) and composable ``checkpoint`` — trained like DDP over the whole model.
+
+Each data-parallel API manages its module's parameters except those of submodules another data-parallel call
+took: a parameter's *manager* is the nearest module at or above it that a data-parallel API was applied to.
+The order of the calls is the plan's.  ``fully_shard`` is documented to be applied bottom-up, and
+``replicate_with_fsdp`` shares its initialisation, so no call may come after one of those two on an ancestor
+(the DDP-based ``replicate`` initialises lazily at the first forward: applied to an ancestor first, it leaves
+what the later calls take); ``checkpoint`` goes anywhere, as PyTorch's tests put it (after ``fully_shard`` on
+an ancestor too).  Meshes: ``(dp_shard,)`` over all ranks, or HSDP's ``(dp_replicate, dp_shard)``,
+which ``fully_shard`` takes whole; ``replicate_with_fsdp`` takes the mesh flattened to 1-D (it refuses more
+dimensions) and the DDP-based ``replicate`` the default process group.
+
+Refusals torch documents are expected errors: a ``replicate`` of either kind on a module ``fully_shard`` already
+manages ("Cannot apply `replicate()` on a Module already managed by `fully_shard`"), and the same API twice on
+one module (the composable contract: "can only be applied to a module once").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuzz.case.core import Case, ExpectedError, Plan
+from fuzz.case.errors import check
+from fuzz.case.model import under
+from fuzz.families import Family
+
+#: The APIs a plan applies: ``replicate`` is the DDP-based one, ``replicate_fsdp`` the FSDP-based one.
+APIS = ("fully_shard", "replicate", "replicate_fsdp", "checkpoint")
+DATA_PARALLEL = ("fully_shard", "replicate", "replicate_fsdp")
+#: The data-parallel APIs whose initialisation takes the parameters at once (bottom-up application).
+EAGER = ("fully_shard", "replicate_fsdp")
+
+
+@dataclass(frozen=True)
+class Compose:
+    """``api`` applied to the module at ``path`` (``""`` is the root); ``reshard_after_forward`` is
+    ``fully_shard``'s."""
+
+    path: str
+    api: str = "fully_shard"
+    reshard_after_forward: bool = True
+
+
+@dataclass(frozen=True)
+class ComposablePlan(Plan):
+    """The composable API calls, in the order they are made.  ``no_sync``: on the non-last microbatches of a
+    step, ``set_requires_gradient_sync(False)`` on every module a data-parallel API was applied to."""
+
+    family = "composable"
+
+    applies: tuple[Compose, ...] = (Compose(""),)
+    no_sync: bool = False
+
+    def data_parallel(self) -> dict[str, str]:
+        """``{path: api}`` of the data-parallel calls that take effect (the first one on each module)."""
+        out: dict[str, str] = {}
+        for c in self.applies:
+            if c.api in DATA_PARALLEL:
+                out.setdefault(c.path, c.api)
+        return out
+
+    def manager(self, path: str) -> str | None:
+        """The path of the module whose data-parallel API manages the parameters of the module at ``path``:
+        itself or its nearest ancestor with one; None when no call reaches it."""
+        managed = self.data_parallel()
+        while True:
+            if path in managed:
+                return path
+            if not path:
+                return None
+            path = path.rpartition(".")[0]
+
+    def refusal(self) -> ExpectedError | None:
+        """The error torch documents for the first call it refuses, or None."""
+        seen: dict[str, list[str]] = {}
+        for c in self.applies:
+            before = seen.setdefault(c.path, [])
+            if c.api in before:
+                return ExpectedError("AssertionError", "can only be applied to a module once")
+            if c.api in ("replicate", "replicate_fsdp") and "fully_shard" in before:
+                return ExpectedError("RuntimeError", r"Cannot apply `replicate\(\)` on a Module already managed "
+                                                     "by `fully_shard`")
+            before.append(c.api)
+        return None
+
+
+MESHES = (("dp_shard",), ("dp_replicate", "dp_shard"))
+
+
+def reference(case: Case) -> str:
+    return "ddp"
+
+
+def expected_error(case: Case, device_type: str) -> ExpectedError | None:
+    return case.plan.refusal()
+
+
+def validate(case: Case) -> None:
+    plan, model, t = case.plan, case.model, case.train
+    kinds = dict(model.module_paths())
+    check(bool(plan.applies), "plan.applies", "must apply at least one API")
+    applied: dict[str, list[str]] = {}
+    for i, c in enumerate(plan.applies):
+        where = f"plan.applies[{i}]"
+        check(c.api in APIS, f"{where}.api", f"must be one of {APIS}, got {c.api!r}")
+        check(c.path in kinds, f"{where}.path", f"no module at path {c.path!r}")
+        check(c.reshard_after_forward or c.api == "fully_shard", f"{where}.reshard_after_forward",
+              "is fully_shard's: keep it True for other APIs")
+        before = applied.setdefault(c.path, [])
+        parallel = [a for a in before if a in DATA_PARALLEL]
+        if c.api in DATA_PARALLEL and parallel:  # a second one on a module: only the refusals torch documents
+            documented = c.api in parallel or (c.api in ("replicate", "replicate_fsdp") and parallel == ["fully_shard"])
+            check(documented, f"{where}.api", f"{c.api} after {parallel} on {c.path!r} is no refusal torch "
+                  "documents (a second call on a module must repeat an API, or be a replicate after fully_shard)")
+        for j, earlier in enumerate(plan.applies[:i]):
+            if (c.api in DATA_PARALLEL and earlier.api in EAGER and earlier.path != c.path
+                    and under(c.path, (earlier.path,))):
+                check(False, f"{where}.path", f"{c.path!r} is inside {earlier.path!r}, which "
+                      f"plan.applies[{j}] already gave to {earlier.api} ({earlier.api} is applied bottom-up)")
+        before.append(c.api)
+    if plan.refusal():
+        return  # the case ends at the refused call: nothing trains
+    owners = model.param_modules()
+    for path in owners:
+        check(plan.manager(path) is not None, "plan.applies",
+              f"no data-parallel API reaches the parameters of {path!r} (its replicas would drift apart)")
+    managed = plan.data_parallel()
+    for path, api in managed.items():
+        mine = [m for m in owners if plan.manager(m) == path]
+        if api == "replicate":
+            check(bool(mine), "plan.applies", f"replicate on {path!r} would manage no parameter "
+                  "(DistributedDataParallel refuses a module without parameters that require gradients)")
+            check(not any(under(m, (f.path,)) or under(f.path, (m,)) for m in mine for f in t.frozen),
+                  "train.frozen", f"freezes parameters the DDP-based replicate on {path!r} manages (DDP takes the "
+                  "parameters that require gradients when it is built, at the first forward)")
+    if model.tie_head:
+        check(plan.manager("inp") == plan.manager("head"), "plan.applies",
+              "tied embedding/head weights must stay with one data-parallel API")
+    check(not t.nonroot, "train.nonroot", "not drawn for the composable family")
+    check(not model.per_rank_flow(), "model.body", "per-rank control flow is not drawn for the composable family")
+    check(not (plan.no_sync and t.microbatches == 1), "plan.no_sync", "needs more than one microbatch")
+
+
+def features(case: Case) -> set[str]:
+    plan = case.plan
+    tags = {f"api={c.api}" for c in plan.applies}
+    managed = plan.data_parallel()
+    for path, api in managed.items():
+        inside = {other for p, other in managed.items() if p != path and under(p, (path,))}
+        tags.update(f"{other}<{api}" for other in inside)  # an API applied inside another's subtree
+    order = [c for c in plan.applies if c.api in DATA_PARALLEL]
+    if any(under(b.path, (a.path,)) and a.path != b.path for i, a in enumerate(order) for b in order[i + 1:]):
+        tags.add("order=top-down")
+    if any(c.api == "checkpoint" and any(d.path == c.path and d.api != "checkpoint" for d in plan.applies)
+           for c in plan.applies):
+        tags.add("checkpoint+dp")
+    if any(not c.reshard_after_forward for c in plan.applies):
+        tags.add("reshard=False")
+    if plan.no_sync:
+        tags.add("no_sync")
+    if plan.refusal():
+        tags.add(f"refused={plan.refusal().type}")
+    return tags
+
+
+def describe(case: Case) -> tuple[dict[str, str], list[str]]:
+    plan = case.plan
+    notes: dict[str, list[str]] = {}
+    for i, c in enumerate(plan.applies):
+        arg = ", reshard_after_forward=False" if not c.reshard_after_forward else ""
+        notes.setdefault(c.path, []).append(f"#{i + 1} {c.api}({arg.lstrip(', ')})")
+    lines = ["calls in order: " + "; ".join(f"{c.api}({c.path or '<root>'})" for c in plan.applies)]
+    if plan.no_sync:
+        lines.append("set_requires_gradient_sync(False) on every data-parallel module on non-last microbatches")
+    return {path: ", ".join(parts) for path, parts in notes.items()}, lines
+
+
+FAMILY = Family(name="composable", plan_type=ComposablePlan, meshes=MESHES, system="composable",
+                strategy="strategies.composable", reference=reference, validate=validate, features=features,
+                describe=describe, expected_error=expected_error)

@@ -1,0 +1,155 @@
+"""System under test of the ``composable`` family: the plan's ``fully_shard``, ``replicate`` (DDP-based),
+``replicate_with_fsdp.replicate`` and composable ``checkpoint`` calls, in the plan's order.
+
+Invariants, checked after the calls and again after the first backward (the DDP-based ``replicate`` initialises
+at the first forward; FSDP2 holds its parameters unsharded until the backward): parameter names are the unwrapped model's; each parameter is what its manager makes it (a DTensor
+sharded on ``dp_shard`` under ``fully_shard``, a replicated DTensor under ``replicate_with_fsdp``, a plain tensor
+under the DDP-based ``replicate``); and the DDP-based ``replicate`` holds exactly the parameters the plan gives it
+(PyTorch's own test of the composition checks its ``_param_names``).
+
+One optimizer takes every parameter, plain and DTensor alike.  ``foreach`` kernels and ``clip_grad_norm_``
+refuse a list mixing plain tensors and DTensors (or DTensors of different meshes: pytorch#180346), a limitation
+frameworks work around as this system does: with ``foreach`` each parameter group is split by the kind of
+tensor it holds (an elementwise optimizer steps each parameter alike in any grouping), and the total norm is
+summed from each kind's own norm.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from fuzz.families.composable import ComposablePlan
+from fuzz.systems.base import System, optimizer_parts, resolve
+from fuzz.systems.fsdp2 import InvariantViolation
+
+
+def _kind(t: torch.Tensor):
+    """What ``foreach`` kernels and ``clip_grad_norm_`` need alike in one list: plain, or a DTensor's mesh."""
+    mesh = getattr(t, "device_mesh", None)
+    return ("plain",) if mesh is None else ("dtensor", id(mesh))
+
+
+class ComposableSystem(System):
+    name = "composable"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed._composable import checkpoint, replicate
+        from torch.distributed._composable.replicate_with_fsdp import replicate as replicate_fsdp
+        from torch.distributed.fsdp import fully_shard
+
+        plan: ComposablePlan = self.case.plan
+        names = [n for n, _ in model.named_parameters()]
+        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+        flat = mesh if mesh.ndim == 1 else mesh._flatten()
+        gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
+        for c in plan.applies:
+            module = resolve(model, c.path)
+            if c.api == "fully_shard":
+                fully_shard(module, mesh=mesh, reshard_after_forward=c.reshard_after_forward)
+            elif c.api == "replicate":
+                # find_unused_parameters as DDP needs with gates (the reference sets it alike)
+                replicate(module, find_unused_parameters=gated)
+            elif c.api == "replicate_fsdp":
+                replicate_fsdp(module, mesh=flat)
+            else:
+                checkpoint(module)
+        after = [n for n, _ in model.named_parameters()]
+        if after != names:
+            raise InvariantViolation(f"parameter names changed by composing: {sorted(set(names) ^ set(after))[:5]} "
+                                     f"(order kept: {sorted(names) == sorted(after)})")
+        self.check_managed(model, "after the calls")
+        self._initialised = False
+        return model
+
+    def forward_backward(self, batch, target, path=None):
+        loss = super().forward_backward(batch, target, path)
+        if not self._initialised:  # FSDP2 holds parameters unsharded from forward to backward
+            self._initialised = True
+            self.check_managed(self.model, "after the first backward")
+            self.check_replicated_names()
+        return loss
+
+    def check_managed(self, model: nn.Module, when: str) -> None:
+        """Invariant: each parameter is the tensor type its manager makes it."""
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        plan: ComposablePlan = self.case.plan
+        managed = plan.data_parallel()
+        wrong = []
+        for name, p in model.named_parameters():
+            api = managed[plan.manager(name.rpartition(".")[0])]
+            if api == "replicate":
+                ok = not isinstance(p, DTensor)
+            else:
+                ok = isinstance(p, DTensor) and (
+                    all(isinstance(x, Replicate) for x in p.placements) if api == "replicate_fsdp"
+                    else isinstance(p.placements[-1], Shard))
+            if not ok:
+                kind = f"DTensor{tuple(p.placements)}" if isinstance(p, DTensor) else type(p).__name__
+                wrong.append(f"{name} ({api}) is {kind}")
+        if wrong:
+            raise InvariantViolation(f"{when}, parameters are not what their manager makes them: "
+                                     f"{'; '.join(wrong[:4])}")
+
+    def check_replicated_names(self) -> None:
+        """Invariant: the DDP-based ``replicate`` on each module holds the parameters the plan gives it."""
+        from torch.distributed._composable import replicate
+
+        plan: ComposablePlan = self.case.plan
+        every = [n for n, _ in self.model.named_parameters()]
+        for path, api in plan.data_parallel().items():
+            if api != "replicate":
+                continue
+            prefix = f"{path}." if path else ""
+            expected = sorted(n[len(prefix):] for n in every
+                              if n.startswith(prefix) and plan.manager(n.rpartition(".")[0]) == path)
+            held = sorted(replicate.state(resolve(self.model, path))._param_names)
+            if held != expected:
+                raise InvariantViolation(f"replicate on {path or '<root>'} holds {held[:6]}, the plan gives it "
+                                         f"{expected[:6]}")
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        cls, groups, kwargs = optimizer_parts(self.case.train, self.named_parameters())
+        if kwargs.get("foreach"):
+            split = []
+            for group in groups:
+                kinds: dict = {}
+                for p in group["params"]:
+                    kinds.setdefault(_kind(p), []).append(p)
+                split += [{**group, "params": params} for params in kinds.values()]
+            groups = split
+        return cls(groups, **kwargs)
+
+    def clip_gradients(self, max_norm: float) -> None:
+        """``clip_grad_norm_``'s arithmetic over a list mixing kinds of tensors: each kind's norm as torch
+        computes it, their 2-norm the total, every gradient scaled by ``max_norm / (total + 1e-6)`` clamped
+        to 1."""
+        kinds: dict = {}
+        for _, p in self.named_parameters():
+            if p.grad is not None:
+                kinds.setdefault(_kind(p.grad), []).append(p.grad)
+        if len(kinds) <= 1:
+            return super().clip_gradients(max_norm)
+        norms = []
+        for grads in kinds.values():
+            norm = torch.nn.utils.get_total_norm(grads)
+            norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        total = torch.linalg.vector_norm(torch.stack(norms))
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for grads in kinds.values():
+            for g in grads:
+                g.mul_(coef.item())
+
+    def accumulation(self, index: int, last: bool):
+        import contextlib
+
+        plan: ComposablePlan = self.case.plan
+        if plan.no_sync:
+            for path, api in plan.data_parallel().items():
+                module = resolve(self.model, path)
+                if api == "replicate":
+                    module.set_requires_gradient_sync(last)
+                else:
+                    module.set_requires_gradient_sync(last, recurse=False)
+        return contextlib.nullcontext()

@@ -1,0 +1,81 @@
+"""The composable family: fully_shard, both replicate APIs and composable checkpoint composed on one tree train
+like DDP, in the orders PyTorch's tests use and others; the refusals torch documents are expected errors; the
+invariants on names and managed tensor types hold; a fault inside replicate is found and shrunk."""
+
+import dataclasses
+
+import pytest
+
+from fuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from fuzz.families.composable import ComposablePlan, Compose
+from fuzz.verify import check
+from tests.shrinking import clean_run, found_and_shrunk
+from tests.test_case import simple
+
+# Two units (an MLP and a Linear pair) between Linears: the shape of PyTorch's CompositeParamModel.
+BODY = Node("seq", children=(Node("linear", out=6), Node("mlp", hidden=4),
+                             Node("seq", children=(Node("linear", out=6), Node("layernorm"))), Node("linear", out=3)))
+FLAT = MeshSpec((2,), ("dp_shard",))
+HSDP = MeshSpec((2, 2), ("dp_replicate", "dp_shard"))
+
+
+def composed(*calls, mesh=FLAT, **train):
+    train = TrainSpec(steps=3, batch=2, lr=0.05, optimizer="adam", microbatches=2, **train)
+    plan = ComposablePlan(applies=tuple(Compose(path, api) for api, path in calls))
+    return simple(world_size=mesh.size, mesh=mesh, plan=plan, model=ModelSpec(body=BODY, in_dim=4),
+                  train=train).validate()
+
+
+# PyTorch's test_fully_shard_replicate_composability configs ("1fm,1r", "1r,1fm", "1r1fm,1fm",
+# "1fm1fm,1r1r,1fm"), the FSDP-based replicate in their places, and orders they do not list.
+@pytest.mark.parametrize("calls, mesh", [
+    ((("fully_shard", "body.1"), ("replicate", "")), FLAT),
+    ((("replicate", "body.1"), ("fully_shard", "")), HSDP),
+    ((("replicate", "body.1"), ("fully_shard", "body.2"), ("checkpoint", "body.2"), ("fully_shard", "")), FLAT),
+    ((("fully_shard", "body.1.fc1"), ("fully_shard", "body.2.0"), ("replicate_fsdp", "body.1"),
+      ("replicate_fsdp", "body.2"), ("fully_shard", "")), HSDP),
+    ((("replicate", ""), ("checkpoint", "body.1"), ("fully_shard", "body.1")), FLAT),  # lazy replicate first
+])
+def test_compositions_train_like_ddp(executor, calls, mesh):
+    case = composed(*calls, mesh=mesh, clip=0.5, foreach=True)
+    assert case.reference_name() == "ddp"
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.parametrize("calls, error", [
+    ((("fully_shard", "body.1"), ("replicate", "body.1"), ("fully_shard", "")), "RuntimeError"),
+    ((("fully_shard", "body.1"), ("replicate_fsdp", "body.1"), ("fully_shard", "")), "RuntimeError"),
+    ((("replicate", ""), ("replicate", "")), "AssertionError"),
+])
+def test_documented_refusals_pass_when_torch_raises_and_fail_when_suppressed(executor, calls, error):
+    case = composed(*calls)
+    assert case.plan.refusal().type == error
+    assert check(case, executor).ok
+    suppressed = check(dataclasses.replace(case, system="tests.faults:ComposableRefusalSuppressed"), executor)
+    assert suppressed.kind == "mismatch" and suppressed.divergence.check == "no_error", suppressed.describe()
+
+
+@pytest.mark.parametrize("calls, field", [
+    ((("fully_shard", ""), ("replicate", "body.1")), r"plan.applies\[1\].path"),  # after fully_shard on an ancestor
+    ((("replicate_fsdp", "body.1"), ("fully_shard", "body.1"), ("fully_shard", "")), r"plan.applies\[1\].api"),
+    ((("fully_shard", "body.1"),), "plan.applies"),  # the other parameters belong to no API
+    ((("replicate", "body.1"), ("fully_shard", "body.1.fc1"), ("fully_shard", "body.1.fc2"), ("fully_shard", "")),
+     "plan.applies"),  # a replicate left without parameters
+])
+def test_plans_outside_the_documented_compositions_are_refused(calls, field):
+    with pytest.raises(CaseError, match=field):
+        composed(*calls)
+
+
+def test_a_replicate_under_fully_shard_left_unaveraged_is_found_and_shrunk(executor, tmp_path):
+    f, modules = found_and_shrunk(executor, tmp_path, "composable", "ReplicateUnderFullyShardUnaveraged", (2,))
+    assert f.verdict.kind == "mismatch"
+    assert "replicate<fully_shard" in f.case.features(), f.case.to_json(indent=1)
+    # Within 20 shrink runs the plan comes down to the three calls that show it (replicate on a child, fully_shard
+    # above); the tree, whose paths the calls name, shrinks more slowly (7 modules at seed 1).
+    assert len(f.case.plan.applies) <= 4 and modules <= 8, f.case.to_json(indent=1)
+
+
+def test_no_false_alarm_on_composable_cases(executor, tmp_path):
+    clean_run(executor, tmp_path, "composable", 10)
