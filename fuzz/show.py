@@ -40,7 +40,8 @@ def describe_case(case: Case) -> str:
 
     t = case.train
     m = case.model
-    optim = [f"lr={t.lr}"] + [f"{k}={getattr(t, k)}" for k in ("momentum", "weight_decay") if getattr(t, k)]
+    optim = [f"lr={t.lr}"] + [f"{k}={getattr(t, k)}" for k in ("momentum", "nesterov", "maximize", "weight_decay")
+                                 if getattr(t, k)]
     objective = "cross-entropy" if m.input == "embedding" else "mse"
     lines = [
         f"case {case.case_id()}: {case.family} family, {case.system_name()} vs {case.reference_name()}, "

@@ -695,3 +695,17 @@ class ComposableRefusalSuppressed(ComposableSystem):
                 kept.append(c)
         self.case = dataclasses.replace(self.case, plan=dataclasses.replace(self.case.plan, applies=tuple(kept)))
         return super().wrap(model)
+
+
+class ZeroOverlapOnGloo(_Injected, ZeroSystem):
+    """Not a fault: ZeRO's overlap with DDP with torch's gloo refusal taken out (``hook_with_zero_step`` sees the
+    backend as NCCL), so that the warm-up the reference models can be checked on CPU ranks."""
+
+    def inject(self):
+        import types
+
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import ddp_zero_hook
+
+        ddp_zero_hook.dist = types.SimpleNamespace(**{k: getattr(dist, k) for k in dir(dist) if not k.startswith("__")})
+        ddp_zero_hook.dist.get_backend = lambda *args, **kwargs: "nccl"

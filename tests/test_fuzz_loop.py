@@ -101,7 +101,7 @@ def test_soak_profile_goes_on_after_a_failure_and_reports_another_bug(executor, 
     a buffer mismatch) may be reported once per way: no failure is masked by one of another kind."""
     load_profile("soak")
     system = "tests.faults:OffloadForgetsUpdateAndBufferReset"
-    stats = fuzz(executor, tmp_path, system, max_cases=200, max_shrink_runs=60)
+    stats = fuzz(executor, tmp_path, system, max_cases=140, max_shrink_runs=30)
     for f in stats.failures:
         print(f"{f.verdict.bug_signature()}: found after {f.cases_to_find} cases, {body_modules(f.case)} modules, "
               f"needs {sorted(f.case.features())}")

@@ -34,6 +34,7 @@ def generic_features(case: Case) -> set[str]:
         tags.add("nonroot")
     if t.momentum:
         tags.add("momentum")
+    tags.update(flag for flag in ("nesterov", "maximize") if getattr(t, flag))
     if t.weight_decay or any(g.weight_decay for g in t.groups):
         tags.add("weight_decay")
     if t.groups:

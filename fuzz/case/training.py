@@ -43,6 +43,7 @@ class Freeze:
 class TrainSpec:
     """Training loop settings.
 
+    ``nesterov`` (SGD with momentum) and ``maximize`` (any optimizer) are the optimizers' own flags.
     ``zero_grad``: ``none`` = ``set_to_none=True`` every step, ``zeros`` =
     ``set_to_none=False``, ``alternate`` = as PyTorch's tests do
     (``set_to_none=(step % 2 == 0)``).  Inputs differ per data-parallel rank
@@ -67,6 +68,8 @@ class TrainSpec:
     to_float64: bool = False
     nonroot: str = ""
     momentum: float = 0.0
+    nesterov: bool = False
+    maximize: bool = False
     weight_decay: float = 0.0
     groups: tuple[ParamGroup, ...] = ()
     clip: float = 0.0
@@ -118,6 +121,7 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
         check(t.dtype == "float32", "train.to_float64", "converts a float32 model: needs dtype 'float32'")
     check(t.momentum == 0 or (0 < t.momentum < 1 and t.optimizer == "sgd"), "train.momentum",
           f"must be 0, or in (0, 1) with sgd, got {t.momentum}")
+    check(not t.nesterov or t.momentum > 0, "train.nesterov", "needs SGD with momentum (torch refuses it without)")
     check(0 <= t.weight_decay < 1, "train.weight_decay", f"must be in [0, 1), got {t.weight_decay}")
     check(t.clip >= 0, "train.clip", f"must be >= 0 (0: no clipping), got {t.clip}")
     check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")

@@ -20,7 +20,8 @@ _FSDP2 = "torch.distributed.fsdp._fully_shard"
 PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
              "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
              f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param",
-             "torch.distributed.fsdp._runtime_utils")  # FSDP1's gradient reduction
+             "torch.distributed.fsdp._runtime_utils",  # FSDP1's gradient reduction
+             "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook")  # ZeRO's overlap with DDP
 #: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles, ZeRO).
 _TP = "torch.distributed.tensor.parallel.style"
 PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),

@@ -2,7 +2,7 @@
 
 References (``ddp``; ``ddp_mp``, which emulates mixed precision, and ``ddp_mp_tp``, the same on a
 tensor-parallel model; ``ddp_ignoring``, which leaves FSDP1's ignored modules unreduced; ``ddp_mp_fsdp1``, which
-emulates FSDP1's ``MixedPrecision``) and systems under
+emulates FSDP1's ``MixedPrecision``; ``zero_reference``, DDP with the whole optimizer, modelling ZeRO's overlap warm-up) and systems under
 test (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``, ``composable``) subclass
 :class:`~fuzz.systems.base.System`.  A case names its systems by registry name
 or as an importable ``module:attribute`` (test-only faulty systems and user
@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
     "fsdp1": "fuzz.systems.fsdp1:FSDP1System",
     "fsdp1_tp": "fuzz.systems.fsdp1_tp:FSDP1TPSystem",
     "zero": "fuzz.systems.zero:ZeroSystem",
+    "zero_reference": "fuzz.systems.zero:ZeroReference",
     "composable": "fuzz.systems.composable:ComposableSystem",
     "ddp_ignoring": "fuzz.systems.fsdp1:DDPIgnoringSystem",
     "ddp_mp_fsdp1": "fuzz.systems.fsdp1_mp:FSDP1MixedPrecisionReference",

@@ -72,8 +72,9 @@ def optimizer_parts(train: TrainSpec, named_params) -> tuple[type, list[dict], d
     param_groups = [{"params": default}] if default else []
     param_groups += [{"params": params, "lr": train.lr * g.lr_scale, "weight_decay": g.weight_decay}
                      for g, params in zip(train.groups, grouped)]
-    extra = {"momentum": train.momentum} if train.optimizer == "sgd" else {}
-    return cls, param_groups, dict(lr=train.lr, weight_decay=train.weight_decay, foreach=train.foreach, **extra)
+    extra = {"momentum": train.momentum, "nesterov": train.nesterov} if train.optimizer == "sgd" else {}
+    return cls, param_groups, dict(lr=train.lr, weight_decay=train.weight_decay, foreach=train.foreach,
+                                   maximize=train.maximize, **extra)
 
 
 def make_scheduler(train: TrainSpec, optim: torch.optim.Optimizer):
