@@ -97,7 +97,8 @@ class _Group:
         self.param_dtype = param if param not in (None, master_dtype) else master_dtype
         # FSDP2 drops reduce_dtype when it equals param_dtype (the policy's, before param_dtype is clamped).
         self.reduce_dtype = None if wrap.reduce_dtype == wrap.param_dtype else dtype(wrap.reduce_dtype)
-        self.partial: torch.Tensor | None = None  # reduce-scattered, not yet all-reduced (HSDP)
+        #: Reduce-scattered local pieces not yet all-reduced (HSDP), by parameter name.
+        self.partial: dict[str, torch.Tensor] = {}
 
 
 class MixedPrecisionReference(MasterCopies, System):
@@ -183,8 +184,11 @@ class MixedPrecisionReference(MasterCopies, System):
         # With set_reduce_scatter_unused_params, FSDP2 reduces a zero gradient for every trainable parameter
         # that got none on this rank, so that every rank's reduce-scatter has the same layout.
         unused = plan.reduce_scatter_unused
+        all_reduce = self.last or not plan.no_all_reduce
+        # A parameter with a held partial sum and no gradient now is reduced with a zero one, so that its sum
+        # reaches the all-reduce (what set_requires_all_reduce(False) promises; FSDP2 itself fails there).
         names = [n for n in g.names if n in acc or self.compute[n].grad is not None
-                 or (unused and self.compute[n].requires_grad)]
+                 or (unused and self.compute[n].requires_grad) or (all_reduce and n in g.partial)]
         if not names:
             return
         grads = [self.local_gradient(n, acc.pop(n) if n in acc else self.compute[n].grad
@@ -192,8 +196,7 @@ class MixedPrecisionReference(MasterCopies, System):
                  for n in names]
         for name in names:
             self.compute[name].grad = None
-        all_reduce = self.last or not plan.no_all_reduce
-        reduced = self._reduce(grads, g.reduce_dtype or grads[0].dtype, g, all_reduce)
+        reduced = self._reduce(names, grads, g.reduce_dtype or grads[0].dtype, g, all_reduce)
         for name, piece in zip(names, reduced):
             master = self.masters[name]
             piece = self.distributed_gradient(name, piece.to(master.dtype))
@@ -207,7 +210,7 @@ class MixedPrecisionReference(MasterCopies, System):
         """The master gradient of parameter ``name`` from its reduced local tensor (the inverse hook)."""
         return local
 
-    def _reduce(self, grads: list[torch.Tensor], reduce_dtype: torch.dtype, g: _Group,
+    def _reduce(self, names: list[str], grads: list[torch.Tensor], reduce_dtype: torch.dtype, g: _Group,
                 all_reduce: bool = True) -> list[torch.Tensor]:
         """Average ``grads`` over all ranks with FSDP2's collectives, buffer layout and division.
 
@@ -216,8 +219,9 @@ class MixedPrecisionReference(MasterCopies, System):
         row ``r`` holds rank ``r``'s dim-0 chunk of every gradient (padded).
         The reduced shards are all-gathered back into whole gradients (exact).
         On HSDP with ``all_reduce`` off (``set_requires_all_reduce(False)``) the
-        reduce-scattered shard is kept in ``reduce_dtype`` and added before the
-        next all-reduce; nothing reaches the masters until then.
+        reduce-scattered shard is kept in ``reduce_dtype`` (each parameter's
+        piece under its name: microbatches may reduce different parameters) and
+        added before the next all-reduce; nothing reaches the masters until then.
         """
         n = dist.get_world_size(self.shard_group)
         replicas = dist.get_world_size(self.replicate_group) if self.replicate_group is not None else 1
@@ -237,12 +241,13 @@ class MixedPrecisionReference(MasterCopies, System):
         else:
             out = buf[0].clone()
         if self.replicate_group is not None:
+            for name, piece in zip(names, out.split(widths)):
+                if not all_reduce:
+                    g.partial[name] = piece.clone() if name not in g.partial else g.partial[name].add_(piece)
+                elif name in g.partial:
+                    piece += g.partial.pop(name)
             if not all_reduce:
-                g.partial = out if g.partial is None else g.partial.add_(out)
                 return []
-            if g.partial is not None:
-                out += g.partial
-                g.partial = None
             dist.all_reduce(out, op=op, group=self.replicate_group)
         if post not in (None, 1):
             out.div_(post)
