@@ -79,3 +79,13 @@ def test_a_replicate_under_fully_shard_left_unaveraged_is_found_and_shrunk(execu
 
 def test_no_false_alarm_on_composable_cases(executor, tmp_path):
     clean_run(executor, tmp_path, "composable", 10)
+
+
+def test_replicate_names_a_tied_weight_under_both_names(executor):
+    """The DDP-based replicate lists each module's own parameters, a tied embedding/head weight under both of its
+    names; the invariant on its parameter list counts them so (the 20-minute run's false alarm)."""
+    model = ModelSpec(body=Node("seq", children=(Node("linear", out=6),)), input="embedding", in_dim=6, vocab=8,
+                      tie_head=True)
+    case = dataclasses.replace(composed(("replicate", "")), model=model).validate()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()

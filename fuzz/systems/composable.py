@@ -97,7 +97,8 @@ class ComposableSystem(System):
         from torch.distributed._composable import replicate
 
         plan: ComposablePlan = self.case.plan
-        every = [n for n, _ in self.model.named_parameters()]
+        # replicate names each module's own parameters: a tied weight under both of its names
+        every = [n for n, _ in self.model.named_parameters(remove_duplicate=False)]
         for path, api in plan.data_parallel().items():
             if api != "replicate":
                 continue
