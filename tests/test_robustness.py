@@ -35,7 +35,7 @@ def children(pid: int) -> list[int]:
 
 def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
     options = FuzzOptions(corpus_dir=tmp_path, seed=2, shrink_budget_s=240, case_timeout_s=10,
-                          hang_shrink_timeout_s=1, max_shrink_runs=20)
+                          hang_shrink_timeout_s=1, max_shrink_runs=10)
     fuzzer = Fuzzer(options, executor)
     stats = fuzzer.fuzz("hang", cases(world_sizes=(2,), system="tests.faults:HangWithLayerNorm", max_steps=3,
                                         max_depth=1), budget_s=60)
@@ -45,7 +45,7 @@ def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
           f"/ {f.shrink_seconds:.1f}s ({stats.verdicts['hang']} hangs)")
     assert f.verdict.kind == "hang"
     assert any(n.kind == "layernorm" for _, n in f.case.model.body.walk("body"))
-    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 4  # within 20 shrink runs
+    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 4  # within 10 shrink runs
     # Every hang after the first cost the short timeout (1 s, then a pool restart of up to 8 s here), not the
     # 10 s one (15 s or more with the restart).
     assert f.shrink_seconds < 10 + stats.verdicts["hang"] * (1 + 8) + stats.verdicts["pass"] * 2
