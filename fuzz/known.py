@@ -196,11 +196,7 @@ def _fsdp1_clipping_tensor_parallel_parameters(case: Case) -> bool:
 def _nested(case: Case, inner: str, outer: str) -> bool:
     """Whether a composable plan's data-parallel API ``inner`` sits on a module strictly inside one ``outer``
     manages."""
-    from fuzz.case import under
-
-    managed = case.plan.data_parallel()
-    return any(a == inner and any(b == outer and q != p and under(p, (q,)) for q, b in managed.items())
-               for p, a in managed.items())
+    return (inner, outer) in case.plan.nestings()
 
 
 def _fully_shard_between_fsdp_replicates(case: Case) -> bool:

@@ -73,6 +73,11 @@ class ComposablePlan(Plan):
                 return None
             path = path.rpartition(".")[0]
 
+    def nestings(self) -> set[tuple[str, str]]:
+        """``(inner api, outer api)`` for each data-parallel call on a module strictly inside another one's."""
+        managed = self.data_parallel()
+        return {(a, b) for p, a in managed.items() for q, b in managed.items() if p != q and under(p, (q,))}
+
     def refusal(self) -> ExpectedError | None:
         """The error torch documents for the first call it refuses, or None."""
         seen: dict[str, list[str]] = {}
@@ -147,10 +152,7 @@ def validate(case: Case) -> None:
 def features(case: Case) -> set[str]:
     plan = case.plan
     tags = {f"api={c.api}" for c in plan.applies}
-    managed = plan.data_parallel()
-    for path, api in managed.items():
-        inside = {other for p, other in managed.items() if p != path and under(p, (path,))}
-        tags.update(f"{other}<{api}" for other in inside)  # an API applied inside another's subtree
+    tags.update(f"{inner}<{outer}" for inner, outer in plan.nestings())  # an API inside another's subtree
     order = [c for c in plan.applies if c.api in DATA_PARALLEL]
     if any(under(b.path, (a.path,)) and a.path != b.path for i, a in enumerate(order) for b in order[i + 1:]):
         tags.add("order=top-down")
