@@ -21,6 +21,7 @@ from typing import Callable
 
 from fuzz import dtypes
 from fuzz.case import Case
+from fuzz.case.checkpoint import DCP_FAMILIES, FSDP1_FAMILIES
 from fuzz.verdict import Verdict
 
 
@@ -532,6 +533,42 @@ KNOWN_BUGS = (
              ("error:system:RuntimeError:torch/optim/optimizer.py:zero_grad",),
              families=("composable",)),
 )
+
+
+# ---- checkpoint events (fuzz.case.checkpoint): bugs of torch.distributed.checkpoint and the state-dict APIs
+
+def _full_load_into_a_stateless_optimizer(case: Case) -> bool:
+    r = case.resumed()
+    return (case.checkpoint.load_way == "full" and case.train.optimizer == "sgd" and not case.train.momentum
+            and r.family not in FSDP1_FAMILIES)
+
+
+def _broadcast_through_set_state_dict(case: Case) -> bool:
+    return case.checkpoint.broadcast_from_rank0 and not case.checkpoint.separate
+
+
+CHECKPOINT_BUGS = (
+    # set_state_dict(full_state_dict=True) (and set_optimizer_state_dict) takes the device to distribute the
+    # full optimizer state to from the tensors of the optimizer's own state dict; plain SGD (no momentum) keeps no
+    # state tensors, so there is none and it asserts ("Expected device to be set") instead of loading the
+    # (tensor-free) state.  FSDP1 models take another branch (FSDP.optim_state_dict_to_load).
+    KnownBug("set_state_dict with a full state dict refuses an optimizer without state tensors (plain SGD)",
+             ("corpus/fsdp2/c9bce811ffd9bd20.json",),
+             _full_load_into_a_stateless_optimizer,
+             ("error:system:AssertionError:torch/distributed/checkpoint/state_dict.py:_load_optim_state_dict",),
+             families=DCP_FAMILIES),
+    # set_state_dict(broadcast_from_rank0=True) decides optim_only = not model_state_dict on each rank; the
+    # ranks other than 0 pass an empty model state dict (as the option asks), so they skip the model while rank
+    # 0 broadcasts it: the model is left as built on those ranks and the collectives no longer pair up (a hang,
+    # or rank 0 waiting in broadcast_object_list while the others train on).  set_model_state_dict and
+    # set_optimizer_state_dict called one after the other load fine.
+    KnownBug("set_state_dict with broadcast_from_rank0 skips the model on the ranks other than 0",
+             ("corpus/fsdp2/84c04d4ab70da2b4.json",),
+             _broadcast_through_set_state_dict,
+             ("error:system:CheckpointInvariant:checkpoint/invariants.py:check_snapshot", "hang"),
+             families=DCP_FAMILIES),
+)
+KNOWN_BUGS = KNOWN_BUGS + CHECKPOINT_BUGS
 
 
 def known_bug(case: Case, verdict: Verdict) -> KnownBug | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fuzz import families
 from fuzz.case import LEAF_SUBMODULES, Case, Node
+from fuzz.case.checkpoint import describe_checkpoint
 
 
 def _leaf(node: Node, width: int) -> str:
@@ -69,6 +70,7 @@ def describe_case(case: Case) -> str:
     if t.nonroot:
         lines.append(f"after each step, a second step whose forward/backward runs through only {t.nonroot} "
                      f"(non-root), on inputs of width {m.input_width(t.nonroot) or 'token ids'}")
+    lines += describe_checkpoint(case)
     if case.delays:
         lines.append("delays: " + ", ".join(f"rank {d.rank} sleeps {d.ms} ms {d.where.replace('_', ' ')}"
                                              for d in case.delays))

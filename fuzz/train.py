@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import numpy as np
 import torch
@@ -104,79 +105,140 @@ def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
 ROLES = ("reference", "system", "perturbed_reference")
 
 
-def run_system(case: Case, role: str, ctx: RankContext, record: bool = True) -> RankTrace:
+def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, segment: int | None = None,
+               scratch: str = "") -> RankTrace:
     """Train ``case`` with the system playing ``role`` (one of :data:`ROLES`) on this rank.
 
     ``record=False`` trains the same way but keeps no gradients or parameters (the benchmark's bare loop).
+    With a checkpoint event (:mod:`fuzz.case.checkpoint`) the system saves after the event's step into
+    ``scratch`` (a directory every rank sees), a fresh system of the resumed case loads and trains on; the
+    reference does the same through its trusted path where the load reshards, and otherwise trains on
+    uninterrupted.  ``segment`` 0 trains up to the save, 1 from the load (a resumed case of another world size
+    runs in another pool); None both.  Right after the load, a pass ``(step, "loaded")`` records the loaded
+    parameters (no loss, nothing stepped).
     """
     role, _, sample = role.partition("/")  # "perturbed_reference/<n>": the n-th sample of the noise
     if role not in ROLES or (sample and (role != "perturbed_reference" or not sample.isdigit())):
         raise ValueError(f"unknown role {role + ('/' + sample if sample else '')!r}")
-    shift = 7919 * int(sample or 0)
-    cls = resolve(case.system_name() if role == "system" else case.reference_name())
-    reset_rank_state(case.seed)
-    system = cls(case, ctx, role)
-    clock = ForwardClock()
-    model = build_model(case, ctx.rank, clock)
-    if role == "perturbed_reference":
-        if case.train.to_float64:
-            model = model.to(torch.float64)  # perturb what is trained, at its own precision
-        perturb(model, case.seed + shift)
-    for name, p in model.named_parameters():  # frozen before the parallel API is applied, as users do
-        p.requires_grad_(not case.train.frozen_at(name, 0))
-    system.setup(model)
-    trace = RankTrace()
+    run = _Run(case, role, int(sample or 0), ctx, record)
+    event = case.checkpoint
+    if not event:
+        run.start(case, 0)
+        run.train(0, case.train.steps)
+        return run.trace
+    from fuzz import checkpoint
+    from fuzz.case.checkpoint import reshards
 
-    def finish_pass(step: int, phase: str, losses: list[torch.Tensor], trains: bool = True) -> None:
+    turns = role == "system" or reshards(case)  # where nothing reshards, the reference trains on uninterrupted
+    directory = os.path.join(scratch, role + (f"-{sample}" if sample else ""))
+    if segment in (None, 0):
+        run.start(case, 0)
+        run.train(0, event.step)
+        if turns:
+            checkpoint.save(run.system, case, directory, trusted=role != "system")
+    if segment in (None, 1):
+        if turns:
+            run.start(case.resumed(), event.step)
+            checkpoint.load(run.system, case, directory, trusted=role != "system")
+        run.record_loaded(event.step)
+        run.train(event.step, case.train.steps)
+    return run.trace
+
+
+class _Run:
+    """One role's training on this rank: its system (replaced at a checkpoint event's load) and its trace."""
+
+    def __init__(self, case: Case, role: str, sample: int, ctx: RankContext, record: bool):
+        self.case, self.role, self.ctx, self.record = case, role, ctx, record
+        self.shift = 7919 * sample
+        self.trace = RankTrace()
+        self.clock = ForwardClock()
+        self.system = None
+
+    def start(self, case: Case, step: int) -> None:
+        """Build the model and apply ``case``'s system to it, as it stands at ``step`` (frozen parameters)."""
+        self.system = None
+        cls = resolve(case.system_name() if self.role == "system" else case.reference_name())
+        reset_rank_state(case.seed)
+        self.clock = ForwardClock()
+        system = cls(case, self.ctx, self.role)
+        model = build_model(case, self.ctx.rank, self.clock)
+        if self.role == "perturbed_reference" and step == 0:
+            if case.train.to_float64:
+                model = model.to(torch.float64)  # perturb what is trained, at its own precision
+            perturb(model, case.seed + self.shift)
+        for name, p in model.named_parameters():  # frozen before the parallel API is applied, as users do
+            p.requires_grad_(not case.train.frozen_at(name, step))
+        system.setup(model)
+        self.system = system
+
+    def record_loaded(self, step: int) -> None:
+        """The pass right after a checkpoint load: the parameters and buffers as loaded."""
+        self.trace.passes.append((step, "loaded"))
+        self.trace.losses.append(None)
+        if self.record:
+            self.trace.grads.append({})
+            self.trace.local_grad_scales.append({})
+            self.trace.params.append(self._params())
+        self.trace.collectives.append({})
+
+    def _params(self) -> dict:
+        system = self.system
+        return _record({**system.parameters(), **system.buffers()}, self.ctx, system.rank_local())
+
+    def finish_pass(self, step: int, phase: str, losses: list[torch.Tensor], trains: bool = True) -> None:
         """Record a pass (its losses summed over microbatches) and, unless it is an evaluation, step."""
+        system, trace, case = self.system, self.trace, self.case
         trace.passes.append((step, phase))
         kinds = "|".join(dict.fromkeys(_dtype(x) for x in losses))
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
-        if record:
-            trace.grads.append(_record(system.gradients(), ctx, system.rank_local()) if trains else {})
+        if self.record:
+            trace.grads.append(_record(system.gradients(), self.ctx, system.rank_local()) if trains else {})
             trace.local_grad_scales.append(system.local_gradient_scales())
-        if trains and role == "perturbed_reference":
-            perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes) + shift)
+        if trains and self.role == "perturbed_reference":
+            perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes) + self.shift)
         if trains:
             system.optimizer_step()
-        if record:
-            trace.params.append(_record({**system.parameters(), **system.buffers()}, ctx, system.rank_local())
-                                 if trains else {})
+        if self.record:
+            trace.params.append(self._params() if trains else {})
 
-    def counting():
+    def counting(self):
         """Count the collectives of a pass's forwards and backwards, where the system asks for it."""
-        return CollectiveCounter() if system.count_collectives else contextlib.nullcontext(None)
+        return CollectiveCounter() if self.system.count_collectives else contextlib.nullcontext(None)
 
-    n = case.train.microbatches
-    for step in range(case.train.steps):
-        if step and case.train.unfreezes_at(step):
-            system.unfreeze({name for name, _ in system.named_parameters()
-                             if case.train.frozen_at(name, step - 1) and not case.train.frozen_at(name, step)})
-        system.zero_grad(step)
-        losses = []
-        with counting() as comms:
-            for micro in range(n):
-                clock.set(step, micro, n)
-                torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both systems
-                with system.microbatch(micro, last=micro == n - 1):
-                    losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
-                                                          target_for(case, ctx.rank, step, ctx.device, micro)))
-        trace.collectives.append(_counts(comms))
-        finish_pass(step, "", losses)
-        if case.train.nonroot:  # a second pass, through only a non-root module (as after a root step)
-            path = case.train.nonroot
+    def train(self, first: int, stop: int) -> None:
+        """Steps ``first`` to ``stop - 1``, each under the case in force at it (:meth:`Case.at_step`)."""
+        system, trace, ctx, clock = self.system, self.trace, self.ctx, self.clock
+        n = self.case.train.microbatches
+        for step in range(first, stop):
+            case = self.case.at_step(step)
+            if step and case.train.unfreezes_at(step):
+                system.unfreeze({name for name, _ in system.named_parameters()
+                                 if case.train.frozen_at(name, step - 1) and not case.train.frozen_at(name, step)})
             system.zero_grad(step)
-            torch.manual_seed(forward_seed(case, ctx.rank, step, n))
-            with counting() as comms:
-                loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path),
-                                               target_for(case, ctx.rank, step, ctx.device, n, path), path)
+            losses = []
+            with self.counting() as comms:
+                for micro in range(n):
+                    clock.set(step, micro, n)
+                    torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both
+                    with system.microbatch(micro, last=micro == n - 1):
+                        losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
+                                                              target_for(case, ctx.rank, step, ctx.device, micro)))
             trace.collectives.append(_counts(comms))
-            finish_pass(step, f"non-root {path}", [loss])
-        if case.train.eval:  # an evaluation forward between steps: its loss is compared, nothing is stepped
-            clock.set(step, 0, n)
-            with counting() as comms:
-                loss = system.evaluate(batch_for(case, ctx.rank, step, ctx.device, n + 1),
-                                       target_for(case, ctx.rank, step, ctx.device, n + 1))
-            trace.collectives.append(_counts(comms))
-            finish_pass(step, "eval", [loss], trains=False)
-    return trace
+            self.finish_pass(step, "", losses)
+            if case.train.nonroot:  # a second pass, through only a non-root module (as after a root step)
+                path = case.train.nonroot
+                system.zero_grad(step)
+                torch.manual_seed(forward_seed(case, ctx.rank, step, n))
+                with self.counting() as comms:
+                    loss = system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, n, path),
+                                                   target_for(case, ctx.rank, step, ctx.device, n, path), path)
+                trace.collectives.append(_counts(comms))
+                self.finish_pass(step, f"non-root {path}", [loss])
+            if case.train.eval:  # an evaluation forward between steps: its loss is compared, nothing is stepped
+                clock.set(step, 0, n)
+                with self.counting() as comms:
+                    loss = system.evaluate(batch_for(case, ctx.rank, step, ctx.device, n + 1),
+                                           target_for(case, ctx.rank, step, ctx.device, n + 1))
+                trace.collectives.append(_counts(comms))
+                self.finish_pass(step, "eval", [loss], trains=False)

@@ -26,6 +26,8 @@ CHECKS = {
 
 def pass_name(step: int, phase: str = "") -> str:
     """How reports name a pass of training: ``step 3``, ``step 3 (non-root body.1 pass)``."""
+    if phase == "loaded":
+        return f"step {step} (right after the checkpoint load)"
     return f"step {step}" + (f" ({phase} pass)" if phase else "")
 
 

@@ -8,7 +8,7 @@ from fuzz.executor import Executor, RankOutcome
 from fuzz.expected import expectation, judge
 from fuzz.oracle import Tolerance, compare
 from fuzz.trace import Trace
-from fuzz.verdict import CRASH, ERROR, HANG, MISMATCH, Verdict
+from fuzz.verdict import CRASH, ERROR, HANG, MISMATCH, PASS, Verdict
 
 
 def traces(outcomes: list[RankOutcome], role: str) -> Trace:
@@ -62,27 +62,45 @@ def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Ver
     """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
     measured by a perturbed reference run, and a near miss with the largest noise of
     :data:`NOISE_SAMPLES` such runs (``fuzz.oracle``).  A case torch must refuse (:mod:`fuzz.expected`) runs
-    the system under test alone and passes when it raises the expected error."""
+    the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
+    resumes at another world size runs on two pools: each part is compared on its own, the first finding is
+    the verdict."""
     expected = expectation(case, executor.device_type(case.world_size))
     if expected is not None:
         outcomes = executor.run(case, timeout_s, roles=("system",))
         return judge(expected, outcomes, failure_verdict(outcomes))
-    outcomes = executor.run(case, timeout_s)
-    verdict = verdict_from_outcomes(case, outcomes)
+    segments = executor.run_segments(case, timeout_s)
+    verdict = verdict_of_segments(case, segments)
     if verdict.kind != MISMATCH or verdict.divergence.check != "value":
         return verdict
-    again = executor.run(case, timeout_s, roles=("perturbed_reference",))
-    if failure_verdict(again) is not None:
+    again = executor.run_segments(case, timeout_s, roles=("perturbed_reference",))
+    if len(again) != len(segments) or any(failure_verdict(o) is not None for o in again):
         return verdict
-    noise = [traces(again, "perturbed_reference")]
-    verdict = verdict_from_outcomes(case, outcomes, noise)
+    noise = [[traces(o, "perturbed_reference")] for o in again]
+    verdict = verdict_of_segments(case, segments, noise)
     if not _near_miss(verdict):
         return verdict
     roles = tuple(f"perturbed_reference/{i}" for i in range(1, NOISE_SAMPLES))
-    more = executor.run(case, timeout_s, roles=roles)
-    if failure_verdict(more) is not None:
+    more = executor.run_segments(case, timeout_s, roles=roles)
+    if len(more) != len(segments) or any(failure_verdict(o) is not None for o in more):
         return verdict
-    return verdict_from_outcomes(case, outcomes, noise + [traces(more, role) for role in roles])
+    return verdict_of_segments(case, segments, [n + [traces(o, role) for role in roles]
+                                                for n, o in zip(noise, more)])
+
+
+def verdict_of_segments(case: Case, segments: list[list[RankOutcome]], noises: list | None = None) -> Verdict:
+    """The first finding over the parts of a run (one pool's outcomes each), or PASS with the largest
+    closeness and every part's notes."""
+    passed = []
+    for i, outcomes in enumerate(segments):  # the second part runs the resumed case
+        verdict = verdict_from_outcomes(case.resumed() if i else case, outcomes, noises[i] if noises else None)
+        if verdict.kind != PASS:
+            return verdict
+        passed.append(verdict)
+    if len(passed) == 1:
+        return passed[0]
+    return Verdict(PASS, note="; ".join(v.note for v in passed if v.note),
+                   closeness=max(v.closeness for v in passed))
 
 
 def _near_miss(verdict: Verdict) -> bool:

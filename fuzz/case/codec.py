@@ -62,6 +62,13 @@ def from_jsonable(tp: Any, data: Any, where: str) -> Any:
             raise CaseError(where, f"expected a list, got {type(data).__name__}")
         return tuple(from_jsonable(args[0], v, f"{where}[{i}]") for i, v in enumerate(data))
     if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args:  # Optional[X]: null, or an X
+            if data is None:
+                return None
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) == 1:
+                return from_jsonable(rest[0], data, where)
         # Union[bool, int]: bool first so that JSON true stays a bool.
         for arg in typing.get_args(tp):
             if _scalar_ok(arg, data):

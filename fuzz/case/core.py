@@ -14,27 +14,17 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from fuzz.case import codec
+from fuzz.case.checkpoint import Checkpoint, resumed, validate_checkpoint
 from fuzz.case.errors import CaseError, check
 from fuzz.case.mesh import MeshSpec, validate_mesh
+from fuzz.case.plan import Plan
 from fuzz.case.model import ModelSpec, validate_model
 from fuzz.case.training import Delay, TrainSpec, validate_delays, validate_train
 
 SCHEMA = 2
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A family's plan: which modules get which parallel API, with which settings.  Each family subclasses
-    it (its ``family`` names it in JSON)."""
-
-    family: ClassVar[str] = ""
-
-    def mixed_precision(self) -> bool:
-        """Whether the plan computes, reduces or outputs in another dtype than the model's."""
-        return False
 
 
 @dataclass(frozen=True)
@@ -70,6 +60,9 @@ class Case:
     #: An error torch must raise for this case wherever it runs (e.g. a combination it documents refusing);
     #: a family may add one that depends on the device (:func:`fuzz.expected.expectation`).
     expect_error: ExpectedError = ExpectedError()
+    #: Save, load into a fresh system (possibly of another plan, mesh or world size) and train on
+    #: (:mod:`fuzz.case.checkpoint`).
+    checkpoint: Checkpoint = Checkpoint()
     schema: int = SCHEMA
 
     @property
@@ -136,7 +129,16 @@ class Case:
             except re.error as e:
                 raise CaseError("expect_error.match", f"not a regular expression: {e}") from None
         family.validate(self)
+        validate_checkpoint(self)
         return self
+
+    def resumed(self) -> Case:
+        """The case its checkpoint event's load resumes (itself where there is none)."""
+        return resumed(self) if self.checkpoint else self
+
+    def at_step(self, step: int) -> Case:
+        """The case in force at ``step``: from the checkpoint event's step on, the resumed one."""
+        return self.resumed() if self.checkpoint and step >= self.checkpoint.step else self
 
     def mixed_precision(self) -> bool:
         return self.plan.mixed_precision()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fuzz.case.checkpoint import checkpoint_features
+
 if TYPE_CHECKING:
     from fuzz.case.core import Case
 
@@ -50,4 +52,4 @@ def generic_features(case: Case) -> set[str]:
     if t.eval:
         tags.add("eval")
     tags.update(f"delay={d.where}" for d in case.delays)
-    return tags
+    return tags | checkpoint_features(case)

@@ -7,6 +7,8 @@ and respawned on its next use.
 
 from __future__ import annotations
 
+import tempfile
+
 from fuzz.case import Case
 from fuzz.executor.pool import PoolStartError, RankOutcome, RankPool
 
@@ -56,12 +58,38 @@ class Executor:
 
     def run(self, case: Case, timeout_s: float | None = None,
             roles: tuple[str, ...] = ("reference", "system")) -> list[RankOutcome]:
+        """Every rank's outcome of ``case`` run by ``roles``, on one pool: for a checkpoint event that
+        resumes at another world size, use :meth:`run_segments`."""
+        segments = self.run_segments(case, timeout_s, roles)
+        if len(segments) > 1:
+            raise ValueError("this case resumes at another world size: run_segments() runs it on two pools")
+        return segments[0]
+
+    def run_segments(self, case: Case, timeout_s: float | None = None,
+                     roles: tuple[str, ...] = ("reference", "system")) -> list[list[RankOutcome]]:
+        """Every rank's outcome of ``case`` run by ``roles``, per pool it runs on: one, or where its checkpoint
+        event resumes at another world size, the pool that trains up to the save and the one that loads
+        (the second only where the first finished).  A checkpoint event saves into a scratch directory made
+        here and removed after."""
+        if not case.checkpoint:
+            return [self._run(case.world_size, case, timeout_s, roles)]
+        with tempfile.TemporaryDirectory(prefix="parityfuzz-checkpoint-") as scratch:
+            resumed = case.resumed().world_size
+            if resumed == case.world_size:
+                return [self._run(case.world_size, case, timeout_s, roles, {"scratch": scratch})]
+            first = self._run(case.world_size, case, timeout_s, roles, {"scratch": scratch, "segment": 0})
+            if any(o.status != "ok" for o in first):
+                return [first]
+            return [first, self._run(resumed, case, timeout_s, roles, {"scratch": scratch, "segment": 1})]
+
+    def _run(self, world_size: int, case: Case, timeout_s: float | None, roles: tuple[str, ...],
+             job: dict | None = None) -> list[RankOutcome]:
         timeout = timeout_s or self.timeout_s or default_timeout(case)
-        pool = self.pool(case.world_size)
-        outcomes = pool.run(case.to_json(), timeout, roles)
+        pool = self.pool(world_size)
+        outcomes = pool.run(case.to_json(), timeout, roles, job)
         if not pool.broken and self._over_ceiling(pool):
             pool.close()
-            del self.pools[case.world_size]
+            del self.pools[world_size]
             self.recycles += 1
         return outcomes
 

@@ -116,12 +116,14 @@ class RankPool:
                 return []
         return out
 
-    def run(self, payload: str, timeout_s: float, roles: tuple[str, ...] = ("reference", "system")) -> list[RankOutcome]:
-        """Send one case (JSON) to every rank, to be run by each of ``roles``, and collect their outcomes."""
+    def run(self, payload: str, timeout_s: float, roles: tuple[str, ...] = ("reference", "system"),
+            job: dict | None = None) -> list[RankOutcome]:
+        """Send one case (JSON) to every rank, to be run by each of ``roles``, and collect their outcomes.
+        ``job`` says which segment of a checkpoint event to run, and where to save (:func:`fuzz.train.run_system`)."""
         assert not self.broken, "a broken pool must be replaced"
         self.busy = True
         for conn in self.conns:
-            conn.send(("run", payload, roles))
+            conn.send(("run", payload, roles, job or {}))
         deadline = time.monotonic() + timeout_s
         outcomes: dict[int, RankOutcome] = {}
         pending = set(range(self.world_size))

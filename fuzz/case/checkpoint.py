@@ -1,0 +1,215 @@
+"""A checkpoint event: the system under test saves its model and optimizer after ``step`` steps, a fresh system
+(the same family and plan, or another plan, mesh, family or world size) loads them, and training goes on to
+the end; the whole run is compared with the reference.
+
+Ways to save and load (:data:`WAYS`), each a public torch API:
+
+- ``dcp``: ``torch.distributed.checkpoint.state_dict.get_state_dict`` (model and optimizer, sharded unless
+  ``full_state_dict``) and ``dcp.save``; loaded by ``dcp.load`` into the fresh system's own state dict and
+  ``set_state_dict``;
+- ``full``: ``get_state_dict(full_state_dict=True)``, ``torch.save`` on rank 0 (every rank holds the full dict
+  unless ``cpu_offload``, which leaves the others empty); loaded by ``torch.load`` on every rank, or on rank 0
+  alone with ``broadcast_from_rank0``, and ``set_state_dict(full_state_dict=True)``;
+- ``fsdp1_full``, ``fsdp1_sharded``, ``fsdp1_local``: FSDP1's ``state_dict_type`` FULL (``rank0_only``,
+  ``offload_to_cpu``; ``torch.save``/``torch.load``), SHARDED (through DCP) and LOCAL (a file per rank), with
+  ``FSDP.optim_state_dict`` / ``FSDP.optim_state_dict_to_load`` (LOCAL: the optimizer's own state dict).
+
+A save and a load way of one *format* fit together: a checkpoint FSDP1 saved SHARDED loads through DCP into
+FSDP2, a FULL one through ``set_state_dict``.
+
+Which reference the run is compared with: where the load resumes the same world size, mesh and plan, the
+reference trains uninterrupted (the strictest oracle: the round trip must change nothing).  Where it reshards,
+the reference takes the same turn through a trusted path (its full plain tensors, ``torch.save`` and
+``torch.load``, bit for bit) into the reference of the resumed case, which needs a reference holding plain
+tensors (not the tensor-parallel mixed-precision one) and a model without per-rank control flow (the ranks'
+data-parallel places change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fuzz.case.errors import CaseError, check
+from fuzz.case.mesh import MeshSpec
+from fuzz.case.plan import Plan
+
+if TYPE_CHECKING:
+    from fuzz.case.core import Case
+
+#: Families whose systems hold their state in what ``get_state_dict`` takes (ZeRO's own round trip is the
+#: ``zero`` family's ``reload_at``).
+DCP_FAMILIES = ("fsdp2", "fsdp2_tp", "fsdp1", "fsdp1_tp", "composable")
+FSDP1_FAMILIES = ("fsdp1", "fsdp1_tp")
+
+#: Way -> (format, families that can save or load that way).
+WAYS = {
+    "dcp": ("dcp", DCP_FAMILIES),
+    "full": ("file", DCP_FAMILIES),
+    "fsdp1_full": ("file", FSDP1_FAMILIES),
+    "fsdp1_sharded": ("dcp", FSDP1_FAMILIES),
+    "fsdp1_local": ("local", FSDP1_FAMILIES),
+}
+
+#: The boolean options that are off by default.
+OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate")
+
+#: References whose parameters are plain tensors: they can take a resharding turn through the trusted path.
+PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_ignoring", "ddp_mp_fsdp1")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Save after ``step`` steps (0: no event) with ``save``, load with ``load`` (``""``: the same way) into a
+    fresh system of the resumed case: ``world_size``, ``mesh`` and ``plan`` where given, else the case's own.
+
+    Options, where the ways take them: ``full_state_dict`` (``dcp`` save), ``cpu_offload`` (``StateDictOptions``;
+    FSDP1 FULL's ``offload_to_cpu``), ``rank0_only`` (FSDP1 FULL), ``broadcast_from_rank0`` (``full`` load),
+    ``strict`` (the load's), ``separate`` (``dcp`` and ``full``: the model's and the optimizer's state dicts
+    through ``get/set_model_state_dict`` and ``get/set_optimizer_state_dict``, model first, as torchtitan and
+    torchtune take them, instead of ``get/set_state_dict``).
+    """
+
+    step: int = 0
+    save: str = "dcp"
+    load: str = ""
+    full_state_dict: bool = False
+    cpu_offload: bool = False
+    rank0_only: bool = False
+    broadcast_from_rank0: bool = False
+    strict: bool = True
+    separate: bool = False
+    world_size: int = 0
+    mesh: MeshSpec | None = None
+    plan: Plan | None = None
+
+    def __bool__(self) -> bool:
+        return self.step > 0
+
+    @property
+    def load_way(self) -> str:
+        return self.load or self.save
+
+
+def resumed(case: Case) -> Case:
+    """The case the load resumes: the checkpoint's world size, mesh and plan where it gives them."""
+    c = case.checkpoint
+    return dataclasses.replace(case, world_size=c.world_size or case.world_size, mesh=c.mesh or case.mesh,
+                               plan=c.plan or case.plan)
+
+
+def reshards(case: Case) -> bool:
+    """Whether the resumed case differs from the case (another world size, mesh or plan)."""
+    r = resumed(case)
+    return (r.world_size, r.mesh, r.plan) != (case.world_size, case.mesh, case.plan)
+
+
+def validate_checkpoint(case: Case) -> None:
+    """Check the checkpoint event against the case (the resumed case is validated by its family)."""
+    from fuzz import families
+    from fuzz.case.mesh import validate_mesh
+
+    c = case.checkpoint
+    if not c:
+        check(c == Checkpoint(), "checkpoint.step", "0 means no checkpoint event: give a step in [1, steps) "
+              "or leave the other checkpoint fields out")
+        return
+    check(1 <= c.step < case.train.steps, "checkpoint.step",
+          f"must be in [1, steps={case.train.steps}): save after some step, train on after the load")
+    check(not case.expect_error, "checkpoint", "a case torch must refuse does not train to a checkpoint")
+    for key, way in (("save", c.save), ("load", c.load_way)):
+        check(way in WAYS, f"checkpoint.{key}", f"must be one of {sorted(WAYS)}, got {way!r}")
+    r = resumed(case)
+    check(case.family in WAYS[c.save][1], "checkpoint.save",
+          f"{c.save!r} saves only from the families {list(WAYS[c.save][1])}, not {case.family!r}")
+    check(WAYS[c.load_way][0] == WAYS[c.save][0], "checkpoint.load",
+          f"{c.load_way!r} reads the {WAYS[c.load_way][0]} format, {c.save!r} writes the {WAYS[c.save][0]} one")
+    check(c.world_size >= 0, "checkpoint.world_size", f"must be >= 1 (0: the case's), got {c.world_size}")
+    if c.mesh is not None or c.world_size:
+        validate_mesh(r.mesh, r.world_size, families.get(r.family).meshes) if c.mesh is not None else check(
+            r.mesh.size == r.world_size, "checkpoint.mesh", f"world size {r.world_size} needs its own mesh")
+    check(r.family in WAYS[c.load_way][1], "checkpoint.load",
+          f"{c.load_way!r} loads only into the families {list(WAYS[c.load_way][1])}, not {r.family!r}")
+    if c.save == "fsdp1_local":
+        check(not reshards(case), "checkpoint.save",
+              "a LOCAL state dict holds this plan's own flat shards: it loads only into the same plan and mesh")
+    check(not c.full_state_dict or c.save == "dcp", "checkpoint.full_state_dict",
+          "an option of the 'dcp' save (the 'full' way always saves full state dicts)")
+    check(not c.cpu_offload or c.save in ("dcp", "full", "fsdp1_full"), "checkpoint.cpu_offload",
+          f"{c.save!r} takes no offload option")
+    check(not c.rank0_only or c.save == "fsdp1_full", "checkpoint.rank0_only", "an option of 'fsdp1_full'")
+    check(not c.separate or {c.save, c.load_way} & {"dcp", "full"}, "checkpoint.separate",
+          "an option of the 'dcp' and 'full' ways")
+    check(not c.broadcast_from_rank0 or c.load_way == "full", "checkpoint.broadcast_from_rank0",
+          "an option of the 'full' load")
+    check(not c.broadcast_from_rank0 or r.family not in FSDP1_FAMILIES, "checkpoint.broadcast_from_rank0",
+          "documented for DTensor state only, not FSDP1's ShardedTensor")
+    try:
+        families.get(r.family).validate(r)
+    except CaseError as e:
+        raise CaseError(f"checkpoint.{e.field}", f"(in the resumed case) {e.message}") from None
+    if reshards(case):
+        for which, c_ in (("the case", case), ("the resumed case", r)):
+            check(c_.reference_name() in PLAIN_REFERENCES, "checkpoint.plan",
+                  f"resharding takes the reference through its plain full tensors; {which}'s reference "
+                  f"{c_.reference_name()!r} holds sharded ones")
+        check(not case.model.rank_gates() or (r.world_size, r.mesh) == (case.world_size, case.mesh),
+              "checkpoint.mesh", "a model with per-rank control flow keeps its mesh (the ranks' places change)")
+
+
+def reshard_kind(case: Case) -> str:
+    """How the load reshards: ``""`` (not at all), ``world_size`` (the same plan on another world size),
+    ``mesh`` (another mesh, same family), ``plan`` (another plan of the same family and mesh), or
+    ``<family>-><family>``."""
+    r = resumed(case)
+    if not reshards(case):
+        return ""
+    if r.family != case.family:
+        return f"{case.family}->{r.family}"
+    if r.plan == case.plan:
+        return "world_size" if r.world_size != case.world_size else "mesh"
+    return "plan"
+
+
+def checkpoint_features(case: Case) -> set[str]:
+    """Feature tags of the checkpoint event (none without one)."""
+    c = case.checkpoint
+    if not c:
+        return set()
+    r = resumed(case)
+    tags = {f"ckpt_save={c.save}", f"ckpt_load={c.load_way}"}
+    tags.update(f"ckpt_{k}" for k in OPTIONS if getattr(c, k))
+    if not c.strict:
+        tags.add("ckpt_non_strict")
+    kind = reshard_kind(case)
+    if kind:
+        tags.add(f"ckpt_reshard={kind}")
+    if r.world_size != case.world_size:
+        tags.add(f"ckpt_ws={case.world_size}->{r.world_size}")
+    if r.mesh.names != case.mesh.names:
+        tags.add(f"ckpt_mesh={','.join(case.mesh.names)}->{','.join(r.mesh.names)}")
+    return tags
+
+
+def describe_checkpoint(case: Case) -> list[str]:
+    """Lines of the case printout about the checkpoint event."""
+    c = case.checkpoint
+    if not c:
+        return []
+    options = [f"{k}=True" for k in OPTIONS if getattr(c, k)] + ([] if c.strict else ["strict=False"])
+    lines = [f"checkpoint after step {c.step - 1}: saved the {c.save!r} way, loaded the {c.load_way!r} way"
+             + (f" ({', '.join(options)})" if options else "") + " into a fresh system"]
+    if reshards(case):
+        r = resumed(case)
+        lines.append(f"  resumed as: {r.family} family, world size {r.world_size}, mesh {r.mesh.label()}, "
+                     f"plan {codec_json(r.plan)}")
+    return lines
+
+
+def codec_json(plan) -> str:
+    import json
+
+    from fuzz.case.codec import to_jsonable
+
+    return json.dumps(to_jsonable(plan), sort_keys=True)

@@ -1,0 +1,57 @@
+"""A checkpoint event on a rank (:mod:`fuzz.case.checkpoint` says what a case asks for): the system under
+test saves and loads the way the case names (:mod:`.dcp`, :mod:`.fsdp1`), the reference through its trusted
+path (:mod:`.trusted`), and the invariants every save and load must keep are checked (:mod:`.invariants`).
+
+One registry maps a way's name to the functions that save and load it; :func:`save` and :func:`load` are
+what the trainer calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from fuzz.case import Case
+
+#: Way -> module holding its ``save_<way>`` and ``load_<way>`` functions.
+REGISTRY = {
+    "dcp": "fuzz.checkpoint.dcp",
+    "full": "fuzz.checkpoint.dcp",
+    "fsdp1_full": "fuzz.checkpoint.fsdp1",
+    "fsdp1_sharded": "fuzz.checkpoint.fsdp1",
+    "fsdp1_local": "fuzz.checkpoint.fsdp1",
+}
+
+
+def _way(name: str, verb: str):
+    return getattr(importlib.import_module(REGISTRY[name]), f"{verb}_{name}")
+
+
+def save(system, case: Case, directory: str, trusted: bool = False) -> None:
+    """Save ``system``'s model, optimizer and LR scheduler into ``directory`` (made here): the case's way for
+    the system under test, the trusted path for a reference.  The system under test also leaves a snapshot
+    of its full state, which the load is checked against."""
+    from fuzz.checkpoint import invariants, trusted as trusted_path
+
+    os.makedirs(directory, exist_ok=True)
+    if trusted:
+        trusted_path.save(system, directory)
+        return
+    invariants.save_snapshot(system, directory)
+    _way(case.checkpoint.save, "save")(system, case, directory)
+    trusted_path.save_scheduler(system, directory)
+
+
+def load(system, case: Case, directory: str, trusted: bool = False) -> None:
+    """Load what :func:`save` left in ``directory`` into a fresh ``system`` of the resumed case; for the system
+    under test, check the loaded state against the saved snapshot."""
+    from fuzz.checkpoint import invariants, trusted as trusted_path
+
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"checkpoint directory {directory} is missing: nothing was saved there")
+    if trusted:
+        trusted_path.load(system, directory)
+        return
+    _way(case.checkpoint.load_way, "load")(system, case, directory)
+    trusted_path.load_scheduler(system, directory)
+    invariants.check_snapshot(system, directory)

@@ -1,0 +1,150 @@
+"""What every save and load must keep, checked on each rank of the system under test (a violation raises
+:class:`CheckpointInvariant`, which the run reports as an error naming the invariant):
+
+- a state dict's keys are the unwrapped model's fully qualified names: no wrapper prefix, nothing missing,
+  nothing extra (its optimizer state names only those);
+- where the save is rank-0-only (``rank0_only``, or a full state dict with ``cpu_offload``), the other ranks
+  get empty dicts; where it offloads, every tensor is on the CPU;
+- right after the load, the fresh system's full parameters, buffers and optimizer state are the saved ones,
+  bit for bit (a round trip and a resharding move values, they compute nothing).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+class CheckpointInvariant(AssertionError):
+    """A save or load broke what torch documents it keeps."""
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def expected_keys(case) -> set[str]:
+    """The model state dict's keys: those of the case's model built plainly (no parallel API)."""
+    from fuzz.build import build_model
+
+    return set(build_model(case, 0).state_dict())
+
+
+def check_keys(case, model_sd: dict, optim_sd: dict, where: str) -> None:
+    """The keys of a model state dict and of the names in an optimizer state dict (FQN-keyed)."""
+    want = expected_keys(case)
+    got = set(model_sd)
+    if got != want:
+        raise CheckpointInvariant(f"{where}: the model state dict's keys are not the model's names: missing "
+                                  f"{sorted(want - got)}, unexpected {sorted(got - want)}")
+    named = set(optim_sd.get("state", {}))
+    for group in optim_sd.get("param_groups", ()):
+        named |= set(group.get("params", ()))
+    if not named <= want:
+        raise CheckpointInvariant(f"{where}: the optimizer state dict names {sorted(named - want)}, which are "
+                                  "not the model's parameters")
+
+
+def check_rank0_only(model_sd: dict, optim_sd: dict, where: str) -> bool:
+    """On ranks other than 0, both dicts are empty; returns whether this rank holds the state."""
+    if _rank() == 0:
+        return True
+    if model_sd or optim_sd:
+        raise CheckpointInvariant(f"{where}: rank {_rank()} got a non-empty state dict "
+                                  f"({len(model_sd)} model and {len(optim_sd)} optimizer entries); the save is rank 0's only")
+    return False
+
+
+def check_on_cpu(state: dict, where: str) -> None:
+    for name, t in _tensors(state):
+        local = t.to_local() if hasattr(t, "to_local") else t
+        if local.device.type != "cpu":
+            raise CheckpointInvariant(f"{where}: {name} is on {local.device}, not offloaded to the CPU")
+
+
+def _tensors(state, prefix: str = ""):
+    if isinstance(state, torch.Tensor):
+        yield prefix, state
+    elif isinstance(state, dict):
+        for k, v in state.items():
+            yield from _tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            yield from _tensors(v, f"{prefix}[{i}]")
+
+
+# --------------------------------------------------------------------------- the loaded state is the saved one
+
+def snapshot(system) -> dict:
+    """The system's full state as plain CPU tensors and values: parameters and buffers by case name, the
+    optimizer's state and hyperparameters per parameter name (``get_optimizer_state_dict``, full)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    # One get_state_dict call, as users take it (alone, get_optimizer_state_dict fails with KeyError on an FSDP2
+    # model an evaluation forward left unsharded under reshard_after_forward=False; the registered parameters are
+    # then the unsharded compute copies, which the model's state dict hooks reshard).
+    model, optim = get_state_dict(system.model, system.optim, options=StateDictOptions(full_state_dict=True))
+    out = {f"model {name}": _plain(t) for name, t in model.items()}
+    for param, state in optim.get("state", {}).items():
+        for key, value in state.items():
+            out[f"optimizer state {param}.{key}"] = _plain(value)
+    for group in optim.get("param_groups", ()):
+        hyper = {k: v for k, v in group.items() if k != "params"}
+        for param in group.get("params", ()):
+            out[f"optimizer group of {param}"] = hyper
+    return out
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        return full.detach().cpu().clone()
+    return value
+
+
+def save_snapshot(system, directory: str) -> None:
+    state = snapshot(system)
+    if _rank() == 0:
+        torch.save(state, os.path.join(directory, "snapshot.pt"))
+
+
+def check_snapshot(system, directory: str) -> None:
+    """The loaded state against the saved snapshot, bit for bit; the first difference is the violation."""
+    saved = torch.load(os.path.join(directory, "snapshot.pt"), weights_only=False)
+    loaded = snapshot(system)
+    missing, extra = sorted(set(saved) - set(loaded)), sorted(set(loaded) - set(saved))
+    if missing or extra:
+        raise CheckpointInvariant(f"after the load: missing {missing[:5]}, unexpected {extra[:5]} (against "
+                                  "what was saved)")
+    for name in sorted(saved):
+        a, b = saved[name], loaded[name]
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise CheckpointInvariant(f"after the load: {name} is {b.dtype} {list(b.shape)}, saved "
+                                          f"{a.dtype} {list(a.shape)}")
+            if not torch.equal(a, b) and not (a.isnan().any() and torch.equal(a.nan_to_num(), b.nan_to_num())):
+                diff = float((a.double() - b.double()).abs().max())
+                n = int((a != b).sum())
+                raise CheckpointInvariant(f"after the load: {name} differs from what was saved in {n} of "
+                                          f"{a.numel()} elements (max abs {diff:.3g})")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            keys = sorted(k for k in set(a) | set(b) if _value(a.get(k)) != _value(b.get(k)))
+            if keys:
+                raise CheckpointInvariant(f"after the load: {name} has " + ", ".join(
+                    f"{k}={_value(b.get(k))!r} (saved {_value(a.get(k))!r})" for k in keys))
+        elif _value(a) != _value(b):
+            raise CheckpointInvariant(f"after the load: {name} is {_value(b)!r}, saved {_value(a)!r}")
+
+
+def _value(v):
+    """A value as compared: one-element tensors as numbers, lists as tuples (a round trip may turn Adam's
+    ``betas`` into a list, which works alike)."""
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return v.item()
+    return tuple(_value(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+__all__ = ["CheckpointInvariant", "check_keys", "check_on_cpu", "check_rank0_only", "check_snapshot",
+           "save_snapshot", "snapshot"]

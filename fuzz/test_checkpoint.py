@@ -1,0 +1,11 @@
+"""Fuzz target: a run that saves mid-training, loads into a fresh system (the same plan, or another plan, mesh,
+family or world size) and trains on must train exactly like the uninterrupted reference."""
+
+import pytest
+
+from strategies.checkpoint import checkpointed_cases
+
+
+@pytest.mark.fuzz_target
+def test_checkpoint_round_trip_matches_uninterrupted(fuzz_session):
+    fuzz_session.run_target("checkpoint", lambda world_sizes: checkpointed_cases(world_sizes=world_sizes))

@@ -1,0 +1,112 @@
+"""Checkpoint events (:mod:`fuzz.case.checkpoint`) for a drawn case: save after a drawn step one of the ways its
+family can, load one of the ways that read that format into the resumed case, with drawn options.
+
+What the load resumes, in shrinking order:
+
+- the same world size, mesh and plan (most cases: the reference trains on uninterrupted);
+- the same plan at another world size (1-D meshes);
+- an FSDP2 plan on an FSDP2 mesh of the same or another world size (2-D to 1-D, FSDP+TP to FSDP, FSDP1 to FSDP2,
+  composable to FSDP2);
+- plain DDP (the composable family's DDP-based ``replicate`` on the root).
+
+Resharding is drawn only where the reference can take the trusted turn (no mixed precision, no per-rank control
+flow); a resumed case that its family refuses falls back to the same plan.  Shrinking: toward the first step,
+the ``dcp`` way, no options, no resharding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from fuzz.case import Case, CaseError, MeshSpec
+from fuzz.case.checkpoint import PLAIN_REFERENCES, WAYS, Checkpoint
+
+RESHARDS = ("none", "world_size", "fsdp2", "ddp")
+
+
+def ways_from(family: str) -> list[str]:
+    return [w for w, (_, families) in WAYS.items() if family in families]
+
+
+def ways_into(family: str, fmt: str) -> list[str]:
+    return [w for w, (f, families) in WAYS.items() if family in families and f == fmt]
+
+
+def can_reshard(case: Case) -> bool:
+    return (not case.mixed_precision() and not case.model.rank_gates()
+            and case.reference_name() in PLAIN_REFERENCES)
+
+
+@st.composite
+def resumes(draw, case: Case, world_sizes: tuple[int, ...]) -> dict:
+    """``world_size``, ``mesh`` and ``plan`` of the resumed case (``{}``: the case's own)."""
+    kind = draw(st.sampled_from(RESHARDS)) if can_reshard(case) else "none"
+    others = [w for w in world_sizes if w != case.world_size and w > 1]
+    if kind == "world_size":
+        if len(case.mesh.shape) != 1 or not others:
+            return {}
+        ws = draw(st.sampled_from(others))
+        return {"world_size": ws, "mesh": MeshSpec((ws,), case.mesh.names)}
+    if kind == "fsdp2":
+        from strategies.fsdp2.meshes import meshes
+        from strategies.fsdp2.wrapping import plans
+
+        ws = draw(st.sampled_from([case.world_size] + others))
+        mesh = draw(meshes(ws))
+        plan = draw(plans(case.model, mesh))
+        return {"world_size": ws if ws != case.world_size else 0, "mesh": mesh, "plan": plan}
+    if kind == "ddp":
+        from fuzz.families.composable import ComposablePlan, Compose
+
+        ws = draw(st.sampled_from([case.world_size] + others))
+        return {"world_size": ws if ws != case.world_size else 0, "mesh": MeshSpec((ws,), ("dp_shard",)),
+                "plan": ComposablePlan(applies=(Compose("", "replicate"),))}
+    return {}
+
+
+@st.composite
+def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case:
+    """``case`` (trained for at least 2 steps) with a checkpoint event; validated."""
+    if case.train.steps < 2:
+        case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=2))
+    step = draw(st.integers(1, case.train.steps - 1))
+    save = draw(st.sampled_from(ways_from(case.family)))
+    resume = draw(resumes(case, world_sizes)) if save != "fsdp1_local" else {}
+    event = Checkpoint(step=step, save=save, **resume)
+    try:
+        dataclasses.replace(case, checkpoint=event).validate()
+    except CaseError:
+        event = Checkpoint(step=step, save=save)
+    resumed = dataclasses.replace(case, checkpoint=event).resumed()
+    load = draw(st.sampled_from(ways_into(resumed.family, WAYS[save][0])))
+    options = {}
+    if save == "dcp":
+        options["full_state_dict"] = draw(st.booleans())
+    if save in ("dcp", "full", "fsdp1_full"):
+        options["cpu_offload"] = draw(st.booleans())
+    if save == "fsdp1_full":
+        options["rank0_only"] = draw(st.booleans())
+    if load == "full" and resumed.family not in ("fsdp1", "fsdp1_tp"):
+        options["broadcast_from_rank0"] = draw(st.booleans())
+    if {save, load} & {"dcp", "full"}:
+        options["separate"] = draw(st.booleans())
+    options["strict"] = not draw(st.booleans())
+    event = dataclasses.replace(event, load="" if load == save else load, **options)
+    return dataclasses.replace(case, checkpoint=event).validate()
+
+
+@st.composite
+def checkpointed_cases(draw, world_sizes: tuple[int, ...] = (1, 2, 4), max_steps: int = 10) -> Case:
+    """A case of any family that checkpoints through ``get_state_dict`` or FSDP1's state dicts, with an event."""
+    from fuzz.case.checkpoint import DCP_FAMILIES
+    from fuzz.expected import expectation
+    from strategies.cases import cases
+
+    family = draw(st.sampled_from(DCP_FAMILIES))
+    case = draw(cases(family=family, world_sizes=world_sizes, max_steps=max_steps))
+    # A case torch refuses (an expected error) trains to no checkpoint: not spent here.
+    assume(expectation(case, "cpu") is None)
+    return draw(checkpoints(case, world_sizes))
