@@ -547,6 +547,12 @@ def _broadcast_through_set_state_dict(case: Case) -> bool:
     return case.checkpoint.broadcast_from_rank0 and not case.checkpoint.separate
 
 
+def _fsdp1_full_state_dict_offloaded_on_cpu(case: Case) -> bool:
+    c = case.checkpoint
+    full = c.save in ("fsdp1_full", "full") or (c.save == "dcp" and c.full_state_dict)
+    return case.family in FSDP1_FAMILIES and full and c.cpu_offload
+
+
 CHECKPOINT_BUGS = (
     # set_state_dict(full_state_dict=True) (and set_optimizer_state_dict) takes the device to distribute the
     # full optimizer state to from the tensors of the optimizer's own state dict; plain SGD (no momentum) keeps no
@@ -565,8 +571,17 @@ CHECKPOINT_BUGS = (
     KnownBug("set_state_dict with broadcast_from_rank0 skips the model on the ranks other than 0",
              ("corpus/fsdp2/84c04d4ab70da2b4.json",),
              _broadcast_through_set_state_dict,
-             ("error:system:CheckpointInvariant:checkpoint/invariants.py:check_snapshot", "hang"),
+             ("mismatch:checkpoint:loaded", "hang"),
              families=DCP_FAMILIES),
+    # FSDP1's FULL_STATE_DICT with offload_to_cpu=True (directly, or through get_state_dict(full_state_dict=True,
+    # cpu_offload=True)) on CPU ranks: the "offloaded" copy of an unsharded parameter that is already on the CPU
+    # is the unsharded storage itself, which FSDP1 frees when it reshards; the post-state-dict hook's clone() then
+    # reads freed memory and the rank dies with SIGSEGV (with or without rank0_only; one Linear suffices).
+    KnownBug("FSDP1 full state dict with offload_to_cpu on CPU ranks segfaults",
+             ("corpus/fsdp1/8b453d46848f51bf.json",),
+             _fsdp1_full_state_dict_offloaded_on_cpu,
+             ("crash:-11",),
+             families=FSDP1_FAMILIES),
 )
 KNOWN_BUGS = KNOWN_BUGS + CHECKPOINT_BUGS
 

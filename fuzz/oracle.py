@@ -1,8 +1,9 @@
 """The oracle: pure comparison of a reference trace and a system-under-test trace.
 
 Per pass of training (a step; with ``train.nonroot`` each step's second pass through a non-root module;
-with ``train.eval_every`` a forward under ``no_grad``), in order:
-
+with ``train.eval_every`` a forward under ``no_grad``; with a checkpoint event the pass right after the load),
+first whether a checkpoint event's save or load broke one of its invariants there on some rank of the system
+under test (:mod:`fuzz.checkpoint.invariants`; check ``checkpoint``), then in order:
 0. where a system counts them, every rank issued the same collectives in the pass's forwards and backwards
    (counted per op, as ``CommDebugMode`` counts them) as the other ranks of its control flow (all ranks,
    unless per-rank gates make data-parallel ranks differ): SPMD training runs the same collectives on each;
@@ -244,6 +245,12 @@ def compare(ref: Trace, sut: Trace, promise: Promise, tol: Tolerance,
 
 def _compare_pass(p: _Pass, promise: Promise) -> None:
     step, phase = p.at
+    for rank, rt in enumerate(p.sut.ranks):  # a checkpoint event's save or load broke an invariant here
+        for i, kind, tensor, message, max_abs in getattr(rt, "violations", ()):
+            if i == p.i:
+                ranks = [r for r, other in enumerate(p.sut.ranks)
+                         if any(v[0] == i and v[1] == kind for v in getattr(other, "violations", ()))]
+                p.fail(kind, tensor, "checkpoint", message, ranks=ranks, max_abs=max_abs)
     for role, trace in (("system under test", p.sut), ("reference", p.ref)):
         counts = [rt.collectives[p.i] if p.i < len(rt.collectives) else {} for rt in trace.ranks]
         flows = promise.flows or (0,) * len(counts)

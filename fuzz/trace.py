@@ -127,6 +127,9 @@ class RankTrace:
     #: Per pass, the largest magnitude of each parameter's gradient as computed on this rank before any
     #: reduction across ranks (``{name: float}``), for reference systems; empty otherwise.
     local_grad_scales: list[dict] = field(default_factory=list)
+    #: What a checkpoint event's save or load broke (:mod:`fuzz.checkpoint.invariants`): ``(pass index, kind,
+    #: tensor, message, max_abs)``, at the last pass before the save or the pass right after the load.
+    violations: list[tuple] = field(default_factory=list)
 
     def tensors(self, what: str) -> list[Tensors]:
         return {"grad": self.grads, "param": self.params}[what]

@@ -135,12 +135,15 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
         run.start(case, 0)
         run.train(0, event.step)
         if turns:
-            checkpoint.save(run.system, case, directory, trusted=role != "system")
+            run.trace.violations += [(len(run.trace.passes) - 1, *v)
+                                     for v in checkpoint.save(run.system, case, directory, trusted=role != "system")]
     if segment in (None, 1):
+        broken = []
         if turns:
             run.start(case.resumed(), event.step)
-            checkpoint.load(run.system, case, directory, trusted=role != "system")
+            broken = checkpoint.load(run.system, case, directory, trusted=role != "system")
         run.record_loaded(event.step)
+        run.trace.violations += [(len(run.trace.passes) - 1, *v) for v in broken]
         run.train(event.step, case.train.steps)
     return run.trace
 
@@ -167,8 +170,10 @@ class _Run:
             if case.train.to_float64:
                 model = model.to(torch.float64)  # perturb what is trained, at its own precision
             perturb(model, case.seed + self.shift)
-        for name, p in model.named_parameters():  # frozen before the parallel API is applied, as users do
-            p.requires_grad_(not case.train.frozen_at(name, step))
+        # Frozen before the parallel API is applied, as users do; a system resumed at a checkpoint's step is frozen
+        # as the saved one was (after the step before), and unfreezes at the step as the uninterrupted one does.
+        for name, p in model.named_parameters():
+            p.requires_grad_(not case.train.frozen_at(name, max(step - 1, 0)))
         system.setup(model)
         self.system = system
 

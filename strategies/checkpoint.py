@@ -22,17 +22,13 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from fuzz.case import Case, CaseError, MeshSpec
-from fuzz.case.checkpoint import PLAIN_REFERENCES, WAYS, Checkpoint
+from fuzz.case.checkpoint import DCP_FAMILIES, PLAIN_REFERENCES, WAYS, Checkpoint, saves_from
 
 RESHARDS = ("none", "world_size", "fsdp2", "ddp")
 
 
-def ways_from(family: str) -> list[str]:
-    return [w for w, (_, families) in WAYS.items() if family in families]
-
-
-def ways_into(family: str, fmt: str) -> list[str]:
-    return [w for w, (f, families) in WAYS.items() if family in families and f == fmt]
+def ways_into(case: Case, fmt: str) -> list[str]:
+    return [w for w in saves_from(case) if WAYS[w][0] == fmt]
 
 
 def can_reshard(case: Case) -> bool:
@@ -44,6 +40,8 @@ def can_reshard(case: Case) -> bool:
 def resumes(draw, case: Case, world_sizes: tuple[int, ...]) -> dict:
     """``world_size``, ``mesh`` and ``plan`` of the resumed case (``{}``: the case's own)."""
     kind = draw(st.sampled_from(RESHARDS)) if can_reshard(case) else "none"
+    if case.system and (kind == "ddp" or (kind == "fsdp2" and case.family != "fsdp2")):
+        kind = "none"  # a named system under test runs its own family's plans
     others = [w for w in world_sizes if w != case.world_size and w > 1]
     if kind == "world_size":
         if len(case.mesh.shape) != 1 or not others:
@@ -73,7 +71,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     if case.train.steps < 2:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=2))
     step = draw(st.integers(1, case.train.steps - 1))
-    save = draw(st.sampled_from(ways_from(case.family)))
+    save = draw(st.sampled_from(saves_from(case)))
     resume = draw(resumes(case, world_sizes)) if save != "fsdp1_local" else {}
     event = Checkpoint(step=step, save=save, **resume)
     try:
@@ -81,7 +79,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     except CaseError:
         event = Checkpoint(step=step, save=save)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
-    load = draw(st.sampled_from(ways_into(resumed.family, WAYS[save][0])))
+    load = draw(st.sampled_from(ways_into(resumed, WAYS[save][0])))
     options = {}
     if save == "dcp":
         options["full_state_dict"] = draw(st.booleans())
@@ -99,14 +97,17 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
 
 
 @st.composite
-def checkpointed_cases(draw, world_sizes: tuple[int, ...] = (1, 2, 4), max_steps: int = 10) -> Case:
-    """A case of any family that checkpoints through ``get_state_dict`` or FSDP1's state dicts, with an event."""
-    from fuzz.case.checkpoint import DCP_FAMILIES
+def checkpointed_cases(draw, world_sizes: tuple[int, ...] = (1, 2, 4), max_steps: int = 10, max_depth: int = 2,
+                       families: tuple[str, ...] = DCP_FAMILIES, system: str = "") -> Case:
+    """A case of one of ``families`` (those that checkpoint through ``get_state_dict`` or FSDP1's state dicts),
+    with an event.  ``system``: a system under test of the family's own (a plug-in, a test-only fault); its
+    cases resume within the family."""
     from fuzz.expected import expectation
     from strategies.cases import cases
 
-    family = draw(st.sampled_from(DCP_FAMILIES))
-    case = draw(cases(family=family, world_sizes=world_sizes, max_steps=max_steps))
+    family = draw(st.sampled_from(families))
+    case = draw(cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth,
+                      system=system))
     # A case torch refuses (an expected error) trains to no checkpoint: not spent here.
     assume(expectation(case, "cpu") is None)
     return draw(checkpoints(case, world_sizes))

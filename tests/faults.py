@@ -342,6 +342,17 @@ class _Injected:
         super().setup(model)
 
 
+def _patch_once(owner, name: str, make) -> None:
+    """``owner.name = make(owner.name)``, unless a patch of this kind is in place already: a checkpoint event
+    builds the system under test twice in one case, and a second wrapper would undo a swap or double a shift."""
+    current = getattr(owner, name)
+    if getattr(current, "_parityfuzz_fault", None) == make.__qualname__:
+        return
+    patched = make(current)
+    patched._parityfuzz_fault = make.__qualname__
+    setattr(owner, name, patched)
+
+
 class _InsideFSDP2(_Injected, FSDP2System):
     """A fault inside FSDP2's internals."""
 
@@ -709,3 +720,68 @@ class ZeroOverlapOnGloo(_Injected, ZeroSystem):
 
         ddp_zero_hook.dist = types.SimpleNamespace(**{k: getattr(dist, k) for k in dir(dist) if not k.startswith("__")})
         ddp_zero_hook.dist.get_backend = lambda *args, **kwargs: "nccl"
+
+
+class ShortShardLoadedAtWrongOffset(_InsideFSDP2):
+    """Loading a full state dict into DTensors (``set_state_dict(full_state_dict=True)``, with or without
+    ``broadcast_from_rank0``) copies a short last shard (dim 0 not divisible by the shard group) from one row too
+    early; every other shard, and every other way to load, is right."""
+
+    def inject(self):
+        import torch.distributed._state_dict_utils as utils
+
+        compute = utils.compute_local_shape_and_global_offset
+
+        def short(global_shape, mesh, placements):
+            shape, offset = compute(global_shape, mesh, placements)
+            full_chunk = -(-global_shape[0] // mesh.size()) if global_shape else 0
+            return (shape, offset) if global_shape and 0 < shape[0] < full_chunk and offset[0] > 0 else None
+
+        def shift_offsets(original):
+            def shifted(global_shape, mesh, placements, *args, **kwargs):
+                found = short(global_shape, mesh, placements)
+                if found is None:
+                    return original(global_shape, mesh, placements, *args, **kwargs)
+                shape, offset = found
+                return shape, (offset[0] - 1, *offset[1:])
+            return shifted
+
+        def shift_copies(original):
+            def distributed(tensor, mesh, placements, *args, **kwargs):
+                out = original(tensor, mesh, placements, *args, **kwargs)
+                found = short(tuple(tensor.shape), mesh, placements)
+                if found is not None:
+                    (rows, *_), (first, *_) = found
+                    out.to_local().copy_(tensor[first - 1:first - 1 + rows].to(out.to_local().device))
+                return out
+            return distributed
+
+        _patch_once(utils, "compute_local_shape_and_global_offset", shift_offsets)
+        _patch_once(utils, "distribute_tensor", shift_copies)
+
+
+class OptimizerStateOfRenamedParamSwapped(_InsideFSDP2):
+    """Where ``set_state_dict`` maps the optimizer state's names back to parameters of a model whose names had a
+    wrapper prefix taken out (``_checkpoint_wrapped_module``, normalised away in the saved names), the states of
+    the first two parameters of one shape change places."""
+
+    def inject(self):
+        import torch.distributed.checkpoint.state_dict as sd
+
+        def swap_states(original):
+            def split(model, optim, optim_state_dict, info):
+                out = original(model, optim, optim_state_dict, info)
+                state = out.get("state", {})
+                renamed = any("_checkpoint_wrapped_module" in n for n, _ in model.named_parameters())
+                params = [p for g in optim.param_groups for p in g["params"]]
+                fqn = {id(p): next(iter(info.fqn_param_mapping[p])) for p in params if p in info.fqn_param_mapping}
+                held = [p for p in params if fqn.get(id(p)) in state]
+                pair = next(((p, q) for i, p in enumerate(held) for q in held[i + 1:] if p.shape == q.shape), None)
+                if renamed and pair is not None:
+                    a, b = fqn[id(pair[0])], fqn[id(pair[1])]
+                    state[a], state[b] = state[b], state[a]
+                return out
+
+            return split
+
+        _patch_once(sd, "_split_optim_state_dict", swap_states)

@@ -28,7 +28,8 @@ def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, 
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=SHRINK_BUDGET_S, max_cases=max_cases,
                           max_shrink_runs=max_shrink_runs)
     fuzzer = Fuzzer(options, executor, log=print)
-    return fuzzer.fuzz(system, strategy or cases(world_sizes=world_sizes, system=system), budget_s=budget_s)
+    return fuzzer.fuzz(system, strategy if strategy is not None else cases(world_sizes=world_sizes, system=system),
+                       budget_s=budget_s)
 
 
 @pytest.mark.parametrize("fault, shows", [

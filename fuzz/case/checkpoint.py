@@ -92,6 +92,12 @@ class Checkpoint:
         return self.load or self.save
 
 
+def saves_from(case: Case) -> list[str]:
+    """The ways ``case``'s system can save (and load, into the same plan)."""
+    local = not getattr(case.plan, "use_orig_params", False)
+    return [w for w, (_, families) in WAYS.items() if case.family in families and (w != "fsdp1_local" or local)]
+
+
 def resumed(case: Case) -> Case:
     """The case the load resumes: the checkpoint's world size, mesh and plan where it gives them."""
     c = case.checkpoint
@@ -126,14 +132,21 @@ def validate_checkpoint(case: Case) -> None:
     check(WAYS[c.load_way][0] == WAYS[c.save][0], "checkpoint.load",
           f"{c.load_way!r} reads the {WAYS[c.load_way][0]} format, {c.save!r} writes the {WAYS[c.save][0]} one")
     check(c.world_size >= 0, "checkpoint.world_size", f"must be >= 1 (0: the case's), got {c.world_size}")
-    if c.mesh is not None or c.world_size:
-        validate_mesh(r.mesh, r.world_size, families.get(r.family).meshes) if c.mesh is not None else check(
-            r.mesh.size == r.world_size, "checkpoint.mesh", f"world size {r.world_size} needs its own mesh")
+    if c.mesh is None:
+        check(r.mesh.size == r.world_size, "checkpoint.mesh", f"world size {r.world_size} needs its own mesh")
+    try:
+        validate_mesh(r.mesh, r.world_size, families.get(r.family).meshes)
+    except CaseError as e:
+        raise CaseError(f"checkpoint.{e.field}", f"(in the resumed case) {e.message}") from None
+    check(not case.system or r.family == case.family, "checkpoint.plan",
+          f"the named system under test {case.system!r} runs {case.family!r} plans only")
     check(r.family in WAYS[c.load_way][1], "checkpoint.load",
           f"{c.load_way!r} loads only into the families {list(WAYS[c.load_way][1])}, not {r.family!r}")
     if c.save == "fsdp1_local":
         check(not reshards(case), "checkpoint.save",
               "a LOCAL state dict holds this plan's own flat shards: it loads only into the same plan and mesh")
+        check(not getattr(case.plan, "use_orig_params", False), "checkpoint.save",
+              "FSDP1 saves LOCAL state dicts of flat parameters only (use_orig_params=False)")
     check(not c.full_state_dict or c.save == "dcp", "checkpoint.full_state_dict",
           "an option of the 'dcp' save (the 'full' way always saves full state dicts)")
     check(not c.cpu_offload or c.save in ("dcp", "full", "fsdp1_full"), "checkpoint.cpu_offload",

@@ -27,31 +27,36 @@ def _way(name: str, verb: str):
     return getattr(importlib.import_module(REGISTRY[name]), f"{verb}_{name}")
 
 
-def save(system, case: Case, directory: str, trusted: bool = False) -> None:
+def save(system, case: Case, directory: str, trusted: bool = False) -> list[tuple]:
     """Save ``system``'s model, optimizer and LR scheduler into ``directory`` (made here): the case's way for
     the system under test, the trusted path for a reference.  The system under test also leaves a snapshot
-    of its full state, which the load is checked against."""
+    of its full state, which the load is checked against.  Returns the invariants the save broke
+    (:func:`fuzz.checkpoint.invariants.take`)."""
     from fuzz.checkpoint import invariants, trusted as trusted_path
 
     os.makedirs(directory, exist_ok=True)
+    invariants.take()
     if trusted:
         trusted_path.save(system, directory)
-        return
+        return []
     invariants.save_snapshot(system, directory)
     _way(case.checkpoint.save, "save")(system, case, directory)
     trusted_path.save_scheduler(system, directory)
+    return invariants.take()
 
 
-def load(system, case: Case, directory: str, trusted: bool = False) -> None:
+def load(system, case: Case, directory: str, trusted: bool = False) -> list[tuple]:
     """Load what :func:`save` left in ``directory`` into a fresh ``system`` of the resumed case; for the system
-    under test, check the loaded state against the saved snapshot."""
+    under test, check the loaded state against the saved snapshot.  Returns the invariants the load broke."""
     from fuzz.checkpoint import invariants, trusted as trusted_path
 
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"checkpoint directory {directory} is missing: nothing was saved there")
+    invariants.take()
     if trusted:
         trusted_path.load(system, directory)
-        return
+        return []
     _way(case.checkpoint.load_way, "load")(system, case, directory)
     trusted_path.load_scheduler(system, directory)
     invariants.check_snapshot(system, directory)
+    return invariants.take()

@@ -1,5 +1,4 @@
-"""What every save and load must keep, checked on each rank of the system under test (a violation raises
-:class:`CheckpointInvariant`, which the run reports as an error naming the invariant):
+"""What every save and load must keep, checked on each rank of the system under test:
 
 - a state dict's keys are the unwrapped model's fully qualified names: no wrapper prefix, nothing missing,
   nothing extra (its optimizer state names only those);
@@ -7,6 +6,10 @@
   get empty dicts; where it offloads, every tensor is on the CPU;
 - right after the load, the fresh system's full parameters, buffers and optimizer state are the saved ones,
   bit for bit (a round trip and a resharding move values, they compute nothing).
+
+A violation is recorded (:func:`report`), not raised: the ranks train on in step, the trainer puts what was
+recorded into the trace (:func:`take`), and the oracle reports the first one as a ``checkpoint`` mismatch at the
+pass it belongs to (the last pass before the save, or the pass right after the load).
 """
 
 from __future__ import annotations
@@ -17,8 +20,20 @@ import torch
 import torch.distributed as dist
 
 
-class CheckpointInvariant(AssertionError):
-    """A save or load broke what torch documents it keeps."""
+#: ``(kind, tensor, message, max_abs)`` of each violation since the last :func:`take`; kind is ``keys``,
+#: ``rank0_only``, ``offload`` or ``loaded``.
+_VIOLATIONS: list[tuple[str, str, str, float]] = []
+
+
+def report(kind: str, tensor: str, message: str, max_abs: float = float("inf")) -> None:
+    _VIOLATIONS.append((kind, tensor, message, max_abs))
+
+
+def take() -> list[tuple[str, str, str, float]]:
+    """The violations recorded since the last call."""
+    out = list(_VIOLATIONS)
+    _VIOLATIONS.clear()
+    return out
 
 
 def _rank() -> int:
@@ -37,14 +52,14 @@ def check_keys(case, model_sd: dict, optim_sd: dict, where: str) -> None:
     want = expected_keys(case)
     got = set(model_sd)
     if got != want:
-        raise CheckpointInvariant(f"{where}: the model state dict's keys are not the model's names: missing "
-                                  f"{sorted(want - got)}, unexpected {sorted(got - want)}")
+        report("keys", "model state dict", f"{where}: the model state dict's keys are not the model's names: "
+               f"missing {sorted(want - got)}, unexpected {sorted(got - want)}")
     named = set(optim_sd.get("state", {}))
     for group in optim_sd.get("param_groups", ()):
         named |= set(group.get("params", ()))
     if not named <= want:
-        raise CheckpointInvariant(f"{where}: the optimizer state dict names {sorted(named - want)}, which are "
-                                  "not the model's parameters")
+        report("keys", "optimizer state dict", f"{where}: the optimizer state dict names {sorted(named - want)}, "
+               "which are not the model's parameters")
 
 
 def check_rank0_only(model_sd: dict, optim_sd: dict, where: str) -> bool:
@@ -52,8 +67,8 @@ def check_rank0_only(model_sd: dict, optim_sd: dict, where: str) -> bool:
     if _rank() == 0:
         return True
     if model_sd or optim_sd:
-        raise CheckpointInvariant(f"{where}: rank {_rank()} got a non-empty state dict "
-                                  f"({len(model_sd)} model and {len(optim_sd)} optimizer entries); the save is rank 0's only")
+        report("rank0_only", "state dict", f"{where}: rank {_rank()} got a non-empty state dict ({len(model_sd)} "
+               f"model and {len(optim_sd)} optimizer entries); the save is rank 0's only")
     return False
 
 
@@ -61,7 +76,8 @@ def check_on_cpu(state: dict, where: str) -> None:
     for name, t in _tensors(state):
         local = t.to_local() if hasattr(t, "to_local") else t
         if local.device.type != "cpu":
-            raise CheckpointInvariant(f"{where}: {name} is on {local.device}, not offloaded to the CPU")
+            report("offload", name, f"{where}: {name} is on {local.device}, not offloaded to the CPU")
+            return
 
 
 def _tensors(state, prefix: str = ""):
@@ -116,26 +132,33 @@ def check_snapshot(system, directory: str) -> None:
     loaded = snapshot(system)
     missing, extra = sorted(set(saved) - set(loaded)), sorted(set(loaded) - set(saved))
     if missing or extra:
-        raise CheckpointInvariant(f"after the load: missing {missing[:5]}, unexpected {extra[:5]} (against "
-                                  "what was saved)")
+        report("loaded", (missing + extra)[0], f"after the load: missing {missing[:5]}, unexpected {extra[:5]} "
+               "(against what was saved)")
+        return
     for name in sorted(saved):
-        a, b = saved[name], loaded[name]
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            if a.shape != b.shape or a.dtype != b.dtype:
-                raise CheckpointInvariant(f"after the load: {name} is {b.dtype} {list(b.shape)}, saved "
-                                          f"{a.dtype} {list(a.shape)}")
-            if not torch.equal(a, b) and not (a.isnan().any() and torch.equal(a.nan_to_num(), b.nan_to_num())):
-                diff = float((a.double() - b.double()).abs().max())
-                n = int((a != b).sum())
-                raise CheckpointInvariant(f"after the load: {name} differs from what was saved in {n} of "
-                                          f"{a.numel()} elements (max abs {diff:.3g})")
-        elif isinstance(a, dict) and isinstance(b, dict):
-            keys = sorted(k for k in set(a) | set(b) if _value(a.get(k)) != _value(b.get(k)))
-            if keys:
-                raise CheckpointInvariant(f"after the load: {name} has " + ", ".join(
-                    f"{k}={_value(b.get(k))!r} (saved {_value(a.get(k))!r})" for k in keys))
-        elif _value(a) != _value(b):
-            raise CheckpointInvariant(f"after the load: {name} is {_value(b)!r}, saved {_value(a)!r}")
+        problem = _difference(saved[name], loaded[name])
+        if problem is not None:
+            report("loaded", name, f"after the load: {name} {problem[0]}", problem[1])
+            return
+
+
+def _difference(a, b) -> tuple[str, float] | None:
+    """How a loaded value differs from the saved one, and by how much at most; None where it does not."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"is {b.dtype} {list(b.shape)}, saved {a.dtype} {list(a.shape)}", float("inf")
+        if torch.equal(a, b) or (a.isnan().any() and torch.equal(a.nan_to_num(), b.nan_to_num())):
+            return None
+        diff = float((a.double() - b.double()).abs().max())
+        return f"differs from what was saved in {int((a != b).sum())} of {a.numel()} elements", diff
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(k for k in set(a) | set(b) if _value(a.get(k)) != _value(b.get(k)))
+        if not keys:
+            return None
+        return "has " + ", ".join(f"{k}={_value(b.get(k))!r} (saved {_value(a.get(k))!r})" for k in keys), float("inf")
+    if _value(a) != _value(b):
+        return f"is {_value(b)!r}, saved {_value(a)!r}", float("inf")
+    return None
 
 
 def _value(v):
@@ -146,5 +169,5 @@ def _value(v):
     return tuple(_value(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-__all__ = ["CheckpointInvariant", "check_keys", "check_on_cpu", "check_rank0_only", "check_snapshot",
-           "save_snapshot", "snapshot"]
+__all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_snapshot", "report", "save_snapshot",
+           "snapshot", "take"]

@@ -1,0 +1,194 @@
+"""Checkpoint events: a save mid-training and a load into a fresh system (the same plan, or another plan, mesh,
+family or world size) train exactly like the uninterrupted reference on unmodified torch; malformed events are
+refused naming the field; the reference's trusted turn is bit-exact; faults injected inside torch's state-dict
+code are found by short fuzz runs and shrunk to cases whose checkpoint event shows them."""
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given, settings
+
+from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from fuzz.case.checkpoint import Checkpoint, reshard_kind
+from fuzz.families.composable import ComposablePlan, Compose
+from fuzz.families.fsdp1 import FSDP1Plan
+from fuzz.families.fsdp2 import Checkpoint as ActivationCheckpoint
+from fuzz.families.fsdp2 import FSDP2Plan, Wrap
+from fuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from fuzz.trace import Trace
+from fuzz.verify import check
+from strategies.checkpoint import checkpointed_cases
+from tests.test_case import simple
+from tests.test_fuzz_loop import body_modules, fuzz
+
+#: Uneven under 2 and 4 ranks (3 and 5 rows), two Linears of one shape (the optimizer-state swap needs a twin).
+MLP = ModelSpec(body=Node("seq", children=(Node("linear", out=3), Node("act", fn="gelu"), Node("linear", out=5),
+                                           Node("linear", out=5))))
+ADAM = TrainSpec(steps=4, optimizer="adam", lr=0.05)
+FSDP2_WRAPPED = FSDP2Plan(wraps=(Wrap("body.0"), Wrap("body.2"), Wrap("")))
+
+
+def event(**kw) -> Checkpoint:
+    return Checkpoint(**{"step": 2, **kw})
+
+
+# ---------------------------------------------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("ckpt, field", [
+    (event(step=4), "checkpoint.step"),
+    (event(save="pickle"), "checkpoint.save"),
+    (event(save="fsdp1_full"), "checkpoint.save"),  # an FSDP1 way from an FSDP2 case
+    (event(save="dcp", load="full"), "checkpoint.load"),  # a DCP directory read as a torch.save file
+    (event(save="full", rank0_only=True), "checkpoint.rank0_only"),
+    (event(save="dcp", broadcast_from_rank0=True), "checkpoint.broadcast_from_rank0"),
+    (event(world_size=3), "checkpoint.mesh"),  # a world size without its mesh
+    (event(mesh=MeshSpec((2, 2), ("dp_replicate", "dp_shard"))), "checkpoint.mesh.shape"),  # 4 ranks, ws 2
+    (Checkpoint(save="full"), "checkpoint.step"),  # options without an event
+])
+def test_a_malformed_checkpoint_event_is_refused_naming_the_field(ckpt, field):
+    case = simple(model=MLP, train=ADAM, checkpoint=ckpt)
+    with pytest.raises(CaseError) as e:
+        case.validate()
+    assert e.value.field == field, str(e.value)
+
+
+def test_a_local_state_dict_loads_only_into_its_own_plan_and_mesh():
+    plan = FSDP1Plan(wraps=("body.0",))
+    case = simple(model=MLP, train=ADAM, plan=plan,
+                  checkpoint=event(save="fsdp1_local", world_size=4, mesh=MeshSpec((4,))))
+    with pytest.raises(CaseError, match="LOCAL") as e:
+        case.validate()
+    assert e.value.field == "checkpoint.save"
+
+
+def test_a_resumed_plan_its_family_refuses_is_named_in_the_resumed_case():
+    bad = FSDP2Plan(wraps=(Wrap("body.9"), Wrap("")))
+    with pytest.raises(CaseError) as e:
+        simple(model=MLP, train=ADAM, checkpoint=event(plan=bad)).validate()
+    assert e.value.field.startswith("checkpoint.plan"), str(e.value)
+    assert "resumed case" in str(e.value)
+
+
+def test_a_corpus_file_with_a_bad_checkpoint_field_names_the_file_and_the_field(tmp_path):
+    from fuzz.corpus import CorpusError, load
+
+    data = json.loads(open("corpus/fsdp2/c9bce811ffd9bd20.json").read())  # a shipped checkpoint finding
+    data["case"]["checkpoint"]["load"] = "telepathy"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorpusError) as e:
+        load(str(path))
+    assert "bad.json" in str(e.value) and "checkpoint.load" in str(e.value)
+
+
+@settings(max_examples=30, deadline=None)
+@given(checkpointed_cases(world_sizes=(2, 4)))
+def test_drawn_checkpoint_events_validate_and_round_trip_through_json(case):
+    assert case.checkpoint
+    assert Case.from_json(case.to_json()) == case
+    assert any(tag.startswith("ckpt_save=") for tag in case.features())
+
+
+# ---------------------------------------------------------------------------------- unmodified torch: parity
+
+TP_MODEL = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"),
+                                                Node("linear", out=4))))
+TP_PLAN = FSDP2TPPlan(tp=(Parallelize("body.0", "colwise"), Parallelize("body.2", "rowwise")), wraps=(Wrap(""),))
+
+ROUND_TRIPS = {
+    # the same plan, each way
+    "fsdp2 dcp": simple(model=MLP, train=ADAM, plan=FSDP2_WRAPPED, checkpoint=event()),
+    "fsdp2 full, momentum, separate calls, broadcast": simple(
+        model=MLP, train=TrainSpec(steps=4, momentum=0.5, lr=0.05), plan=FSDP2_WRAPPED,
+        checkpoint=event(save="full", cpu_offload=True, broadcast_from_rank0=True, separate=True)),
+    "fsdp1 FULL rank0_only": simple(model=MLP, train=ADAM, plan=FSDP1Plan(wraps=("body.0",)),
+                                    checkpoint=event(save="fsdp1_full", rank0_only=True)),
+    "fsdp1 SHARDED": simple(model=MLP, train=ADAM, plan=FSDP1Plan(wraps=("body.0",), use_orig_params=False),
+                            checkpoint=event(save="fsdp1_sharded")),
+    "fsdp1 LOCAL": simple(model=MLP, train=ADAM, plan=FSDP1Plan(wraps=("body.0",), use_orig_params=False),
+                          checkpoint=event(save="fsdp1_local")),
+    # resharding
+    "fsdp2 2 -> 4 ranks": simple(model=MLP, train=ADAM, plan=FSDP2_WRAPPED,
+                                 checkpoint=event(world_size=4, mesh=MeshSpec((4,)))),
+    "HSDP -> FSDP": simple(world_size=4, mesh=MeshSpec((2, 2), ("dp_replicate", "dp_shard")), model=MLP,
+                           train=ADAM, plan=FSDP2_WRAPPED, checkpoint=event(mesh=MeshSpec((4,)))),
+    "FSDP+TP -> FSDP": simple(world_size=4, mesh=MeshSpec((2, 2), ("dp_shard", "tp")), model=TP_MODEL,
+                              train=ADAM, plan=TP_PLAN, checkpoint=event(mesh=MeshSpec((4,)), plan=FSDP2Plan())),
+    "FSDP1 SHARDED -> FSDP2 through DCP": simple(
+        model=MLP, train=ADAM, plan=FSDP1Plan(wraps=("body.0",)),
+        checkpoint=event(save="fsdp1_sharded", load="dcp", plan=FSDP2_WRAPPED)),
+    "FSDP2 4 ranks -> plain DDP on 2": simple(
+        world_size=4, mesh=MeshSpec((4,)), model=MLP, train=ADAM, plan=FSDP2_WRAPPED,
+        checkpoint=event(save="full", world_size=2, mesh=MeshSpec((2,)),
+                         plan=ComposablePlan(applies=(Compose("", "replicate"),)))),
+}
+
+
+@pytest.mark.parametrize("name", ROUND_TRIPS)
+def test_a_round_trip_trains_like_the_uninterrupted_reference(executor, name):
+    case = ROUND_TRIPS[name].validate()
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_the_loaded_pass_is_compared_and_a_resumed_world_size_runs_on_its_own_pool(executor):
+    case = ROUND_TRIPS["fsdp2 2 -> 4 ranks"].validate()
+    segments = executor.run_segments(case)
+    assert [len(s) for s in segments] == [2, 4]
+    first, second = (Trace.merge([o.result["system"] for o in s]) for s in segments)
+    assert first.passes == [(0, ""), (1, "")]
+    assert second.passes == [(2, "loaded"), (2, ""), (3, "")]
+    assert reshard_kind(case) == "world_size"
+
+
+def test_the_references_trusted_turn_is_bit_exact(executor):
+    """The reference of a resharded case (which saves and loads through torch.save) and of the same case without
+    the event hold the same bits at every pass."""
+    case = simple(model=MLP, train=ADAM, plan=FSDP2_WRAPPED, checkpoint=event(plan=FSDP2Plan())).validate()
+    plain = dataclasses.replace(case, checkpoint=Checkpoint()).validate()
+    turned = Trace.merge([o.result["reference"] for o in executor.run(case, roles=("reference",))])
+    straight = Trace.merge([o.result["reference"] for o in executor.run(plain, roles=("reference",))])
+    kept = [i for i, p in enumerate(turned.passes) if p[1] != "loaded"]
+    assert [turned.passes[i] for i in kept] == straight.passes
+    for j, i in enumerate(kept):
+        for name in straight.names(j, "param"):
+            assert (turned.full(i, "param", name).value == straight.full(j, "param", name).value).all(), name
+
+
+# ----------------------------------------------------------------------------------- faults inside torch
+
+#: fault -> (a case where it must act, what a shrunk case must still show)
+FAULTS = {
+    "ShortShardLoadedAtWrongOffset": (
+        simple(model=MLP, train=ADAM, plan=FSDP2_WRAPPED, checkpoint=event(save="full")),
+        lambda c: c.checkpoint.load_way == "full"),
+    "OptimizerStateOfRenamedParamSwapped": (
+        simple(model=MLP, train=ADAM, checkpoint=event(), plan=FSDP2Plan(
+            wraps=(Wrap(""),), checkpoints=(ActivationCheckpoint("body.2", api="wrapper"),))),
+        lambda c: c.checkpoint.save in ("dcp", "full") and any(k.api in ("wrapper", "apply") for k in c.plan.checkpoints)),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_checkpoint_fault_acts_where_it_should_and_torch_passes_there(executor, fault):
+    case = FAULTS[fault][0].validate()
+    assert check(case, executor).ok
+    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verdict.kind == "mismatch", verdict.describe()
+    d = verdict.divergence
+    assert (d.check, d.what, d.phase) == ("checkpoint", "loaded", "loaded"), verdict.describe()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_path, fault, seed):
+    system = f"tests.faults:{fault}"
+    strategy = checkpointed_cases(world_sizes=(2,), max_steps=4, max_depth=1, families=("fsdp2",), system=system)
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=25, strategy=strategy)
+    assert len(stats.failures) == 1, stats.summary_line()
+    f = stats.failures[0]
+    print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
+          f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")
+    assert f.verdict.kind == "mismatch" and f.verdict.divergence.check == "checkpoint", f.verdict.describe()
+    assert FAULTS[fault][1](f.case), f.case.to_json(indent=1)
