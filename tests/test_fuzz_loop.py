@@ -24,9 +24,9 @@ def body_modules(case) -> int:
 
 
 def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, world_sizes=(2,), strategy=None,
-         budget_s=BUDGET_S):
+         budget_s=BUDGET_S, case_timeout_s=None):
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=SHRINK_BUDGET_S, max_cases=max_cases,
-                          max_shrink_runs=max_shrink_runs)
+                          max_shrink_runs=max_shrink_runs, case_timeout_s=case_timeout_s)
     fuzzer = Fuzzer(options, executor, log=print)
     return fuzzer.fuzz(system, strategy if strategy is not None else cases(world_sizes=world_sizes, system=system),
                        budget_s=budget_s)
