@@ -180,6 +180,15 @@ def test_the_checkpoint_fault_acts_where_it_should_and_torch_passes_there(execut
     assert (d.check, d.what, d.phase) == ("checkpoint", "loaded", "loaded"), verdict.describe()
 
 
+def test_a_fault_in_the_state_dict_code_is_undone_before_the_next_case(executor):
+    """The rank's isolation snapshot covers the state-dict modules: a fault injected there in one case must not
+    act in the next (one did, and a shrink wandered onto it)."""
+    case = FAULTS["OptimizerStateOfRenamedParamSwapped"][0].validate()
+    assert not check(dataclasses.replace(case, system="tests.faults:OptimizerStateOfRenamedParamSwapped"),
+                     executor).ok
+    assert check(case, executor).ok
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_path, fault, seed):

@@ -3,7 +3,7 @@
 Before a case the worker takes a :class:`Snapshot`; afterwards it puts back
 whatever the case changed: functions of the torch namespaces a system might
 patch (``torch.Tensor`` methods, collectives, functionals, FSDP2's and FSDP1's internal
-modules and classes where test-only faults are injected), global module hooks,
+modules and classes and the state-dict code, where test-only faults are injected), global module hooks,
 the default dtype, grad mode, deterministic-algorithm flags and the RNG
 streams.  Model-level hooks die with the model, which is rebuilt per case.
 """
@@ -21,7 +21,9 @@ PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distrib
              "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
              f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param",
              "torch.distributed.fsdp._runtime_utils",  # FSDP1's gradient reduction
-             "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook")  # ZeRO's overlap with DDP
+             "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook",  # ZeRO's overlap with DDP
+             # the state-dict code checkpoint events go through (a fault left there leaked into later cases)
+             "torch.distributed._state_dict_utils", "torch.distributed.checkpoint.state_dict")
 #: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles, ZeRO).
 _TP = "torch.distributed.tensor.parallel.style"
 PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),
