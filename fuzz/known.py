@@ -35,8 +35,12 @@ class KnownBug:
     families: tuple[str, ...] = ("fsdp2",)
 
     def explains(self, case: Case, verdict: Verdict) -> bool:
-        return (not verdict.ok and case.family in self.families and verdict.bug_signature() in self.signatures
-                and self.applies(case))
+        """Whether this bug explains ``verdict`` on ``case``: on the case itself, or (a checkpoint event) on the
+        case the load resumes, which trains the steps after it."""
+        if verdict.ok or verdict.bug_signature() not in self.signatures:
+            return False
+        return any(c.family in self.families and self.applies(c)
+                   for c in ((case, case.resumed()) if case.checkpoint else (case,)))
 
 
 def _gated(case: Case) -> bool:
@@ -553,6 +557,26 @@ def _fsdp1_full_state_dict_offloaded_on_cpu(case: Case) -> bool:
     return case.family in FSDP1_FAMILIES and full and c.cpu_offload
 
 
+def _fsdp1_stateless_optimizer_through_dcp(case: Case) -> bool:
+    c = case.checkpoint
+    return (case.family in FSDP1_FAMILIES and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
+            and case.train.optimizer == "sgd" and not case.train.momentum)
+
+
+def _fsdp1_tp_sharded_round_trip(case: Case) -> bool:
+    return case.family == "fsdp1_tp" and case.checkpoint.save in ("dcp", "fsdp1_sharded") \
+        and not case.checkpoint.full_state_dict
+
+
+def _fsdp1_tp_full_state_dict(case: Case) -> bool:
+    c = case.checkpoint
+    return case.family == "fsdp1_tp" and (c.save in ("full", "fsdp1_full") or (c.save == "dcp" and c.full_state_dict))
+
+
+def _fsdp1_tp_local_state_dict(case: Case) -> bool:
+    return case.family == "fsdp1_tp" and case.checkpoint.save == "fsdp1_local"
+
+
 CHECKPOINT_BUGS = (
     # set_state_dict(full_state_dict=True) (and set_optimizer_state_dict) takes the device to distribute the
     # full optimizer state to from the tensors of the optimizer's own state dict; plain SGD (no momentum) keeps no
@@ -573,6 +597,45 @@ CHECKPOINT_BUGS = (
              _broadcast_through_set_state_dict,
              ("mismatch:checkpoint:loaded", "hang"),
              families=DCP_FAMILIES),
+    # An optimizer without state tensors (plain SGD) under FSDP1, saved through DCP (get_state_dict, or FSDP1's
+    # SHARDED optimizer state dict): its "state" is an empty dict, which DCP's flattening drops.  Loading then
+    # fails: dcp.load into the fresh system's state dict misses the "optim" entry on the ranks other than 0
+    # ("Missing key in checkpoint state_dict: optim"), and FSDP1's documented recipe
+    # (load_sharded_optimizer_state_dict + FSDP.optim_state_dict_to_load) gets a dict without "state".
+    KnownBug("FSDP1 checkpoints of an optimizer without state tensors (plain SGD) through DCP do not load",
+             ("corpus/fsdp1/8843d8f1e8ae10aa.json", "corpus/fsdp1/0dddaf7d9092e772.json"),
+             _fsdp1_stateless_optimizer_through_dcp,
+             ("error:system:CheckpointException:torch/distributed/checkpoint/utils.py:reduce_scatter",
+              "error:system:ValueError:torch/distributed/fsdp/_optim_utils.py:_flatten_optim_state_dict"),
+             families=FSDP1_FAMILIES),
+    # FSDP1 with device_mesh the dp sub-mesh of a (dp_shard, tp) mesh: a sharded round trip (SHARDED_STATE_DICT
+    # through DCP, or get_state_dict) loads optimizer state wrongly, of tensor-parallel parameters (Adam's exp_avg
+    # of a colwise bias: 4 to 6 of 8 elements differ from what was saved) and of plain ones alike (a momentum
+    # buffer of an RMSNorm weight on a dp_shard=1 sub-mesh: 8 of 17), and the next step leaves the
+    # uninterrupted run: a silent corruption.
+    KnownBug("FSDP1 on the dp sub-mesh of a tensor-parallel mesh loads optimizer state wrongly (sharded round trip)",
+             ("corpus/fsdp1_tp/d059bfc766e6d748.json", "corpus/fsdp1_tp/8aa5b111aa84e8b6.json"),
+             _fsdp1_tp_sharded_round_trip,
+             ("mismatch:checkpoint:loaded",),
+             families=("fsdp1_tp",)),
+    # The same with full state dicts: FULL_STATE_DICT (directly or through get_state_dict(full_state_dict=True))
+    # resolves a process group by a name the ranks do not share ("Could not resolve the process group registered
+    # under the name 3"); with rank0_only the ranks hang; where the save goes through, the load copies plain
+    # tensors into DTensors ("aten.copy_.default got mixed torch.Tensor and DTensor").
+    KnownBug("FSDP1 over tensor parallelism cannot take a full state dict",
+             ("corpus/fsdp1_tp/c497e65d71635999.json", "corpus/fsdp1_tp/ebccaa3f61b716af.json"),
+             _fsdp1_tp_full_state_dict,
+             ("error:system:RuntimeError:torch/distributed/distributed_c10d.py:_get_group_size_by_name", "hang",
+              # loading it back: "aten.copy_.default got mixed torch.Tensor and DTensor"
+              "error:system:RuntimeError:torch/nn/modules/module.py:load_state_dict"),
+             families=("fsdp1_tp",)),
+    # ... and LOCAL_STATE_DICT builds its ShardedTensor on the dp group with global rank 0 as a member: on the
+    # ranks of the other dp groups "Global rank 0 is not part of group".
+    KnownBug("FSDP1 over tensor parallelism cannot take a LOCAL state dict outside rank 0's dp group",
+             ("corpus/fsdp1_tp/8b52f14a1fb16ccf.json",),
+             _fsdp1_tp_local_state_dict,
+             ("error:system:ValueError:torch/distributed/distributed_c10d.py:get_group_rank",),
+             families=("fsdp1_tp",)),
     # FSDP1's FULL_STATE_DICT with offload_to_cpu=True (directly, or through get_state_dict(full_state_dict=True,
     # cpu_offload=True)) on CPU ranks: the "offloaded" copy of an unsharded parameter that is already on the CPU
     # is the unsharded storage itself, which FSDP1 frees when it reshards; the post-state-dict hook's clone() then

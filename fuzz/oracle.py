@@ -246,10 +246,9 @@ def compare(ref: Trace, sut: Trace, promise: Promise, tol: Tolerance,
 def _compare_pass(p: _Pass, promise: Promise) -> None:
     step, phase = p.at
     for rank, rt in enumerate(p.sut.ranks):  # a checkpoint event's save or load broke an invariant here
-        for i, kind, tensor, message, max_abs in getattr(rt, "violations", ()):
+        for i, kind, tensor, message, max_abs in rt.violations:
             if i == p.i:
-                ranks = [r for r, other in enumerate(p.sut.ranks)
-                         if any(v[0] == i and v[1] == kind for v in getattr(other, "violations", ()))]
+                ranks = [r for r, other in enumerate(p.sut.ranks) if any(v[:2] == (i, kind) for v in other.violations)]
                 p.fail(kind, tensor, "checkpoint", message, ranks=ranks, max_abs=max_abs)
     for role, trace in (("system under test", p.sut), ("reference", p.ref)):
         counts = [rt.collectives[p.i] if p.i < len(rt.collectives) else {} for rt in trace.ranks]

@@ -204,3 +204,31 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_p
           f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")
     assert f.verdict.kind == "mismatch" and f.verdict.divergence.check == "checkpoint", f.verdict.describe()
     assert FAULTS[fault][1](f.case), f.case.to_json(indent=1)
+
+
+def test_fsdp1_ignored_modules_take_no_checkpoint_event():
+    """Their parameters hold a value per rank by design, which no checkpoint keeps (a false alarm of the first
+    20-minute run: DCP kept one rank's copy)."""
+    case = simple(model=MLP, train=ADAM, plan=FSDP1Plan(wraps=("body.0",), ignored=("body.2",)),
+                  checkpoint=event())
+    with pytest.raises(CaseError, match="value per rank") as e:
+        case.validate()
+    assert e.value.field == "checkpoint"
+
+
+def test_a_known_bug_of_the_resumed_case_explains_a_failure_after_the_load():
+    """A tp=2 case resumed on tp=4, where a colwise Linear of 3 rows leaves a rank a shard of size 0: the resumed
+    case meets a known bug (found so by the first 20-minute run)."""
+    from fuzz.known import known_bug
+    from fuzz.verdict import ERROR, Verdict
+
+    model = ModelSpec(body=Node("seq", children=(Node("linear", out=3), Node("linear", out=4))))
+    plan = FSDP2TPPlan(wraps=(), tp=(Parallelize("body.0", "colwise", use_local_output=False),
+                                     Parallelize("body.1", "rowwise")))
+    case = simple(model=model, mesh=MeshSpec((2,), ("tp",)), plan=plan, train=TrainSpec(steps=2),
+                  checkpoint=Checkpoint(step=1, world_size=4, mesh=MeshSpec((4,), ("tp",)))).validate()
+    frame = "torch/distributed/tensor/_dispatch.py:_propagate_op_sharding_dispatch_slow_path"
+    verdict = Verdict(ERROR, ranks=({"rank": 0, "status": "error", "role": "system", "type": "RuntimeError",
+                                     "torch_frame": frame},))
+    assert known_bug(case, verdict) is not None
+    assert known_bug(dataclasses.replace(case, checkpoint=Checkpoint(step=1)).validate(), verdict) is None

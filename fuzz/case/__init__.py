@@ -3,6 +3,8 @@
 - :mod:`fuzz.case.model`: the model tree;
 - :mod:`fuzz.case.mesh`: named N-D meshes and each rank's coordinates;
 - :mod:`fuzz.case.training`: the generic training spec and delays;
+- :mod:`fuzz.case.plan`: the base of the families' plans;
+- :mod:`fuzz.case.checkpoint`: checkpoint events (save, load into the resumed case, train on);
 - :mod:`fuzz.case.core`: the :class:`Case` (a family's plan as a tagged union), JSON and validation;
 - :mod:`fuzz.case.codec`: strict JSON and the upgrade of older schemas;
 - :mod:`fuzz.case.features`: the feature tags every case has.

@@ -56,7 +56,11 @@ WAYS = {
 OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate")
 
 #: References whose parameters are plain tensors: they can take a resharding turn through the trusted path.
-PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_ignoring", "ddp_mp_fsdp1")
+PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1")
+#: References of cases whose tensors hold a value per rank by design (FSDP1's ignored modules, neither sharded
+#: nor reduced): a checkpoint keeps one copy of a plain tensor (DCP deduplicates, full state dicts are rank
+#: 0's), so no round trip can keep them.
+RANK_LOCAL_REFERENCES = ("ddp_ignoring",)
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ def validate_checkpoint(case: Case) -> None:
     check(1 <= c.step < case.train.steps, "checkpoint.step",
           f"must be in [1, steps={case.train.steps}): save after some step, train on after the load")
     check(not case.expect_error, "checkpoint", "a case torch must refuse does not train to a checkpoint")
+    check(case.reference_name() not in RANK_LOCAL_REFERENCES, "checkpoint",
+          "this case holds tensors with a value per rank (FSDP1's ignored modules): a checkpoint keeps one copy")
     for key, way in (("save", c.save), ("load", c.load_way)):
         check(way in WAYS, f"checkpoint.{key}", f"must be one of {sorted(WAYS)}, got {way!r}")
     r = resumed(case)
@@ -216,11 +222,11 @@ def describe_checkpoint(case: Case) -> list[str]:
     if reshards(case):
         r = resumed(case)
         lines.append(f"  resumed as: {r.family} family, world size {r.world_size}, mesh {r.mesh.label()}, "
-                     f"plan {codec_json(r.plan)}")
+                     f"plan {_plan_json(r.plan)}")
     return lines
 
 
-def codec_json(plan) -> str:
+def _plan_json(plan) -> str:
     import json
 
     from fuzz.case.codec import to_jsonable
