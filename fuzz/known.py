@@ -563,6 +563,18 @@ def _fsdp1_stateless_optimizer_through_dcp(case: Case) -> bool:
             and case.train.optimizer == "sgd" and not case.train.momentum)
 
 
+def _fsdp1_hybrid_rank0_only(case: Case) -> bool:
+    c = case.checkpoint
+    rank0_only = (c.save == "fsdp1_full" and c.rank0_only) or (c.cpu_offload and (c.save == "full" or (
+        c.save == "dcp" and c.full_state_dict)))
+    return case.family in FSDP1_FAMILIES and case.mesh.axis_size("dp_replicate") > 1 and rank0_only
+
+
+def _init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
+    r = case.resumed()
+    return r.family == "fsdp2_tp" and case.train.foreach and case.checkpoint.load_way in ("dcp", "full")
+
+
 def _fsdp1_tp_sharded_round_trip(case: Case) -> bool:
     return case.family == "fsdp1_tp" and case.checkpoint.save in ("dcp", "fsdp1_sharded") \
         and not case.checkpoint.full_state_dict
@@ -608,6 +620,23 @@ CHECKPOINT_BUGS = (
              ("error:system:CheckpointException:torch/distributed/checkpoint/utils.py:reduce_scatter",
               "error:system:ValueError:torch/distributed/fsdp/_optim_utils.py:_flatten_optim_state_dict"),
              families=FSDP1_FAMILIES),
+    # FSDP1's rank0_only under a hybrid strategy: the model's full state dict lands on rank 0 of each shard group
+    # (every replica group's first rank holds a full copy), while the optimizer's is on global rank 0 alone.
+    KnownBug("FSDP1 rank0_only full state dicts under HYBRID_SHARD land on every replica group's first rank",
+             ("corpus/fsdp1/fa199b7e3d958f39.json",),
+             _fsdp1_hybrid_rank0_only,
+             ("mismatch:checkpoint:rank0_only",),
+             families=FSDP1_FAMILIES),
+    # Loading into a fresh optimizer, get_state_dict / set_state_dict first materialise its state
+    # (_init_optim_state: zero gradients, optimizer.step() at lr 0).  On a partly tensor-parallel model (plain
+    # and DTensor parameters in one group) a foreach optimizer's step refuses the mix ("got mixed torch.Tensor and
+    # DTensor"); training steps it under implicit_replication(), as PyTorch asks, which _init_optim_state does not.
+    KnownBug("get_state_dict on a fresh foreach optimizer of a partly tensor-parallel model fails",
+             ("corpus/fsdp2_tp/9f263ad23ca885bd.json",),
+             _init_optim_state_of_a_partly_tensor_parallel_model,
+             tuple(f"error:system:RuntimeError:torch/optim/{name}.py:_multi_tensor_{name}"
+                   for name in ("sgd", "adam", "adamw")),
+             families=("fsdp2_tp",)),
     # FSDP1 with device_mesh the dp sub-mesh of a (dp_shard, tp) mesh: a sharded round trip (SHARDED_STATE_DICT
     # through DCP, or get_state_dict) loads optimizer state wrongly, of tensor-parallel parameters (Adam's exp_avg
     # of a colwise bias: 4 to 6 of 8 elements differ from what was saved) and of plain ones alike (a momentum

@@ -150,7 +150,8 @@ def test_the_references_trusted_turn_is_bit_exact(executor):
     turned = Trace.merge([o.result["reference"] for o in executor.run(case, roles=("reference",))])
     straight = Trace.merge([o.result["reference"] for o in executor.run(plain, roles=("reference",))])
     kept = [i for i, p in enumerate(turned.passes) if p[1] != "loaded"]
-    assert [turned.passes[i] for i in kept] == straight.passes
+    assert [turned.passes[i] for i in kept] == straight.passes and len(kept) == 4
+    assert len(straight.names(0, "param")) == 6
     for j, i in enumerate(kept):
         for name in straight.names(j, "param"):
             assert (turned.full(i, "param", name).value == straight.full(j, "param", name).value).all(), name
