@@ -135,15 +135,14 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
         run.start(case, 0)
         run.train(0, event.step)
         if turns:
-            run.trace.violations += [(len(run.trace.passes) - 1, *v)
-                                     for v in checkpoint.save(run.system, case, directory, trusted=role != "system")]
+            run.note_violations(checkpoint.save(run.system, case, directory, trusted=role != "system"))
     if segment in (None, 1):
         broken = []
         if turns:
             run.start(case.resumed(), event.step)
             broken = checkpoint.load(run.system, case, directory, trusted=role != "system")
         run.record_loaded(event.step)
-        run.trace.violations += [(len(run.trace.passes) - 1, *v) for v in broken]
+        run.note_violations(broken)
         run.train(event.step, case.train.steps)
     return run.trace
 
@@ -176,6 +175,10 @@ class _Run:
             p.requires_grad_(not case.train.frozen_at(name, max(step - 1, 0)))
         system.setup(model)
         self.system = system
+
+    def note_violations(self, violations: list[tuple]) -> None:
+        """What a checkpoint save or load broke, at the last pass recorded (:attr:`RankTrace.violations`)."""
+        self.trace.violations += [(len(self.trace.passes) - 1, *v) for v in violations]
 
     def record_loaded(self, step: int) -> None:
         """The pass right after a checkpoint load: the parameters and buffers as loaded."""

@@ -22,12 +22,11 @@ def _rank() -> int:
 
 def save(system, directory: str) -> None:
     """Rank 0 writes the model's and optimizer's plain state dicts (every rank holds the same)."""
-    inner = system.inner()
-    if any(hasattr(t, "device_mesh") for t in inner.state_dict().values()):
+    model = system.inner().state_dict()
+    if any(hasattr(t, "device_mesh") for t in model.values()):
         raise TypeError(f"the trusted checkpoint takes plain tensors; {type(system).__name__} holds DTensors")
     if _rank() == 0:
-        torch.save({"model": inner.state_dict(), "optim": system.optim.state_dict()},
-                   os.path.join(directory, "reference.pt"))
+        torch.save({"model": model, "optim": system.optim.state_dict()}, os.path.join(directory, "reference.pt"))
     save_scheduler(system, directory)
 
 
