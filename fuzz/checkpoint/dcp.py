@@ -21,19 +21,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      get_optimizer_state_dict, get_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict, set_state_dict)
 
-from fuzz.checkpoint.invariants import check_keys, check_on_cpu, check_rank0_only
+from fuzz.checkpoint.invariants import check_saved
 
 FULL_FILE = "full.pt"
-
-
-def _saved(case, model_sd: dict, optim_sd: dict, where: str, rank0_only: bool, offloaded: bool) -> bool:
-    """The invariants of a saved state dict; returns whether this rank holds it."""
-    if rank0_only and not check_rank0_only(model_sd, optim_sd, where):
-        return False
-    check_keys(case, model_sd, optim_sd, where)
-    if offloaded:
-        check_on_cpu({"model": model_sd, "optim": optim_sd}, where)
-    return True
 
 
 def _get(system, case, options: StateDictOptions) -> tuple[dict, dict]:
@@ -57,7 +47,7 @@ def save_dcp(system, case, directory: str) -> None:
     c = case.checkpoint
     options = StateDictOptions(full_state_dict=c.full_state_dict, cpu_offload=c.cpu_offload)
     model_sd, optim_sd = _get(system, case, options)
-    _saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})",
+    check_saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})",
            rank0_only=c.full_state_dict and c.cpu_offload, offloaded=c.cpu_offload)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(directory, "dcp"))
 
@@ -73,7 +63,7 @@ def save_full(system, case, directory: str) -> None:
     c = case.checkpoint
     options = StateDictOptions(full_state_dict=True, cpu_offload=c.cpu_offload)
     model_sd, optim_sd = _get(system, case, options)
-    holds = _saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})", rank0_only=c.cpu_offload,
+    holds = check_saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})", rank0_only=c.cpu_offload,
                    offloaded=c.cpu_offload)
     if dist.get_rank() == 0 and holds:
         torch.save({"model": model_sd, "optim": optim_sd}, os.path.join(directory, FULL_FILE))

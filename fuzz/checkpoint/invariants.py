@@ -91,6 +91,16 @@ def _tensors(state, prefix: str = ""):
             yield from _tensors(v, f"{prefix}[{i}]")
 
 
+def check_saved(case, model_sd: dict, optim_sd: dict, where: str, rank0_only: bool, offloaded: bool) -> bool:
+    """The invariants of a saved state dict; returns whether this rank holds it."""
+    if rank0_only and not check_rank0_only(model_sd, optim_sd, where):
+        return False
+    check_keys(case, model_sd, optim_sd, where)
+    if offloaded:
+        check_on_cpu({"model": model_sd, "optim": optim_sd}, where)
+    return True
+
+
 # --------------------------------------------------------------------------- the loaded state is the saved one
 
 def snapshot(system) -> dict:
@@ -169,5 +179,5 @@ def _value(v):
     return tuple(_value(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-__all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_snapshot", "report", "save_snapshot",
+__all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot", "report", "save_snapshot",
            "snapshot", "take"]
