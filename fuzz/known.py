@@ -575,6 +575,26 @@ def _init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
     return r.family == "fsdp2_tp" and case.train.foreach and case.checkpoint.load_way in ("dcp", "full")
 
 
+def _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance(case: Case) -> bool:
+    from fuzz.families.fsdp1 import units
+
+    r = case.resumed()
+    if r.family != "fsdp1" or case.checkpoint.load_way != "full":
+        return False
+    found = units(r)  # None: a size-based policy, whose instances the plan does not name
+    return any(c.before and (found is None or c.path in found) for c in r.plan.checkpoints)
+
+
+def _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -> bool:
+    r = case.resumed()
+    if r.family != "fsdp1" or case.checkpoint.load_way != "dcp" or r.plan.sharding == "NO_SHARD":
+        return False
+    from fuzz.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
+
+    smallest = min((p.shape[0] for p in build_model(r).parameters() if p.dim()), default=r.world_size)
+    return smallest < r.mesh.axis_size("dp_shard")
+
+
 def _fsdp1_tp_sharded_round_trip(case: Case) -> bool:
     return case.family == "fsdp1_tp" and case.checkpoint.save in ("dcp", "fsdp1_sharded") \
         and not case.checkpoint.full_state_dict
@@ -668,12 +688,42 @@ CHECKPOINT_BUGS = (
     # FSDP1's FULL_STATE_DICT with offload_to_cpu=True (directly, or through get_state_dict(full_state_dict=True,
     # cpu_offload=True)) on CPU ranks: the "offloaded" copy of an unsharded parameter that is already on the CPU
     # is the unsharded storage itself, which FSDP1 frees when it reshards; the post-state-dict hook's clone() then
-    # reads freed memory and the rank dies with SIGSEGV (with or without rank0_only; one Linear suffices).
+    # reads freed memory and the rank dies with SIGSEGV (with or without rank0_only; one Linear suffices).  With
+    # nested instances the inner instance's unshard may find that storage freed first: "setStorage: ... out of
+    # bounds for storage of size 0" in the split of its flat parameter (a RuntimeError instead of the crash).
     KnownBug("FSDP1 full state dict with offload_to_cpu on CPU ranks segfaults",
-             ("corpus/fsdp1/8b453d46848f51bf.json",),
+             ("corpus/fsdp1/8b453d46848f51bf.json", "corpus/fsdp1/020ed74dabd021a2.json"),
              _fsdp1_full_state_dict_offloaded_on_cpu,
-             ("crash:-11",),
+             ("crash:-11", "error:system:RuntimeError:torch/_tensor.py:split"),
              families=FSDP1_FAMILIES),
+    # FSDP1 with an activation-checkpoint wrapper applied before wrapping, around a module FSDP1 then makes an
+    # instance of: CheckpointWrapper(FullyShardedDataParallel(...)).  set_state_dict / set_model_state_dict /
+    # set_optimizer_state_dict with full_state_dict=True cannot load what get_state_dict(full_state_dict=True)
+    # of the same structure gave: _load_model_state_dict renames each clean key to its name with the wrappers'
+    # prefixes, which FSDP1's FULL_STATE_DICT load then prefixes again ("Missing key(s) ... body.0.weight;
+    # Unexpected key(s) ... body.0.weight"); with optimizer state, _split_optim_state_dict looks it up under
+    # "body.0._fsdp_wrapped_module.weight" ("Missing optimizer state for parameter").  FSDP1's own
+    # FULL_STATE_DICT (state_dict / load_state_dict) loads it; so do sharded state dicts, and the wrapper inside
+    # the instance (FSDP(CheckpointWrapper(...)), apply_activation_checkpointing after wrapping).
+    KnownBug("set_state_dict cannot load a full state dict into FSDP1 with a checkpoint wrapper around an instance",
+             ("corpus/fsdp1/c5d7c99dbe6c2ecf.json", "corpus/fsdp1/d492adbfb1cf246f.json"),
+             _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance,
+             ("error:system:RuntimeError:torch/nn/modules/module.py:load_state_dict",
+              "error:system:RuntimeError:torch/distributed/checkpoint/state_dict.py:_split_optim_state_dict"),
+             families=("fsdp1",)),
+    # FSDP1's SHARDED_STATE_DICT chunks each parameter by dim 0 over the shard group, so where dim 0 is smaller
+    # than the group a rank holds a ShardedTensor without local shards.  dcp.load of get_state_dict's sharded
+    # state dict on that rank: the load planner's _flatten_sharded_tensors drops that entry, the planner takes
+    # the key the checkpoint has and the state dict lacks for a checkpoint from before torch 2.4 and flattens the
+    # state dict the old way, which keeps the optimizer's tensor-free param_groups as one entry: "Missing key in
+    # checkpoint state_dict: optim.param_groups" (CheckpointException), with or without resharding (a Linear
+    # of 3 outputs on 4 ranks; a dim 0 of 1 on 2).  FSDP1's own recipe (dcp.load of the model,
+    # load_sharded_optimizer_state_dict) loads the same checkpoint.
+    KnownBug("dcp.load into FSDP1 fails where a rank holds no piece of a parameter (dim 0 below the shard count)",
+             ("corpus/fsdp1/2b9e17fa63883165.json",),
+             _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter,
+             ("error:system:CheckpointException:torch/distributed/checkpoint/utils.py:reduce_scatter",),
+             families=("fsdp1",)),
 )
 KNOWN_BUGS = KNOWN_BUGS + CHECKPOINT_BUGS
 

@@ -127,7 +127,7 @@ class Verdict:
             msg = r.get("message", "")
             parts.append(f"rank {r['rank']} {r.get('status', self.kind)}"
                          + (f" in {r['role']}" if r.get("role") else "") + (f": {what}" if what else "")
-                         + (f": {msg.splitlines()[0][:300]}" if msg else ""))
+                         + (f": {_one_line(msg)}" if msg else ""))
         return f"{self.kind}: " + "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -141,3 +141,11 @@ class Verdict:
         return cls(kind=data["kind"], divergence=Divergence(**div) if div else None,
                    ranks=tuple(data.get("ranks", ())), note=data.get("note", ""),
                    closeness=data.get("closeness", 0.0))
+
+
+def _one_line(message: str, limit: int = 300) -> str:
+    """An error message on one line (PyTorch puts the substance of some on the lines after the first:
+    ``Error(s) in loading state_dict ...:`` then the missing keys), cut at ``limit`` characters."""
+    text = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+

@@ -172,3 +172,14 @@ def test_an_interrupt_swallowed_in_a_finalizer_still_stops_the_run_at_the_next_c
     finally:
         engine.interrupt_requested.clear()
     assert fuzzer.targets["fsdp2"].cases == 0
+
+
+def test_an_error_printout_keeps_the_lines_after_the_first():
+    """PyTorch's load_state_dict says which keys are missing on the lines after "Error(s) in loading ...:"; a
+    printout of its first line alone names nothing."""
+    message = ("Error(s) in loading state_dict for FullyShardedDataParallel:\n"
+               "\tMissing key(s) in state_dict: \"body.0.weight\".\n\tUnexpected key(s) in state_dict: \"x\".")
+    text = Verdict("error", ranks=({"rank": 1, "role": "system", "type": "RuntimeError", "message": message},)).describe()
+    assert 'FullyShardedDataParallel: Missing key(s) in state_dict: "body.0.weight". Unexpected key(s)' in text
+    long = Verdict("error", ranks=({"rank": 0, "message": "x" * 1000},)).describe()
+    assert long.endswith("x...") and len(long) < 340
