@@ -136,8 +136,9 @@ def _fsdp1_flat_unit_unused_in_the_last_backward(case: Case) -> bool:
 
 
 def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
-    no_shard = case.plan.sharding == "NO_SHARD" or (case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
-                                                    and case.mesh.axis_size("dp_shard") == 1)
+    # FSDP1 runs NO_SHARD where its shard group has one rank (a hybrid strategy's, or the dp sub-mesh of
+    # fsdp1_tp's (dp_shard=1, tp) mesh)
+    no_shard = case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
     return no_shard and case.plan.use_orig_params and (_gated(case) or bool(case.train.frozen))
 
 
@@ -373,8 +374,11 @@ KNOWN_BUGS = (
     KnownBug("FSDP1 NO_SHARD loses the parameters of a unit unused in a step from named_parameters",
              ("corpus/fsdp1/23047066ba5a3d87.json", "corpus/fsdp1/79b46c6d62772350.json"),
              _fsdp1_no_shard_unit_unused,
-             ("mismatch:missing:param", "mismatch:missing:grad"),
-             families=("fsdp1",)),
+             ("mismatch:missing:param", "mismatch:missing:grad",
+              # a state dict of such a unit: "FSDP assumes body.1.inner.q.weight is in the state_dict"
+              "error:system:AssertionError:torch/distributed/fsdp/_state_dict_utils.py:"
+              "_common_unshard_post_state_dict_hook"),
+             families=("fsdp1", "fsdp1_tp")),
     # FSDP1 with use_orig_params=True: a parameter unused in a step whose unit's other parameters got gradients
     # shows a zero gradient where DDP (and a local model) leave None, though FlatParameter._is_grad_none_mask
     # exists to set such "logically None" gradients to None: the optimizer then steps it (weight decay,
@@ -383,7 +387,7 @@ KNOWN_BUGS = (
              ("corpus/fsdp1/875ed9b3950f8533.json", "corpus/fsdp1/6dbba2b8fcc2c56c.json"),
              _fsdp1_orig_params_unused_in_a_step,
              ("mismatch:extra_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
-             families=("fsdp1",)),
+             families=("fsdp1", "fsdp1_tp")),
     # FSDP1 with use_orig_params=True over a tied embedding/head weight frozen before wrapping (and a nested
     # unit): an internal assertion while it sets the original parameters' views, "as_params=True
     # type(prim_param)=<class 'torch.Tensor'>" (the shared parameter was registered as a plain tensor).
@@ -579,7 +583,7 @@ def _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance(case: Case)
     from fuzz.families.fsdp1 import units
 
     r = case.resumed()
-    if r.family != "fsdp1" or case.checkpoint.load_way != "full":
+    if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way != "full":
         return False
     found = units(r)  # None: a size-based policy, whose instances the plan does not name
     return any(c.before and (found is None or c.path in found) for c in r.plan.checkpoints)
@@ -593,6 +597,16 @@ def _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) 
 
     smallest = min((p.shape[0] for p in build_model(r).parameters() if p.dim()), default=r.world_size)
     return smallest < r.mesh.axis_size("dp_shard")
+
+
+def _fsdp1_checkpoint_with_shard_groups_of_one_rank(case: Case) -> bool:
+    return case.family == "fsdp1" and case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2") \
+        and case.mesh.axis_size("dp_shard") == 1
+
+
+def _fsdp1_hybrid_sharded_recipe(case: Case) -> bool:
+    return case.family == "fsdp1" and case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2") \
+        and case.checkpoint.load_way == "fsdp1_sharded" and case.mesh.axis_size("dp_replicate") > 1
 
 
 def _fsdp1_tp_sharded_round_trip(case: Case) -> bool:
@@ -709,8 +723,10 @@ CHECKPOINT_BUGS = (
              ("corpus/fsdp1/c5d7c99dbe6c2ecf.json", "corpus/fsdp1/d492adbfb1cf246f.json"),
              _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance,
              ("error:system:RuntimeError:torch/nn/modules/module.py:load_state_dict",
-              "error:system:RuntimeError:torch/distributed/checkpoint/state_dict.py:_split_optim_state_dict"),
-             families=("fsdp1",)),
+              "error:system:RuntimeError:torch/distributed/checkpoint/state_dict.py:_split_optim_state_dict",
+              # from an FSDP1 FULL save: FSDP.optim_state_dict_to_load looks the prefixed name up
+              "error:system:KeyError:torch/distributed/fsdp/_optim_utils.py:<setcomp>"),
+             families=FSDP1_FAMILIES),
     # FSDP1's SHARDED_STATE_DICT chunks each parameter by dim 0 over the shard group, so where dim 0 is smaller
     # than the group a rank holds a ShardedTensor without local shards.  dcp.load of get_state_dict's sharded
     # state dict on that rank: the load planner's _flatten_sharded_tensors drops that entry, the planner takes
@@ -723,6 +739,24 @@ CHECKPOINT_BUGS = (
              ("corpus/fsdp1/2b9e17fa63883165.json",),
              _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter,
              ("error:system:CheckpointException:torch/distributed/checkpoint/utils.py:reduce_scatter",),
+             families=("fsdp1",)),
+    # FSDP1 HYBRID_SHARD with shard groups of one rank (the training bug pytorch#154888 lives there too): any
+    # state dict (FSDP1's FULL or SHARDED, get_state_dict sharded or full) fails on the ranks outside global rank
+    # 0's shard group, "Global rank 0 is not part of group" in get_group_rank, while rank 0 waits (a hang).
+    KnownBug("FSDP1 hybrid sharding with shard groups of one rank cannot take a state dict",
+             ("corpus/fsdp1/f69140c3784bf7e4.json",),
+             _fsdp1_checkpoint_with_shard_groups_of_one_rank,
+             ("error:system:ValueError:torch/distributed/distributed_c10d.py:get_group_rank", "hang"),
+             families=("fsdp1",)),
+    # FSDP1 HYBRID_SHARD (process groups or a 2-D mesh) through its documented SHARDED recipe
+    # (load_sharded_optimizer_state_dict + FSDP.optim_state_dict_to_load): optimizer state is loaded wrongly
+    # (12 of 16 elements of a momentum buffer, 2 of 3 of an Adam exp_avg), on every rank, and training goes on
+    # from it (silent corruption).  get_state_dict + dcp.load of the same setup loads it right, as does the
+    # recipe under FULL_SHARD.
+    KnownBug("FSDP1 hybrid sharding loads optimizer state wrongly through load_sharded_optimizer_state_dict",
+             ("corpus/fsdp1/86a5cf23cde5c6a7.json",),
+             _fsdp1_hybrid_sharded_recipe,
+             ("mismatch:checkpoint:loaded",),
              families=("fsdp1",)),
 )
 KNOWN_BUGS = KNOWN_BUGS + CHECKPOINT_BUGS

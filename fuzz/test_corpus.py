@@ -1,13 +1,19 @@
 """Corpus replay: every file in the corpus directory is one test.
 
-``expect: pass`` must match its reference; ``expect: fail`` (a known open bug)
-is a strict xfail, so the day it starts passing the run fails loudly as
-XPASS(strict) and the file's expectation should be flipped.
+``expect: pass`` must match its reference.  ``expect: fail`` (a known open bug) is
+an xfail only while it fails *as recorded*: with the recorded verdict's signature,
+or another one the ``fuzz/known.py`` entry listing the file explains (a bug that
+shows as a hang or a mismatch).  Failing otherwise is a failure (a new bug, or a harness
+regression, must not hide behind an old one), and so is passing: the day the bug
+is fixed the run says so and the file's expectation should be flipped.
 """
+
+from pathlib import Path
 
 import pytest
 
 from fuzz import corpus
+from fuzz.known import KNOWN_BUGS
 from fuzz.show import describe_case
 from fuzz.verify import check
 
@@ -30,9 +36,25 @@ def test_corpus_case(corpus_file, fuzz_session, request):
     if case.world_size not in fuzz_session.options.world_sizes:
         pytest.fail(f"{corpus_file}: case needs world size {case.world_size}, outside --world-sizes "
                     f"{','.join(map(str, fuzz_session.options.world_sizes))}", pytrace=False)
-    if entry.expect == "fail":
-        reason = entry.known_issue or entry.note or "known failure"
-        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
     verdict = check(case, fuzz_session.executor, fuzz_session.options.case_timeout_s)
-    if not verdict.ok:
-        pytest.fail(f"{corpus_file}: {verdict.describe()}\n\n{describe_case(case)}", pytrace=False)
+    if entry.expect == "pass":
+        if not verdict.ok:
+            pytest.fail(f"{corpus_file}: {verdict.describe()}\n\n{describe_case(case)}", pytrace=False)
+        return
+    if verdict.ok:
+        pytest.fail(f"{corpus_file}: expected to fail ({entry.known_issue or entry.note or 'known failure'}) but "
+                    "passes: if torch fixed it, flip the file to expect: pass", pytrace=False)
+    if fails_as_recorded(entry, verdict):
+        pytest.xfail(entry.known_issue or entry.note or "known failure")
+    recorded = f"{entry.known_issue!r}" if entry.known_issue else f"signature {entry.verdict.bug_signature()}"
+    pytest.fail(f"{corpus_file}: fails, but not as recorded ({recorded}): {verdict.bug_signature()}: "
+                f"{verdict.describe()}\n\n{describe_case(case)}", pytrace=False)
+
+
+def fails_as_recorded(entry: corpus.Entry, verdict) -> bool:
+    """Whether a known failure's replay is the failure the file records."""
+    if entry.verdict is not None and verdict.bug_signature() == entry.verdict.bug_signature():
+        return True
+    where = entry.path.parts[-2:]
+    return any(b.explains(entry.case, verdict) for b in KNOWN_BUGS
+               if any(Path(f).parts[-2:] == where for f in b.corpus_files))

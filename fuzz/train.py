@@ -141,6 +141,8 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
         if turns:
             run.start(case.resumed(), event.step)
             broken = checkpoint.load(run.system, case, directory, trusted=role != "system")
+        else:  # no checkpoint keeps gradients: the resumed system starts without them, and so does the reference
+            run.system.optim.zero_grad(set_to_none=True)
         run.record_loaded(event.step)
         run.note_violations(broken)
         run.train(event.step, case.train.steps)

@@ -1,6 +1,8 @@
 """Corpus files: written atomically, named by content hash, read strictly with errors naming file and field."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +106,24 @@ def test_only_the_very_same_case_is_an_existing_entry(tmp_path):
     path = corpus.record(tmp_path, simple(), MISMATCH)
     assert corpus.existing(tmp_path, simple()).path == path
     assert corpus.existing(tmp_path, simple(seed=9)) is None  # same failure signature, another case
+
+
+def test_a_known_failure_replays_as_an_xfail_only_when_it_fails_as_recorded():
+    """A corpus file expecting its known bug must not hide another failure of its case (a new bug, a harness
+    regression): the replay xfails only on the recorded verdict's signature, or another one the known bug
+    listing the file explains."""
+    from fuzz.known import KNOWN_BUGS
+    from fuzz.test_corpus import fails_as_recorded
+
+    bug = next(b for b in KNOWN_BUGS if b.signatures == ("mismatch:checkpoint:loaded", "hang"))
+    entry = corpus.load(bug.corpus_files[0])
+    other_form = Verdict("mismatch", Divergence(step=2, what="loaded", tensor="body.0.weight", max_abs=1.0,
+                                                max_rel=1.0, check="checkpoint"))
+    assert entry.verdict.kind == "hang" and other_form.bug_signature() == "mismatch:checkpoint:loaded"
+    assert fails_as_recorded(entry, entry.verdict)
+    assert fails_as_recorded(entry, other_form)
+    assert not fails_as_recorded(entry, MISMATCH)  # its case failing otherwise
+    assert not fails_as_recorded(entry, Verdict("crash", ranks=({"rank": 1, "exitcode": -11},)))
+    elsewhere = dataclasses.replace(entry, path=Path("corpus/fsdp2/0123456789abcdef.json"))  # listed by no bug
+    assert fails_as_recorded(elsewhere, entry.verdict)
+    assert not fails_as_recorded(elsewhere, other_form)

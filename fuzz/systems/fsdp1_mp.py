@@ -108,7 +108,11 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
         self.shard_group = mesh.get_group("dp_shard")
         self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
-        self.sharded = self.case.plan.sharding != "NO_SHARD"
+        # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns "switching to
+        # use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a known bug of their own.
+        self.sharded = self.case.plan.sharding != "NO_SHARD" and (
+            dist.get_world_size(self.shard_group) > 1 or self.case.plan.sharding in ("HYBRID_SHARD",
+                                                                                     "_HYBRID_SHARD_ZERO2"))
         self.make_copies(model, lambda name: self.compute_dtype)
         if mp.keep_low_precision_grads or not self.sharded:
             for master in self.masters.values():
