@@ -1,7 +1,7 @@
 """pytest integration: options, Hypothesis profiles, the fuzz session, the summary and the report.
 
 Loaded by the repository's ``conftest.py``.  Options (see DESIGN.md's contract):
-``--fuzz-budget``, ``--shrink-budget``, ``--corpus-dir``, ``--world-sizes``,
+``--fuzz-budget``, ``--shrink-budget``, ``--reduce-budget``, ``--corpus-dir``, ``--world-sizes``,
 ``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``.
 """
 
@@ -35,6 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help=f"wall-clock seconds of case generation, shared by all fuzz targets (default {DEFAULT_BUDGET_S:g})")
     g.addoption("--shrink-budget", metavar="SECONDS", default="300",
                 help="extra seconds a found failure may spend shrinking (default 300)")
+    g.addoption("--reduce-budget", metavar="SECONDS", default="120",
+                help="seconds a shrunk failure may spend being reduced to a 1-minimal case, every single "
+                     "simplification tried (default 120; 0 turns the reduction off)")
     g.addoption("--corpus-dir", metavar="DIR", default=None,
                 help="where failures are written and replays read (default: corpus/ in the repository)")
     g.addoption("--world-sizes", metavar="N,N", default=None,
@@ -63,6 +66,7 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
     get = config.getoption
     budget = _number("fuzz-budget", get("fuzz_budget") or DEFAULT_BUDGET_S)
     shrink = _number("shrink-budget", get("shrink_budget"))
+    reduce = _number("reduce-budget", get("reduce_budget"))
     seed = None if get("fuzz_seed") is None else _number("fuzz-seed", get("fuzz_seed"), int)
     timeout = None if get("case_timeout") is None else _number("case-timeout", get("case_timeout"),
                                                                  float, minimum=1)
@@ -85,7 +89,7 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
     if corpus_raw and not corpus_dir.is_dir():
         raise pytest.UsageError(f"--corpus-dir: {corpus_raw!r} is not a directory")
     return FuzzOptions(budget_s=budget, shrink_budget_s=shrink, corpus_dir=corpus_dir, world_sizes=world_sizes,
-                       seed=seed, case_timeout_s=timeout, max_cases=max_cases)
+                       seed=seed, case_timeout_s=timeout, max_cases=max_cases, reduce_budget_s=reduce)
 
 
 class FuzzSession:
@@ -158,6 +162,13 @@ def format_failure(f) -> str:
                         if f.known_issue else "not triaged yet)"))
     if f.interrupted:
         parts.append("(the run was interrupted while shrinking: this case may not be minimal)")
+    r = f.reduction
+    if r is not None:
+        parts.append(f"reduced in {r.runs} runs / {r.seconds:.1f}s ({len(r.steps)} simplifications"
+                     + (f": {'; '.join(r.steps)}" if r.steps else "") + "): "
+                     + ("1-minimal, every part left is needed" if r.minimal else
+                        "interrupted before it was 1-minimal" if r.interrupted else
+                        "the reduce budget ran out before it was 1-minimal"))
     parts += ["", describe_case(f.case), "",
              f.case.to_json(indent=2)]
     for r in f.verdict.ranks:
@@ -194,7 +205,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items) -> None:
     targets = [i for i in items if i.get_closest_marker("fuzz_target")]
     session.targets_total = len(targets)
     # A fuzz target runs for its budget plus shrinking: a global pytest-timeout must not cut it short.
-    limit = session.options.budget_s + session.options.shrink_budget_s + 600
+    limit = session.options.budget_s + session.options.shrink_budget_s + session.options.reduce_budget_s + 600
     for item in targets:
         item.add_marker(pytest.mark.timeout(limit))
 

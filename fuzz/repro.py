@@ -1,10 +1,13 @@
 """Run one case file on its own and explain it.
 
-    python -m fuzz.repro FILE.json [--timeout SECONDS] [--json]
+    python -m fuzz.repro FILE.json [--timeout SECONDS] [--json | --markdown]
 
 FILE is a corpus file or a bare case JSON.  Prints the case (model tree with its
 parallel plan), runs reference and system under test, and prints the verdict
-with the first divergence or the failing ranks' tracebacks.
+with the first divergence or the failing ranks' tracebacks.  With ``--markdown``
+it prints a bug report to paste into an issue instead: versions, the case as a
+tree with its plan, the verdict, the first failing rank's traceback, the case
+JSON and the command that reproduces it.
 
 Exit codes: 0 the case passes, 1 it fails (mismatch, error, crash or hang),
 2 bad input (the message names the file and the field).
@@ -24,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz.repro", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", help="a corpus file or a case JSON file")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per-case timeout")
-    parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    out.add_argument("--markdown", action="store_true", help="print an issue-ready bug report in Markdown")
     args = parser.parse_args(argv)
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout: must be > 0, got {args.timeout}")
@@ -37,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     from fuzz.executor import Executor
     from fuzz.verify import check
 
-    if not args.json:
+    quiet = args.json or args.markdown
+    if not quiet:
         print(describe_case(entry.case))
         print(f"expectation: {entry.expect}" + (f" ({entry.known_issue or entry.note})" if entry.expect == "fail" else ""))
         print("running ...", flush=True)
@@ -46,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"file": args.file, "case_id": entry.case.case_id(), "expect": entry.expect,
                           "verdict": verdict.to_dict()}))
+    elif args.markdown:
+        from fuzz.executor import auto_backend
+
+        print(markdown_report(args.file, entry, verdict, auto_backend(entry.case.world_size)))
     else:
         print(f"verdict: {verdict.describe()}")
         for r in verdict.ranks:
@@ -53,6 +63,41 @@ def main(argv: list[str] | None = None) -> int:
             if text:
                 print(f"--- rank {r['rank']} ({r.get('status')}) ---\n{text.rstrip()}")
     return 0 if verdict.ok else 1
+
+
+def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> str:
+    """A bug report in Markdown for the case of ``entry`` and the ``verdict`` it just got."""
+    import platform
+
+    import torch
+
+    from fuzz import __version__
+
+    case = entry.case
+    first = next((r for r in verdict.ranks if r.get("traceback") or r.get("log")), None)
+    lines = [
+        f"### {case.family}: {verdict.describe()}",
+        "",
+        f"Found by parityfuzz {__version__}: `{path}` (case {case.case_id()}).",
+        "",
+        f"- torch {torch.__version__}, Python {platform.python_version()}, {platform.system()} "
+        f"{platform.machine()}; backend {backend}, world size {case.world_size}",
+        f"- verdict: **{verdict.kind}** (`{verdict.bug_signature()}`)",
+    ]
+    if entry.expect == "fail" and entry.known_issue:
+        lines.append(f"- known issue: {entry.known_issue}")
+    if entry.note:
+        lines += ["", f"> {entry.note}"]
+    lines += ["", "The case (model tree with its parallel plan; training below it):", "", "```text",
+              describe_case(case), "```", "", "To reproduce:", "", "```sh",
+              f"python -m fuzz.repro {path}", "```"]
+    if first is not None:
+        text = (first.get("traceback") or first.get("log")).rstrip()
+        lines += ["", f"<details><summary>rank {first['rank']} ({first.get('status')})</summary>", "", "```text",
+                  text[-4000:], "```", "", "</details>"]
+    lines += ["", "<details><summary>case JSON</summary>", "", "```json", case.to_json(indent=2), "```", "",
+              "</details>"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

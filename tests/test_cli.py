@@ -63,7 +63,7 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     report = tmp_path / "report.json"
     result = pytest_run("-p", "fuzz.plugin", str(tmp_path / "test_faulty.py"), "--fuzz-budget=60",
                         "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=60",
-                        f"--fuzz-report={report}", f"--rootdir={tmp_path}")
+                        "--reduce-budget=30", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "mismatch" in out and "python -m fuzz.repro" in out
@@ -73,6 +73,7 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     assert data["cases_run"] >= 1 and data["verdicts"]["mismatch"] >= 1
     assert data["failures"][0]["corpus_file"] == str(files[0])
     assert data["failures"][0]["first_divergence"]["what"] == "grad"
+    assert data["failures"][0]["reduce_runs"] >= 1 and "reduced in" in out  # the reduction ran and says so
 
     assert len(data["failures"]) == 1
     assert data["failures"][0]["bug_signature"] == look_alike.bug_signature()  # it did look alike
@@ -94,13 +95,13 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
 
 
 def test_replay_xpass_is_loud_and_bad_files_fail_alone(tmp_path):
-    # A passing case wrongly marked as a known failure: strict XPASS fails the run.
+    # A passing case wrongly marked as a known failure fails the run, saying so.
     corpus.record(tmp_path, simple(), Verdict("mismatch"), expect="fail")
     (tmp_path / "fsdp2" / "broken.json").write_text('{"corpus_format": 1, "case": {"seed": 0')
     result = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={tmp_path}", "-rA")
     out = result.stdout
     assert result.returncode == 1
-    assert "XPASS(strict)" in out or "[XPASS(strict)]" in out, out
+    assert "expected to fail (known failure) but passes" in out, out
     assert "broken.json: not valid JSON" in out
     assert "2 failed" in out
 
@@ -162,6 +163,21 @@ def test_repro_passing_case_exits_0(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["verdict"]["kind"] == "pass"
+
+
+def test_repro_markdown_is_an_issue_ready_report():
+    """``--markdown``: a bug report to paste into an issue: versions, the case tree with its plan, the verdict,
+    the note, the failing rank's traceback, the command that reproduces it and the case JSON."""
+    path = "corpus/fsdp1/c5d7c99dbe6c2ecf.json"
+    result = subprocess.run([sys.executable, "-m", "fuzz.repro", path, "--markdown"], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    out = result.stdout
+    assert result.returncode == 1, result.stderr
+    assert out.startswith("### fsdp1: error: rank 0 error in system: RuntimeError: Error(s) in loading state_dict")
+    for part in ("- torch 2.", "backend gloo, world size 2", "`error:system:RuntimeError:torch/nn/modules/module.py",
+                 "Linear(", "```text", "Missing key(s) in state_dict", f"python -m fuzz.repro {path}",
+                 "```json", "> Hand-reduced", "known issue: set_state_dict cannot load"):
+        assert part in out, part
 
 
 def test_global_pytest_timeout_does_not_cut_a_fuzz_budget(tmp_path):

@@ -24,9 +24,12 @@ def body_modules(case) -> int:
 
 
 def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, world_sizes=(2,), strategy=None,
-         budget_s=BUDGET_S, case_timeout_s=None):
+         budget_s=BUDGET_S, case_timeout_s=None, max_reduce_runs=0):
+    """A short fuzz run; the reduction to a 1-minimal case is off unless asked (``max_reduce_runs``): the
+    tests of what shrinking finds would pay for it, the reduction's own tests ask for it."""
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=SHRINK_BUDGET_S, max_cases=max_cases,
-                          max_shrink_runs=max_shrink_runs, case_timeout_s=case_timeout_s)
+                          max_shrink_runs=max_shrink_runs, case_timeout_s=case_timeout_s,
+                          max_reduce_runs=max_reduce_runs)
     fuzzer = Fuzzer(options, executor, log=print)
     return fuzzer.fuzz(system, strategy if strategy is not None else cases(world_sizes=world_sizes, system=system),
                        budget_s=budget_s)

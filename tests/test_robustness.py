@@ -35,7 +35,7 @@ def children(pid: int) -> list[int]:
 
 def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
     options = FuzzOptions(corpus_dir=tmp_path, seed=2, shrink_budget_s=240, case_timeout_s=10,
-                          hang_shrink_timeout_s=1, max_shrink_runs=10)
+                          hang_shrink_timeout_s=1, max_shrink_runs=10, max_reduce_runs=0)
     fuzzer = Fuzzer(options, executor)
     stats = fuzzer.fuzz("hang", cases(world_sizes=(2,), system="tests.faults:HangWithLayerNorm", max_steps=3,
                                         max_depth=1), budget_s=60)

@@ -11,6 +11,9 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
   cost nothing and always see the same answer (no flakiness from the clock);
 - while a HANG shrinks, each candidate gets a short timeout (a few times the
   slowest passing case), not the full per-case timeout;
+- after Hypothesis's shrink, each failure is reduced to a 1-minimal case
+  (:mod:`fuzz.engine.reduce`: every single simplification tried on the case
+  itself) within its own budget, before it is recorded;
 - Ctrl-C or SIGTERM during the run still records the smallest failure seen so
   far (marked as interrupted) before the interrupt propagates.
 
@@ -37,6 +40,7 @@ from hypothesis import strategies as st
 from fuzz import corpus
 from fuzz.case import Case
 from fuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
+from fuzz.engine.reduce import Reduction, reduce_failure
 from fuzz.engine.soak import Found, already_found, precondition, simplest_features
 from fuzz.engine.stats import TargetStats
 from fuzz.executor import Executor
@@ -70,6 +74,9 @@ class FuzzOptions:
     max_shrink_runs: int | None = None
     #: Floor of the per-candidate timeout while shrinking a HANG.
     hang_shrink_timeout_s: float = 5.0
+    #: The reduction to a 1-minimal case after Hypothesis's shrink: seconds and runs per failure (0: none).
+    reduce_budget_s: float = 120.0
+    max_reduce_runs: int | None = None
 
 
 #: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
@@ -215,8 +222,47 @@ class Fuzzer:
             failures = case_failures(e)
             if not failures:
                 raise
-        return self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed,
-                            failures), exhausted
+        shrink_runs = stats.shrink_runs - shrink_runs_before
+        shrunk = time.monotonic()
+        timeout = opts.case_timeout_s
+        reductions = []
+        for f in failures:
+            if f.verdict.kind == "hang":
+                timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
+            reductions.append(self._reduce(name, f, stats, cache, found_before, timeout))
+            if reductions[-1] is not None and reductions[-1].interrupted:
+                break  # what was reduced so far is recorded, then the interrupt goes on
+        recorded = self._record(name, stats, start, found, shrink_runs, seed, failures, reductions=reductions,
+                                shrunk=shrunk)
+        if any(r is not None and r.interrupted for r in reductions):
+            self.log(stats.summary_line() + " (interrupted)")
+            raise KeyboardInterrupt("interrupted while reducing")
+        return recorded, exhausted
+
+    def _reduce(self, name: str, failure: CaseFailed, stats: TargetStats, cache: dict[str, Verdict],
+                found_before: list[Found], timeout: float | None) -> Reduction | None:
+        """The failure reduced to a 1-minimal case (None where the options turn the reduction off)."""
+        opts = self.options
+        if opts.reduce_budget_s <= 0 or opts.max_reduce_runs == 0:
+            return None
+
+        def judge(case: Case) -> Verdict:
+            if interrupt_requested.is_set():
+                raise KeyboardInterrupt("interrupted while reducing")
+            key = case.to_json()
+            if key not in cache:
+                self.executor.pool(case.world_size)
+                cache[key] = self._judge(case, timeout)
+            return already_found(case, cache[key], found_before)
+
+        self.log(f"{name}: reducing the shrunk {failure.verdict.kind} to a 1-minimal case "
+                 f"(up to {opts.reduce_budget_s:.0f}s)")
+        out = reduce_failure(failure.case, failure.verdict, judge, opts.reduce_budget_s, opts.max_reduce_runs)
+        stats.reduce_runs += out.runs
+        stats.reduce_seconds += out.seconds
+        self.log(f"{name}: {len(out.steps)} simplifications in {out.runs} runs ({out.seconds:.1f}s)"
+                 + ("; 1-minimal" if out.minimal else "; budget spent before it was 1-minimal"))
+        return out
 
     def _judge(self, case: Case, timeout: float | None) -> Verdict:
         """Run and check a case; a failure that is a known torch bug passes with a note saying so."""
@@ -227,9 +273,10 @@ class Fuzzer:
         return verdict
 
     def _record(self, name: str, stats: TargetStats, start: float, found: dict, shrink_runs: int, seed: int,
-                failures: list[CaseFailed], interrupted: bool = False) -> list[Failure]:
-        """Account a round's time and write its failures to the corpus."""
-        end = time.monotonic()
+                failures: list[CaseFailed], interrupted: bool = False, reductions: list[Reduction | None] = (),
+                shrunk: float | None = None) -> list[Failure]:
+        """Account a round's time and write its failures (reduced, where they were) to the corpus."""
+        end = shrunk if shrunk is not None else time.monotonic()
         if found:
             stats.generate_seconds += found["at"] - start
             stats.shrink_seconds += end - found["at"]
@@ -239,7 +286,9 @@ class Fuzzer:
         if interrupted:
             note += "; the run was interrupted while shrinking, so this case may not be minimal"
         recorded = []
-        for f in failures:
+        for f, r in itertools.zip_longest(failures, reductions):
+            if r is not None:
+                f = CaseFailed(r.case, r.verdict)
             duplicate = corpus.existing(self.options.corpus_dir, f.case)
             path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
                                                                    expect="fail", note=note)
@@ -248,7 +297,8 @@ class Fuzzer:
                 cases_to_find=found.get("cases", 0), seconds_to_find=found.get("at", end) - start,
                 shrink_runs=shrink_runs, shrink_seconds=end - found.get("at", end),
                 duplicate_of=duplicate.path if duplicate else None,
-                known_issue=duplicate.known_issue if duplicate else None, interrupted=interrupted))
+                known_issue=duplicate.known_issue if duplicate else None, interrupted=interrupted,
+                reduction=r))
         stats.failures.extend(recorded)
         return recorded
 

@@ -12,6 +12,7 @@ except NameError:  # Python 3.10: the backport Hypothesis depends on
     from exceptiongroup import BaseExceptionGroup
 
 from fuzz.case import Case
+from fuzz.engine.reduce import Reduction
 from fuzz.verdict import Verdict
 
 
@@ -55,6 +56,8 @@ class Failure:
     duplicate_of: Path | None = None
     known_issue: str | None = None
     interrupted: bool = False
+    #: The reduction to a 1-minimal case after the shrink (:mod:`fuzz.engine.reduce`); None where turned off.
+    reduction: Reduction | None = None
 
     def to_dict(self) -> dict:
         d = self.verdict.divergence
@@ -74,6 +77,10 @@ class Failure:
             "seconds_to_find": round(self.seconds_to_find, 2),
             "shrink_runs": self.shrink_runs,
             "shrink_seconds": round(self.shrink_seconds, 2),
+            "reduce_runs": self.reduction.runs if self.reduction else 0,
+            "reduce_seconds": round(self.reduction.seconds, 2) if self.reduction else 0.0,
+            "reduce_steps": list(self.reduction.steps) if self.reduction else [],
+            "one_minimal": bool(self.reduction and self.reduction.minimal),
         }
 
 

@@ -22,6 +22,8 @@ class TargetStats:
     generate_seconds: float = 0.0
     shrink_seconds: float = 0.0
     shrink_runs: int = 0
+    reduce_seconds: float = 0.0
+    reduce_runs: int = 0
     failures: list[Failure] = field(default_factory=list)
     #: Passing cases whose comparison was cut short, by reason.
     notes: Counter = field(default_factory=Counter)
@@ -45,7 +47,9 @@ class TargetStats:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
         notes = "".join(f"; {n} cases: {reason}" for reason, n in self.notes.items())
         return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
-                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking{notes}")
+                f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking"
+                + (f", {self.reduce_seconds:.1f}s reducing ({self.reduce_runs} runs)" if self.reduce_runs else "")
+                + notes)
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +58,8 @@ class TargetStats:
             "generate_seconds": round(self.generate_seconds, 2),
             "shrink_seconds": round(self.shrink_seconds, 2),
             "shrink_runs": self.shrink_runs,
+            "reduce_seconds": round(self.reduce_seconds, 2),
+            "reduce_runs": self.reduce_runs,
             "cut_short": dict(self.notes),
             "distinct_feature_combinations": len(self.combinations),
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
