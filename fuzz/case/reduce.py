@@ -90,26 +90,28 @@ def _model_candidates(data: dict) -> Iterator[tuple[str, dict]]:
         yield "dense input instead of the embedding and head", _remap(out, lambda p: None if p in (
             "inp", "head") else p)
     for path, node in _nodes(model["body"], "body"):
-        children = node.get("children", [])
-        names = child_names(Node(kind=node["kind"], children=tuple(Node(kind=c["kind"]) for c in children)))
+        children, names = node.get("children", []), _names(node)
         for i, child in enumerate(children):
             # replace the node by its i-th child: paths under that child move up, the rest of the node goes
             yield (f"{path} replaced by its child {names[i]}",
                    _edit_node(data, path, lambda _n, c=child: c, _moved(path, f"{path}.{names[i]}")))
             if node["kind"] in ("seq", "block") and len(children) > 1:
                 rest = children[:i] + children[i + 1:]
-                renamed = Node(kind=node["kind"], children=tuple(Node(kind=c["kind"]) for c in rest))
-                new_names = dict(zip([n for j, n in enumerate(names) if j != i], child_names(renamed)))
+                new_names = dict(zip([n for j, n in enumerate(names) if j != i], _names({**node, "children": rest})))
                 yield (f"{path}.{names[i]} removed",
                        _edit_node(data, path, lambda n, r=rest: {**n, "children": r},
                                   _renamed(path, names[i], new_names)))
 
 
+def _names(node: dict) -> list[str]:
+    """The builder's names of a node's children (:func:`fuzz.case.model.child_names`), from its JSON."""
+    children = tuple(Node(kind=c["kind"]) for c in node.get("children", []))
+    return child_names(Node(kind=node["kind"], children=children))
+
+
 def _nodes(node: dict, path: str) -> Iterator[tuple[str, dict]]:
     yield path, node
-    children = node.get("children", [])
-    names = child_names(Node(kind=node["kind"], children=tuple(Node(kind=c["kind"]) for c in children)))
-    for name, child in zip(names, children):
+    for name, child in zip(_names(node), node.get("children", [])):
         yield from _nodes(child, f"{path}.{name}")
 
 
@@ -133,9 +135,7 @@ def _child(node: dict, name: str) -> dict:
 
 
 def _index(node: dict, name: str) -> int:
-    children = node.get("children", [])
-    names = child_names(Node(kind=node["kind"], children=tuple(Node(kind=c["kind"]) for c in children)))
-    return names.index(name)
+    return _names(node).index(name)
 
 
 def _moved(path: str, child: str) -> Callable[[str], str | None]:
