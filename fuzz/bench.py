@@ -2,6 +2,7 @@
 
     python -m fuzz.bench [--cases N] [--world-sizes 2,4] [--json]
     python -m fuzz.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
+    python -m fuzz.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults.py)
 
 The same generated cases (fixed seed) run twice per world size:
 
@@ -19,6 +20,11 @@ raw training throughput the harness keeps.
 ``--soak-check`` instead runs many generated cases (1-D and 2-D HSDP meshes)
 through one executor and prints each rank's resident memory, thread count and
 open file descriptors after the first case and at the end: they must stay flat.
+
+``--shrink-errors`` finds and shrinks the same error-verdict fault (``tests.faults:RaiseWithLayerNorm``, every
+rank raising where the model has a LayerNorm) twice with one seed: with pools replaced after every failing
+case, and kept where the ranks' process groups are in step (the default); it prints the shrink time, runs and
+pool restarts of each, and their ratio.
 """
 
 from __future__ import annotations
@@ -138,6 +144,30 @@ def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
                 "before": before, "after": after, "peak": peak}
 
 
+def shrink_errors(seed: int, max_shrink_runs: int = 40) -> dict:
+    """Shrink the same error-verdict fault with pools respawned after every error, then kept where in step."""
+    from pathlib import Path
+
+    from fuzz.engine import Fuzzer, FuzzOptions
+    from fuzz.executor import Executor
+    from strategies import cases
+
+    rows = {}
+    for mode, reuse in (("respawn", False), ("reuse", True)):
+        with tempfile.TemporaryDirectory() as tmp, Executor(reuse_after_errors=reuse) as ex:
+            ex.pool(2)  # start-up excluded
+            options = FuzzOptions(corpus_dir=Path(tmp), seed=seed, max_cases=80, shrink_budget_s=900,
+                                  max_shrink_runs=max_shrink_runs, max_reduce_runs=0)
+            stats = Fuzzer(options, ex, log=lambda m: None).fuzz(
+                "errors", cases(world_sizes=(2,), system="tests.faults:RaiseWithLayerNorm"), budget_s=900)
+            f = stats.failures[0]
+            rows[mode] = {"cases_to_find": f.cases_to_find, "shrink_runs": f.shrink_runs,
+                          "shrink_seconds": round(f.shrink_seconds, 2), "pool_restarts": ex.restarts,
+                          "pools_kept_after_errors": ex.reuses, "case": f.case.case_id()}
+    rows["ratio"] = round(rows["respawn"]["shrink_seconds"] / rows["reuse"]["shrink_seconds"], 2)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=60, help="cases per world size (default 60)")
@@ -146,7 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--soak-check", action="store_true",
                         help="check per-rank memory, threads and descriptors stay flat over many cases")
+    parser.add_argument("--shrink-errors", action="store_true",
+                        help="shrink an error-verdict fault with pools respawned, then kept, after errors")
     args = parser.parse_args(argv)
+    if args.shrink_errors:
+        result = shrink_errors(args.seed)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for mode in ("respawn", "reuse"):
+                r = result[mode]
+                print(f"{mode:>8}: found after {r['cases_to_find']} cases, shrunk in {r['shrink_runs']} runs / "
+                      f"{r['shrink_seconds']}s, {r['pool_restarts']} pool restarts, "
+                      f"{r['pools_kept_after_errors']} pools kept after an error (case {r['case']})")
+            print(f"shrink time respawn/reuse: {result['ratio']}")
+        return 0
     try:
         sizes = [int(w) for w in args.world_sizes.split(",")]
     except ValueError:

@@ -161,6 +161,28 @@ class HangWithLayerNorm(FSDP2System):
         return super().forward_backward(batch, target, path)
 
 
+class RaiseWithLayerNorm(FSDP2System):
+    """Every rank raises in the first forward when the model has a LayerNorm (an error, no rank left inside a
+    collective: the pool runs on after it)."""
+
+    def forward_backward(self, batch, target, path=None):
+        if any(isinstance(m, nn.LayerNorm) for m in self.model.modules()):
+            raise RuntimeError("injected failure with a LayerNorm")
+        return super().forward_backward(batch, target, path)
+
+
+class RaiseAfterACollectiveOnRank0(FSDP2System):
+    """Every rank raises in the first forward, rank 0 after one more all-reduce than the others (which the
+    others never join): an error on every rank, with the process group out of step."""
+
+    def forward_backward(self, batch, target, path=None):
+        import torch.distributed as dist
+
+        if self.ctx.rank == 0:
+            dist.all_reduce(torch.zeros(1), async_op=True)  # sent, never matched
+        raise RuntimeError("injected failure after an unmatched collective")
+
+
 class SlowOddLinearGradDrop(OddLinearGradDrop):
     """OddLinearGradDrop that takes a second per case, so a run can be interrupted mid-shrink."""
 

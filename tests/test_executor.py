@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from fuzz.case import ModelSpec, Node
 from fuzz.verify import check
 from tests.test_case import simple
 
@@ -81,6 +82,54 @@ def test_hang_is_a_verdict_with_stacks(executor, name, where):
     assert check(simple(), executor).ok
     time.sleep(0.5)
     assert not any(alive(p) for p in old_pids)
+
+
+def test_a_pool_runs_on_after_an_error_on_every_rank_in_step():
+    """Every rank raised outside the collectives, their process groups in step: the same ranks run the next
+    case, and it trains exactly as on a fresh pool."""
+    from fuzz.executor import Executor
+
+    def losses(ex, case):
+        return [float(x.value) for x in ex.run(case)[0].result["system"].losses]
+
+    norm = simple(system="tests.faults:RaiseWithLayerNorm",
+                  model=ModelSpec(body=Node("seq", children=(Node("linear", out=4), Node("layernorm")))))
+    case = dataclasses.replace(simple(), train=dataclasses.replace(simple().train, steps=3, optimizer="adam"))
+    with Executor() as fresh:
+        expected = losses(fresh, case)
+    with Executor() as ex:
+        pids = ex.pool(2).pids()
+        verdict = check(norm, ex, timeout_s=20)
+        assert verdict.kind == "error" and len(verdict.ranks) == 2 and "LayerNorm" in verdict.describe()
+        assert "collectives" not in verdict.ranks[0]  # the pool's bookkeeping stays out of the verdict
+        assert ex.reuses == 1 and ex.restarts == 0 and ex.pools[2].pids() == pids
+        assert losses(ex, case) == expected and ex.pools[2].pids() == pids
+
+
+def test_a_pool_out_of_step_after_errors_is_replaced():
+    """Every rank raised, but rank 0 issued one collective more than the others: replaced (a half-done
+    collective must not meet the next case); so is every pool where reuse is turned off."""
+    from fuzz.executor import Executor
+
+    with Executor() as ex:
+        pids = ex.pool(2).pids()
+        verdict = check(fault("RaiseAfterACollectiveOnRank0"), ex, timeout_s=20)
+        assert verdict.kind == "error" and ex.reuses == 0
+        assert check(simple(), ex).ok and ex.restarts == 1 and ex.pools[2].pids() != pids
+    with Executor(reuse_after_errors=False) as ex:
+        assert check(simple(system="no.such.module:Thing"), ex, timeout_s=20).kind == "error"
+        assert check(simple(), ex).ok and ex.restarts == 1 and ex.reuses == 0
+
+
+def test_process_groups_in_step():
+    from fuzz.executor.pool import in_step
+
+    a = {"groups_made": 3, "collectives": {"0": 10, "1": 4}}
+    b = {"groups_made": 3, "collectives": {"0": 10, "2": 7}}  # another rank's own subgroup
+    assert in_step([a, b]) and in_step([a, a])
+    assert not in_step([a, {**b, "collectives": {"0": 11}}])  # one more collective on the default group
+    assert not in_step([a, {**b, "groups_made": 4}])  # one more group made
+    assert not in_step([a, None]) and not in_step([])
 
 
 def test_unknown_system_is_an_error_verdict(executor):

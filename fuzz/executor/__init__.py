@@ -32,13 +32,16 @@ RESOURCE_CEILING = {"threads": 160, "fds": 320, "rss_mib": 2048}
 
 class Executor:
     def __init__(self, backend: str = "auto", timeout_s: float | None = None,
-                 ceiling: dict | None = None):
+                 ceiling: dict | None = None, reuse_after_errors: bool = True):
         self.backend = backend
         self.timeout_s = timeout_s
         self.ceiling = dict(RESOURCE_CEILING if ceiling is None else ceiling)
+        #: Keep a pool whose ranks all raised errors in step (:class:`RankPool`); False: replace it after any.
+        self.reuse_after_errors = reuse_after_errors
         self.pools: dict[int, RankPool] = {}
         self.restarts = 0  # pools replaced after an error, crash or hang
         self.recycles = 0  # pools replaced for growing past the resource ceiling
+        self.reuses = 0  # failed cases after which the pool ran on
 
     def pool(self, world_size: int) -> RankPool:
         pool = self.pools.get(world_size)
@@ -87,6 +90,11 @@ class Executor:
         timeout = timeout_s or self.timeout_s or default_timeout(case)
         pool = self.pool(world_size)
         outcomes = pool.run(case.to_json(), timeout, roles, job)
+        if any(o.status != "ok" for o in outcomes) and not pool.broken:
+            if self.reuse_after_errors:
+                self.reuses += 1
+            else:
+                pool.broken = True
         if not pool.broken and self._over_ceiling(pool):
             pool.close()
             del self.pools[world_size]

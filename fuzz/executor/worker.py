@@ -59,6 +59,31 @@ def innermost_frame(e: BaseException) -> str:
     return f"{'/'.join(keep)}:{frame.name}"
 
 
+def _inside_a_collective(e: BaseException) -> bool:
+    """Whether the error came from inside torch.distributed's collectives or its backend (a broken
+    connection, a timeout): the process groups may be unusable however the ranks' counts agree."""
+    import torch.distributed as dist
+
+    backend_errors = tuple(t for t in (getattr(dist, "DistError", None),) if t is not None)
+    return isinstance(e, backend_errors) or innermost_frame(e).startswith("torch/distributed/distributed_c10d.py")
+
+
+def _collective_state(ctx) -> dict | None:
+    """Where this rank's process groups stand after a failed case, its own groups released: how many groups it
+    has made, and for each live group how many collectives it has issued there.  Where every rank failed and
+    their states agree (each group's count the same on every rank holding it), no collective is half done and
+    the pool runs the next case on the same ranks (:meth:`fuzz.executor.pool.RankPool.run`); None where it
+    cannot tell."""
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        ctx.release_groups()
+        counts = {c10d._world.pg_names[pg]: pg._get_sequence_number_for_group() for pg in list(c10d._world.pg_map)}
+        return {"groups_made": c10d._world.group_count, "collectives": counts}
+    except Exception:  # noqa: BLE001 - a backend without sequence numbers: the pool is replaced
+        return None
+
+
 def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
                 parent_pid: int, pg_timeout_s: float) -> None:
     # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
@@ -108,9 +133,12 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
                     print(f"[parityfuzz] {role} left changes behind, undone: {', '.join(undone)}", flush=True)
         except BaseException as e:  # noqa: BLE001 - any failure is a verdict, reported as data
             clean.restore()
-            conn.send(("error", {"role": role, "type": type(e).__name__, "message": str(e)[:2000],
-                                 "traceback": traceback.format_exc(), "torch_frame": innermost_frame(e)}))
-            continue  # the pool is replaced after an error, groups and all
+            error = {"role": role, "type": type(e).__name__, "message": str(e)[:2000],
+                     "traceback": traceback.format_exc(), "torch_frame": innermost_frame(e)}
+            if not _inside_a_collective(e):  # the pool may run the next case here if every rank is in step
+                error["collectives"] = _collective_state(ctx)
+            conn.send(("error", error))
+            continue
         ctx.release_groups()
         conn.send(("ok", traces))
     try:
