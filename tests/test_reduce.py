@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fuzz.case import Case
@@ -177,3 +178,25 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
     for what, smaller in simplifications(f.case):
         verdict = check(smaller, executor)
         assert verdict.ok or verdict.bug_signature() != signature, what
+
+
+def test_an_interrupt_while_reducing_records_the_failure_then_goes_on(executor, tmp_path):
+    """Ctrl-C during the reduction: the failure (as reduced so far) is in the corpus, then the interrupt
+    propagates."""
+    from fuzz import corpus, engine
+    from fuzz.engine import Fuzzer, FuzzOptions
+
+    def log(message):
+        if "reducing the shrunk" in message:
+            engine.interrupt_requested.set()  # as the plugin's signal handler does
+
+    options = FuzzOptions(corpus_dir=tmp_path, seed=1, max_cases=40, max_shrink_runs=5)
+    fuzzer = Fuzzer(options, executor, log=log)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="reducing"):
+            fuzzer.fuzz("odd", cases(world_sizes=(2,), system="tests.faults:OddLinearGradDrop"), budget_s=60)
+    finally:
+        engine.interrupt_requested.clear()
+    [failure] = fuzzer.targets["odd"].failures
+    assert failure.reduction.interrupted and not failure.reduction.minimal
+    assert [corpus.load(p).case for p in corpus.discover(tmp_path)] == [failure.case]

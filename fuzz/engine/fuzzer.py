@@ -224,11 +224,10 @@ class Fuzzer:
                 raise
         shrink_runs = stats.shrink_runs - shrink_runs_before
         shrunk = time.monotonic()
-        timeout = opts.case_timeout_s
         reductions = []
         for f in failures:
-            if f.verdict.kind == "hang":
-                timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
+            timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0]) if f.verdict.kind == "hang" \
+                else opts.case_timeout_s  # a hang's candidates get the short timeout, as while it shrank
             reductions.append(self._reduce(name, f, stats, cache, found_before, timeout))
             if reductions[-1] is not None and reductions[-1].interrupted:
                 break  # what was reduced so far is recorded, then the interrupt goes on
