@@ -142,6 +142,17 @@ def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
     return no_shard and case.plan.use_orig_params and (_gated(case) or bool(case.train.frozen))
 
 
+def _fsdp1_frozen_instance_unused_in_a_step(case: Case) -> bool:
+    """A gate FSDP1 makes an instance of (or may: a size-based policy), frozen as a whole."""
+    from fuzz.case.model import under
+    from fuzz.families.fsdp1 import units
+
+    found = units(case)
+    frozen = [f.path for f in case.train.frozen]
+    return case.plan.use_orig_params and any(
+        n.kind == "gate" and (found is None or p in found) and under(p, frozen) for p, n in case.model.body.walk("body"))
+
+
 def _fsdp1_frozen_tied_weights(case: Case) -> bool:
     return case.plan.use_orig_params and case.model.tie_head and any(f.path in ("inp", "head")
                                                                      for f in case.train.frozen)
@@ -388,6 +399,16 @@ KNOWN_BUGS = (
              _fsdp1_orig_params_unused_in_a_step,
              ("mismatch:extra_grad:grad",) + tuple(f"mismatch:value:{what}" for what in ("grad", "param", "loss")),
              families=("fsdp1", "fsdp1_tp")),
+    # FSDP1 with use_orig_params=True: an instance whose parameters are all frozen, on a module that uses them on
+    # some steps only (the identity on the others): at the step it passes its input through, its pre-backward
+    # hook runs (its output requires grad through the input) but nothing resets its training state, and the
+    # next backward fails FSDP1's own check, "expected to be in states [IDLE] but current state is
+    # FORWARD_BACKWARD" (standalone: an Embedding, then FSDP(Gate(Linear)) with the Linear frozen, 2 ranks).
+    KnownBug("FSDP1 instance with all parameters frozen and unused in a step fails its training-state check",
+             ("corpus/fsdp1/c6461880e9e42683.json",),
+             _fsdp1_frozen_instance_unused_in_a_step,
+             ("error:system:ValueError:torch/distributed/fsdp/_common_utils.py:_assert_in_training_states",),
+             families=("fsdp1",)),
     # FSDP1 with use_orig_params=True over a tied embedding/head weight frozen before wrapping (and a nested
     # unit): an internal assertion while it sets the original parameters' views, "as_params=True
     # type(prim_param)=<class 'torch.Tensor'>" (the shared parameter was registered as a plain tensor).
