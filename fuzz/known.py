@@ -22,6 +22,8 @@ from typing import Callable
 from fuzz import dtypes
 from fuzz.case import Case
 from fuzz.case.checkpoint import DCP_FAMILIES, FSDP1_FAMILIES
+from fuzz.case.model import under
+from fuzz.families.fsdp1 import HYBRID, units
 from fuzz.verdict import Verdict
 
 
@@ -114,7 +116,7 @@ def _loss_parallel_with_a_rank_holding_no_vocabulary(case: Case) -> bool:
 
 
 def _hybrid_fsdp1_with_shards_of_one(case: Case) -> bool:
-    return (case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2") and case.mesh.axis_size("dp_shard") == 1
+    return (case.plan.sharding in HYBRID and case.mesh.axis_size("dp_shard") == 1
             and case.mesh.axis_size("dp_replicate") > 1)
 
 
@@ -144,9 +146,6 @@ def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
 
 def _fsdp1_frozen_instance_unused_in_a_step(case: Case) -> bool:
     """A gate FSDP1 makes an instance of (or may: a size-based policy), frozen as a whole."""
-    from fuzz.case.model import under
-    from fuzz.families.fsdp1 import units
-
     found = units(case)
     frozen = [f.path for f in case.train.frozen]
     return case.plan.use_orig_params and any(
@@ -218,8 +217,6 @@ def _nested(case: Case, inner: str, outer: str) -> bool:
 
 def _fully_shard_between_fsdp_replicates(case: Case) -> bool:
     """A replicate_with_fsdp module inside a fully_shard module inside a replicate_with_fsdp module."""
-    from fuzz.case import under
-
     managed = case.plan.data_parallel()
     inside = lambda p, q: p != q and under(p, (q,))  # noqa: E731
     return any(a == "replicate_fsdp" and b == "fully_shard" and c == "replicate_fsdp" and inside(p, q) and inside(q, r)
@@ -601,8 +598,6 @@ def _init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
 
 
 def _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance(case: Case) -> bool:
-    from fuzz.families.fsdp1 import units
-
     r = case.resumed()
     if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way != "full":
         return False
@@ -621,12 +616,12 @@ def _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) 
 
 
 def _fsdp1_checkpoint_with_shard_groups_of_one_rank(case: Case) -> bool:
-    return case.family == "fsdp1" and case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2") \
+    return case.family == "fsdp1" and case.plan.sharding in HYBRID \
         and case.mesh.axis_size("dp_shard") == 1
 
 
 def _fsdp1_hybrid_sharded_recipe(case: Case) -> bool:
-    return case.family == "fsdp1" and case.plan.sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2") \
+    return case.family == "fsdp1" and case.plan.sharding in HYBRID \
         and case.checkpoint.load_way == "fsdp1_sharded" and case.mesh.axis_size("dp_replicate") > 1
 
 

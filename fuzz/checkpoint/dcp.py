@@ -48,7 +48,7 @@ def save_dcp(system, case, directory: str) -> None:
     options = StateDictOptions(full_state_dict=c.full_state_dict, cpu_offload=c.cpu_offload)
     model_sd, optim_sd = _get(system, case, options)
     check_saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})",
-           rank0_only=c.full_state_dict and c.cpu_offload, offloaded=c.cpu_offload)
+                rank0_only=c.full_state_dict and c.cpu_offload, offloaded=c.cpu_offload)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(directory, "dcp"))
 
 
@@ -63,8 +63,8 @@ def save_full(system, case, directory: str) -> None:
     c = case.checkpoint
     options = StateDictOptions(full_state_dict=True, cpu_offload=c.cpu_offload)
     model_sd, optim_sd = _get(system, case, options)
-    holds = check_saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})", rank0_only=c.cpu_offload,
-                   offloaded=c.cpu_offload)
+    holds = check_saved(case, model_sd, optim_sd, f"get_state_dict({_describe(options)})",
+                        rank0_only=c.cpu_offload, offloaded=c.cpu_offload)
     if dist.get_rank() == 0 and holds:
         torch.save({"model": model_sd, "optim": optim_sd}, os.path.join(directory, FULL_FILE))
     dist.barrier()

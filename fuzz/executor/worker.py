@@ -64,8 +64,7 @@ def _inside_a_collective(e: BaseException) -> bool:
     connection, a timeout): the process groups may be unusable however the ranks' counts agree."""
     import torch.distributed as dist
 
-    backend_errors = tuple(t for t in (getattr(dist, "DistError", None),) if t is not None)
-    return isinstance(e, backend_errors) or innermost_frame(e).startswith("torch/distributed/distributed_c10d.py")
+    return isinstance(e, dist.DistError) or innermost_frame(e).startswith("torch/distributed/distributed_c10d.py")
 
 
 def _collective_state(ctx) -> dict | None:

@@ -49,6 +49,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_map
 
 from fuzz.systems.base import System, make_optimizer, make_scheduler
+from fuzz.families.fsdp1 import HYBRID
 from fuzz.systems.fsdp1 import KIND_CLASSES
 from fuzz.systems.masters import MasterCopies
 from fuzz.systems.fsdp2 import dtype
@@ -111,8 +112,7 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
         # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns "switching to
         # use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a known bug of their own.
         self.sharded = self.case.plan.sharding != "NO_SHARD" and (
-            dist.get_world_size(self.shard_group) > 1 or self.case.plan.sharding in ("HYBRID_SHARD",
-                                                                                     "_HYBRID_SHARD_ZERO2"))
+            dist.get_world_size(self.shard_group) > 1 or self.case.plan.sharding in HYBRID)
         self.make_copies(model, lambda name: self.compute_dtype)
         if mp.keep_low_precision_grads or not self.sharded:
             for master in self.masters.values():
