@@ -143,12 +143,12 @@ class _Pass:
         ``noises`` are the tensor's values in each perturbed run (none: the floor alone)."""
         if ref.shape != sut.shape:
             self.fail(what, tensor, "shape", f"system {list(sut.shape)}, reference {list(ref.shape)}")
-        diff = _difference(ref, sut)
-        scale = max(scale, _scale(ref))
+        diff = difference(ref, sut)
+        scale = max(scale, magnitude(ref))
         measured = 0.0
         samples = [n for n in noises if n.shape == ref.shape]
         if samples:
-            measured = max(float(_difference(ref, n).max(initial=0.0)) for n in samples)
+            measured = max(float(difference(ref, n).max(initial=0.0)) for n in samples)
             if scale > 0 and np.isfinite(measured):  # pooled over passes: the worst relative noise so far
                 relative = self.pooled[(what, tensor)] = max(self.pooled.get((what, tensor), 0.0), measured / scale)
                 measured = relative * scale
@@ -167,7 +167,7 @@ class _Pass:
                       allowed=allowed)
 
 
-def _scale(values: np.ndarray) -> float:
+def magnitude(values: np.ndarray) -> float:
     """The largest finite magnitude (0 for none)."""
     finite = np.abs(values[np.isfinite(values)])
     return float(finite.max()) if finite.size else 0.0
@@ -182,7 +182,7 @@ def module_scales(trace: Trace, i: int, what: str, tol: Tolerance) -> dict[str, 
         full = trace.full(i, what, name)
         if full is not None:
             key = tol.group(name)
-            out[key] = max(out.get(key, 0.0), _scale(full.value))
+            out[key] = max(out.get(key, 0.0), magnitude(full.value))
     if what == "grad":
         for name, value in trace.local_grad_scales(i).items():
             if np.isfinite(value):
@@ -197,7 +197,7 @@ def scale_of(scales: dict[str, float], group: str) -> float:
     return scales.get(group, 0.0) or max(scales.values(), default=0.0)
 
 
-def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``|a - b|`` elementwise, 0 where both are NaN or the same infinity, inf where only one is NaN."""
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(a - b)
@@ -301,7 +301,7 @@ def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: flo
             for r in group[1:]:
                 other = recs[r].value
                 if other.shape != first.shape or not np.array_equal(first, other, equal_nan=True):
-                    dev = float(_difference(first, other).max()) if other.shape == first.shape else float("inf")
+                    dev = float(difference(first, other).max()) if other.shape == first.shape else float("inf")
                     p.fail(what, name, "replica", f"in the {role}: rank {r}'s copy differs from rank "
                            f"{group[0]}'s (ranks {group} hold the same piece)", ranks=(group[0], r), max_abs=dev)
     noises = [n.full(p.i, what, name) for n in p.noises]
@@ -323,9 +323,9 @@ def measure(ref: Trace, sut: Trace, noise: Trace, tol: Tolerance):
         for name, what, a, b, n in rows:
             if a is None or b is None or n is None or not (a.value.shape == b.value.shape == n.value.shape):
                 continue
-            scale = max(_scale(a.value), scale_of(scales.get(what, {}), tol.group(name)))
-            yield (at, what, name, float(_difference(a.value, b.value).max(initial=0.0)),
-                   float(_difference(a.value, n.value).max(initial=0.0)), scale)
+            scale = max(magnitude(a.value), scale_of(scales.get(what, {}), tol.group(name)))
+            yield (at, what, name, float(difference(a.value, b.value).max(initial=0.0)),
+                   float(difference(a.value, n.value).max(initial=0.0)), scale)
 
 
 def _first_non_finite(ref: Trace) -> int | None:

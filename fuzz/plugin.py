@@ -153,6 +153,7 @@ def format_failure(f) -> str:
     from fuzz.show import describe_case
 
     parts = [f"parityfuzz: {f.target}: {f.verdict.describe()}",
+             *([f"the mismatch {f.verdict.origin.describe()}"] if f.verdict.origin else []),
              f"minimal case in {f.corpus_path} (found after {f.cases_to_find} cases in "
              f"{f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s)",
              f"replay it: python -m fuzz.repro {f.corpus_path}"]
@@ -239,6 +240,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             tr.write_line(f"  most exercised features: {common}")
         for f in stats.failures:
             tr.write_line(f"  FAILURE {f.verdict.describe()}", red=True)
+            if f.verdict.origin:
+                tr.write_line(f"    it {f.verdict.origin.describe()}")
             if f.duplicate_of:
                 tr.write_line(f"    this very case is already in the corpus: {f.duplicate_of}"
                               + (f" (known issue: {f.known_issue})" if f.known_issue else " (not triaged yet)"))

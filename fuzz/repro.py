@@ -4,9 +4,11 @@
 
 FILE is a corpus file or a bare case JSON.  Prints the case (model tree with its
 parallel plan), runs reference and system under test, and prints the verdict
-with the first divergence or the failing ranks' tracebacks.  With ``--markdown``
+with the first divergence and where it begins (the first module whose output or
+output gradient differs, from a re-run with probes), or the failing ranks'
+tracebacks.  With ``--markdown``
 it prints a bug report to paste into an issue instead: versions, the case as a
-tree with its plan, the verdict, the first failing rank's traceback, the case
+tree with its plan, the verdict and where it begins, the first failing rank's traceback, the case
 JSON and the command that reproduces it.
 
 Exit codes: 0 the case passes, 1 it fails (mismatch, error, crash or hang),
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from fuzz.executor import Executor
-    from fuzz.verify import check
+    from fuzz.verify import check, locate
 
     quiet = args.json or args.markdown
     if not quiet:
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"expectation: {entry.expect}" + (f" ({entry.known_issue or entry.note})" if entry.expect == "fail" else ""))
         print("running ...", flush=True)
     with Executor(timeout_s=args.timeout) as executor:
-        verdict = check(entry.case, executor)
+        verdict = locate(entry.case, executor, check(entry.case, executor))
     if args.json:
         print(json.dumps({"file": args.file, "case_id": entry.case.case_id(), "expect": entry.expect,
                           "verdict": verdict.to_dict()}))
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_report(args.file, entry, verdict, auto_backend(entry.case.world_size)))
     else:
         print(f"verdict: {verdict.describe()}")
+        if verdict.origin is not None:
+            print(f"the mismatch {verdict.origin.describe()}")
         for r in verdict.ranks:
             text = r.get("traceback") or r.get("log")
             if text:
@@ -84,6 +88,8 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
         f"{platform.machine()}; backend {backend}, world size {case.world_size}",
         f"- verdict: **{verdict.kind}** (`{verdict.bug_signature()}`)",
     ]
+    if verdict.origin is not None:
+        lines.append(f"- where it {verdict.origin.describe()}")
     if entry.expect == "fail" and entry.known_issue:
         lines.append(f"- known issue: {entry.known_issue}")
     if entry.note:

@@ -130,6 +130,9 @@ class RankTrace:
     #: What a checkpoint event's save or load broke (:mod:`fuzz.checkpoint.invariants`): ``(pass index, kind,
     #: tensor, message, max_abs)``, at the last pass before the save or the pass right after the load.
     violations: list[tuple] = field(default_factory=list)
+    #: Per pass, in a probed run (:mod:`fuzz.activations`), every module's forward output and output gradient
+    #: in execution order (``{label: Rec}``); empty otherwise.
+    activations: list[dict] = field(default_factory=list)
 
     def tensors(self, what: str) -> list[Tensors]:
         return {"grad": self.grads, "param": self.params}[what]

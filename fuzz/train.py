@@ -8,52 +8,13 @@ import os
 import numpy as np
 import torch
 
+from fuzz.activations import Probe
 from fuzz.build import ForwardClock, batch_for, build_model, target_for
 from fuzz.collectives import CollectiveCounter
 from fuzz.case import Case
 from fuzz.systems import RankContext, resolve
-from fuzz.trace import RankTrace, Rec, ShardInfo, module_of
-
-
-def _numpy(t: torch.Tensor):
-    return t.detach().to("cpu", torch.float64, copy=True).numpy()
-
-
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
-def _record(tensors: dict, ctx: RankContext | None = None, rank_local: frozenset[str] = frozenset()) -> dict:
-    """Every tensor as this rank holds it: a plain tensor whole, a DTensor's local piece with its placement.
-
-    Pieces of Shard/Replicate DTensors are put together by the driver (no collective); other placements are
-    gathered here with ``full_tensor()`` (a collective every rank takes for that tensor).  A ``rank_local``
-    tensor (a value of this rank's own, by design) is recorded as this rank's slice of a tensor stacked over the
-    ranks: compared rank by rank, held by no two ranks.
-    """
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-
-    out = {}
-    for name, t in tensors.items():
-        if t is None:
-            out[name] = None
-            continue
-        if name in rank_local:
-            info = ShardInfo(global_shape=(ctx.world_size, *t.shape), placements=(0,), mesh_shape=(ctx.world_size,),
-                             coord=(ctx.rank,))
-            out[name] = Rec(_dtype(t), _numpy(t)[None], info)
-            continue
-        if isinstance(t, DTensor):
-            if all(type(p) in (Shard, Replicate) for p in t.placements):
-                info = ShardInfo(global_shape=tuple(t.shape),
-                                 placements=tuple(p.dim if isinstance(p, Shard) else -1 for p in t.placements),
-                                 mesh_shape=tuple(t.device_mesh.shape),
-                                 coord=tuple(t.device_mesh.get_coordinate()))
-                out[name] = Rec(_dtype(t), _numpy(t.to_local()), info)
-                continue
-            t = t.full_tensor()
-        out[name] = Rec(_dtype(t), _numpy(t))
-    return out
+from fuzz.record import dtype_name, record_tensors
+from fuzz.trace import RankTrace, Rec, module_of
 
 
 def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
@@ -106,7 +67,7 @@ ROLES = ("reference", "system", "perturbed_reference")
 
 
 def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, segment: int | None = None,
-               scratch: str = "") -> RankTrace:
+               scratch: str = "", probe: bool = False) -> RankTrace:
     """Train ``case`` with the system playing ``role`` (one of :data:`ROLES`) on this rank.
 
     ``record=False`` trains the same way but keeps no gradients or parameters (the benchmark's bare loop).
@@ -115,12 +76,14 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
     reference does the same through its trusted path where the load reshards, and otherwise trains on
     uninterrupted.  ``segment`` 0 trains up to the save, 1 from the load (a resumed case of another world size
     runs in another pool); None both.  Right after the load, a pass ``(step, "loaded")`` records the loaded
-    parameters (no loss, nothing stepped).
+    parameters (no loss, nothing stepped).  ``probe=True`` also records every module's forward output and output
+    gradient (:mod:`fuzz.activations`) and counts every pass's collectives, whatever the system: what locating
+    a divergence's origin needs (:mod:`fuzz.origin`).
     """
     role, _, sample = role.partition("/")  # "perturbed_reference/<n>": the n-th sample of the noise
     if role not in ROLES or (sample and (role != "perturbed_reference" or not sample.isdigit())):
         raise ValueError(f"unknown role {role + ('/' + sample if sample else '')!r}")
-    run = _Run(case, role, int(sample or 0), ctx, record)
+    run = _Run(case, role, int(sample or 0), ctx, record, probe)
     event = case.checkpoint
     if not event:
         run.start(case, 0)
@@ -152,8 +115,10 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
 class _Run:
     """One role's training on this rank: its system (replaced at a checkpoint event's load) and its trace."""
 
-    def __init__(self, case: Case, role: str, sample: int, ctx: RankContext, record: bool):
+    def __init__(self, case: Case, role: str, sample: int, ctx: RankContext, record: bool, probe: bool = False):
         self.case, self.role, self.ctx, self.record = case, role, ctx, record
+        self.probing = probe
+        self.probe: Probe | None = None
         self.shift = 7919 * sample
         self.trace = RankTrace()
         self.clock = ForwardClock()
@@ -177,6 +142,10 @@ class _Run:
             p.requires_grad_(not case.train.frozen_at(name, max(step - 1, 0)))
         system.setup(model)
         self.system = system
+        if self.probing:
+            if self.probe is not None:
+                self.probe.remove()
+            self.probe = Probe(system.inner(), self.ctx)
 
     def note_violations(self, violations: list[tuple]) -> None:
         """What a checkpoint save or load broke, at the last pass recorded (:attr:`RankTrace.violations`)."""
@@ -191,19 +160,21 @@ class _Run:
             self.trace.local_grad_scales.append({})
             self.trace.params.append(self._params())
         self.trace.collectives.append({})
+        self.trace.activations.append({})
 
     def _params(self) -> dict:
         system = self.system
-        return _record({**system.parameters(), **system.buffers()}, self.ctx, system.rank_local())
+        return record_tensors({**system.parameters(), **system.buffers()}, self.ctx, system.rank_local())
 
     def finish_pass(self, step: int, phase: str, losses: list[torch.Tensor], trains: bool = True) -> None:
         """Record a pass (its losses summed over microbatches) and, unless it is an evaluation, step."""
         system, trace, case = self.system, self.trace, self.case
         trace.passes.append((step, phase))
-        kinds = "|".join(dict.fromkeys(_dtype(x) for x in losses))
+        trace.activations.append(self.probe.take() if self.probe is not None else {})
+        kinds = "|".join(dict.fromkeys(dtype_name(x) for x in losses))
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
         if self.record:
-            trace.grads.append(_record(system.gradients(), self.ctx, system.rank_local()) if trains else {})
+            trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
             trace.local_grad_scales.append(system.local_gradient_scales())
         if trains and self.role == "perturbed_reference":
             perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes) + self.shift)
@@ -214,7 +185,8 @@ class _Run:
 
     def counting(self):
         """Count the collectives of a pass's forwards and backwards, where the system asks for it."""
-        return CollectiveCounter() if self.system.count_collectives else contextlib.nullcontext(None)
+        counts = self.system.count_collectives or self.probing
+        return CollectiveCounter() if counts else contextlib.nullcontext(None)
 
     def train(self, first: int, stop: int) -> None:
         """Steps ``first`` to ``stop - 1``, each under the case in force at it (:meth:`Case.at_step`)."""

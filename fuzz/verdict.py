@@ -65,6 +65,59 @@ class Divergence:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a mismatch begins (:mod:`fuzz.origin`): the first module, in execution order, whose forward output
+    or output gradient leaves the reference's; or, where every module's agree up to the oracle's divergence,
+    that divergence's own tensor (a gradient whose reduction or a parameter whose update went wrong)."""
+
+    step: int
+    phase: str
+    #: The module (case path; ``model`` for the root, ``""`` where the divergence is a loss).
+    module: str
+    #: ``output`` or ``output grad`` (:mod:`fuzz.activations`), else the divergence's ``what``.
+    what: str
+    #: Which call of the module in the pass (microbatches, a module called twice); -1 where not a module's.
+    call: int = -1
+    #: The parameter or buffer, where the origin is the divergence's own tensor.
+    tensor: str = ""
+    ranks: tuple[int, ...] = ()
+    max_abs: float = 0.0
+    allowed: float = 0.0
+    #: The collectives the pass issued on the first of ``ranks`` (``{op: count}``, as ``CommDebugMode``
+    #: counts them), in the system under test and in the reference.
+    system_collectives: dict = field(default_factory=dict)
+    reference_collectives: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        where = pass_name(self.step, self.phase)
+        ranks = f" on ranks {list(self.ranks)}" if self.ranks else ""
+        if self.call >= 0:
+            call = f" (call {self.call})" if self.call else ""
+            how = {"output": "its forward output differs",
+                   "input grad": "the gradient its backward gives its input differs while the one reaching its "
+                                 "output agrees",
+                   "output grad": "the gradient reaching its output differs (computed by what consumed that "
+                                  "output: the module after it, or its parent's own code)"}.get(self.what, self.what)
+            head = (f"begins at {where} in {self.module}{call}: {how}{ranks} (max abs err {self.max_abs:.3g}, "
+                    f"allowed {self.allowed:.3g}); everything before it in execution order agrees")
+        else:
+            module = f" (module {self.module})" if self.module and self.module != "model" else ""
+            tensor = {"grad": f"the gradient of {self.tensor}", "param": f"{self.tensor} after the optimizer step"
+                      }.get(self.what, f"{self.what} {self.tensor}")
+            cause = {"grad": ", so in that gradient's own computation or its reduction across ranks",
+                     "param": ", so in the optimizer step or the update"}.get(self.what, "")
+            head = (f"begins at {where} in {tensor}{module}{ranks}: every module's output and output gradient "
+                    f"agree up to there{cause}")
+        rank = f"rank {self.ranks[0]}" if self.ranks else "rank 0"
+        return f"{head}; collectives of that pass's forward and backward on {rank}: system {_counts(self.system_collectives)}, " \
+               f"reference {_counts(self.reference_collectives)}"
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{op.rpartition('.')[2]} x{n}" for op, n in counts.items()) or "none"
+
+
+@dataclass(frozen=True)
 class Verdict:
     kind: str
     divergence: Divergence | None = None
@@ -75,6 +128,8 @@ class Verdict:
     #: How close the system came to failing the value checks: the largest ratio of a difference to what the
     #: oracle allowed (> 1 for a value mismatch).  Hypothesis's ``target()`` steers toward near misses with it.
     closeness: float = 0.0
+    #: For a mismatch, where it begins (:func:`fuzz.verify.locate`), once located; None before.
+    origin: Origin | None = None
 
     @property
     def ok(self) -> bool:
@@ -138,9 +193,12 @@ class Verdict:
         div = data.get("divergence")
         if div:
             div = {**div, "ranks": tuple(div.get("ranks", ()))}
+        origin = data.get("origin")
+        if origin:
+            origin = Origin(**{**origin, "ranks": tuple(origin.get("ranks", ()))})
         return cls(kind=data["kind"], divergence=Divergence(**div) if div else None,
                    ranks=tuple(data.get("ranks", ())), note=data.get("note", ""),
-                   closeness=data.get("closeness", 0.0))
+                   closeness=data.get("closeness", 0.0), origin=origin or None)
 
 
 def _one_line(message: str, limit: int = 300) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fuzz import dtypes
+import dataclasses
+
+from fuzz import dtypes, origin
 from fuzz.case import LEAF_SUBMODULES, Case
 from fuzz.executor import Executor, RankOutcome
 from fuzz.expected import expectation, judge
@@ -101,6 +103,28 @@ def verdict_of_segments(case: Case, segments: list[list[RankOutcome]], noises: l
         return passed[0]
     return Verdict(PASS, note="; ".join(v.note for v in passed if v.note),
                    closeness=max(v.closeness for v in passed))
+
+
+def locate(case: Case, executor: Executor, verdict: Verdict, timeout_s: float | None = None) -> Verdict:
+    """``verdict`` with its :attr:`~Verdict.origin` where it is a mismatch: the case re-run with every module's
+    output and output gradient recorded in the reference, the system under test and a perturbed reference
+    (the noise), and walked in execution order up to the divergence (:mod:`fuzz.origin`).  Unchanged where
+    the re-run fails otherwise (the probes change nothing a run computes, so it does not on a sound torch)."""
+    if verdict.kind != MISMATCH or verdict.divergence is None:
+        return verdict
+    segments = executor.run_segments(case, timeout_s, roles=("reference", "system", "perturbed_reference"),
+                                     probe=True)
+    if any(failure_verdict(o) is not None for o in segments):
+        return verdict
+    tol, d = tolerance(case), verdict.divergence
+    for outcomes in segments:
+        ref, sut = traces(outcomes, "reference"), traces(outcomes, "system")
+        found = origin.locate(ref, sut, [traces(outcomes, "perturbed_reference")], tol, d)
+        if found is None and ref.index(d.step, d.phase) is not None:
+            found = origin.at_divergence(ref, sut, d)
+        if found is not None:
+            return dataclasses.replace(verdict, origin=found)
+    return verdict
 
 
 def _near_miss(verdict: Verdict) -> bool:

@@ -74,6 +74,10 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     assert data["failures"][0]["corpus_file"] == str(files[0])
     assert data["failures"][0]["first_divergence"]["what"] == "grad"
     assert data["failures"][0]["reduce_runs"] >= 1 and "reduced in" in out  # the reduction ran and says so
+    origin = data["failures"][0]["origin"]  # where it begins: an odd Linear's gradient, all else agreeing
+    assert origin["what"] == "grad" and origin["tensor"].startswith(origin["module"] + "."), origin
+    assert "the mismatch begins at step" in out
+    assert corpus.load(files[0]).verdict.origin.module == origin["module"]
 
     assert len(data["failures"]) == 1
     assert data["failures"][0]["bug_signature"] == look_alike.bug_signature()  # it did look alike
@@ -178,6 +182,18 @@ def test_repro_markdown_is_an_issue_ready_report():
                  "Linear(", "```text", "Missing key(s) in state_dict", f"python -m fuzz.repro {path}",
                  "```json", "> Hand-reduced", "known issue: set_state_dict cannot load"):
         assert part in out, part
+
+
+def test_repro_says_where_a_mismatch_begins():
+    """A mismatch is explained down to where it begins, in the printout and the Markdown report alike."""
+    path = "corpus/fsdp2/85611cfad69184c0.json"  # FSDP2 under the reference's DDP: one gradient wrong at step 0
+    for flag, prefix in (([], "the mismatch "), (["--markdown"], "- where it ")):
+        result = subprocess.run([sys.executable, "-m", "fuzz.repro", path, *flag], cwd=ROOT, env=ENV,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1, result.stderr
+        assert (f"{prefix}begins at step 0 in the gradient of body.0.weight (module body.0): every module's output "
+                "and output gradient agree up to there") in result.stdout, result.stdout
+        assert "collectives of that pass's forward and backward on rank 0: system _allgather_base_ x4" in result.stdout
 
 
 def test_global_pytest_timeout_does_not_cut_a_fuzz_budget(tmp_path):

@@ -79,6 +79,10 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault,
           f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")
     assert f.verdict.kind in ("mismatch", "error"), f.verdict.describe()
     assert shows(f.case), f.case.to_json(indent=1)
+    if fault == "UnevenShardGradOff":  # acts on the gradients whose dim 0 the shard group does not divide
+        origin = f.verdict.origin
+        assert origin.what == "grad" and origin.tensor.endswith("weight"), origin
+        assert f.case.model.output_width(origin.module) % f.case.mesh.shape[-1], origin
 
 
 BF16 = FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),))

@@ -35,6 +35,19 @@ def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, 
                        budget_s=budget_s)
 
 
+def _under(case, module: str, paths) -> bool:
+    """Whether ``module`` is one of the modules at ``paths`` or inside one (every module is inside the root)."""
+    return any(p == "" or module == p or module.startswith(p + ".") for p in paths)
+
+
+#: Faults acting in the gradients of some modules: which modules (``(case, module) -> bool``).
+LOCATED = {
+    "OddLinearGradDrop": lambda c, m: dict(c.model.module_paths()).get(m) == "linear" and c.model.output_width(m) % 2,
+    "TwiceGradDrop": lambda c, m: _under(c, m, [p for p, n in c.model.body.walk("body") if n.kind == "twice"]),
+    "CheckpointedGradDrop": lambda c, m: _under(c, m, [k.path for k in c.plan.checkpoints]),
+}
+
+
 @pytest.mark.parametrize("fault, shows", [
     ("OddLinearGradDrop", lambda c: any(n.kind == "linear" and n.out % 2 for _, n in c.model.body.walk("body"))),
     ("TwiceGradDrop", lambda c: any(n.kind == "twice" for _, n in c.model.body.walk("body"))),
@@ -50,6 +63,7 @@ def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, 
     ("NonRootPassUnsynced", lambda c: bool(c.train.nonroot)),
 ])
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
+    """Also: where the fault acts in the gradients of some modules only, the mismatch's origin names one."""
     system = f"tests.faults:{fault}"
     stats = fuzz(executor, tmp_path, system, max_shrink_runs=150)
     assert len(stats.failures) == 1
@@ -63,6 +77,9 @@ def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     bound = {"GatedGradDrop": 5, "CheckpointLosesRNG": 4}.get(fault, 3)
     assert body_modules(f.case) <= bound, f.case.to_json(indent=1)
     assert shows(f.case), "the minimal case still shows the faulty situation"
+    if fault in LOCATED:
+        origin = f.verdict.origin
+        assert origin is not None and origin.what == "grad" and LOCATED[fault](f.case, origin.module), origin
     assert f.case.world_size == 2 and f.case.seed == 0
     entry = corpus.load(f.corpus_path)
     assert entry.case == f.case and entry.expect == "fail"

@@ -164,6 +164,9 @@ def test_tensor_parallel_fault_is_found_and_shrunk(executor, tmp_path, fault, sh
     f, modules = found_and_shrunk(executor, tmp_path, "fsdp2_tp", fault, (2,), seed)
     assert f.verdict.kind == "mismatch"
     assert shows(f.case), f.case.to_json(indent=1)
+    if fault == "RowwiseOutputNotReduced":  # begins in a rowwise module's forward output
+        rowwise = {p.path for p in f.case.plan.tp if p.style == "rowwise"}
+        assert f.verdict.origin.module in rowwise and f.verdict.origin.what == "output", f.verdict.origin
     assert modules <= 6, f.case.to_json(indent=1)
 
 

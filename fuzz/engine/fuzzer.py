@@ -46,7 +46,7 @@ from fuzz.engine.stats import TargetStats
 from fuzz.executor import Executor
 from fuzz.known import known_bug
 from fuzz.verdict import PASS, Verdict
-from fuzz.verify import check
+from fuzz.verify import check, locate
 
 
 #: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer
@@ -288,6 +288,7 @@ class Fuzzer:
         for f, r in itertools.zip_longest(failures, reductions):
             if r is not None:
                 f = CaseFailed(r.case, r.verdict)
+            f = CaseFailed(f.case, self._locate(name, f))
             duplicate = corpus.existing(self.options.corpus_dir, f.case)
             path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
                                                                    expect="fail", note=note)
@@ -300,6 +301,20 @@ class Fuzzer:
                 reduction=r))
         stats.failures.extend(recorded)
         return recorded
+
+    def _locate(self, name: str, failure: CaseFailed) -> Verdict:
+        """The failure's verdict with where its mismatch begins (:func:`fuzz.verify.locate`); as it was where
+        locating fails (the failure is recorded all the same)."""
+        if failure.verdict.kind != "mismatch":
+            return failure.verdict
+        try:
+            verdict = locate(failure.case, self.executor, failure.verdict)
+        except Exception as e:  # noqa: BLE001 - a failure is never lost to its diagnosis
+            self.log(f"{name}: could not locate where the mismatch begins: {type(e).__name__}: {e}")
+            return failure.verdict
+        if verdict.origin is not None:
+            self.log(f"{name}: the mismatch {verdict.origin.describe()}")
+        return verdict
 
     def report(self) -> dict:
         import torch

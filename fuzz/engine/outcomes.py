@@ -69,6 +69,7 @@ class Failure:
             "signature": self.verdict.signature(),
             "bug_signature": self.verdict.bug_signature(),
             "first_divergence": None if d is None else asdict(d),
+            "origin": None if self.verdict.origin is None else asdict(self.verdict.origin),
             "description": self.verdict.describe(),
             "known_issue": self.known_issue,
             "duplicate_of": str(self.duplicate_of) if self.duplicate_of else None,

@@ -69,21 +69,23 @@ class Executor:
         return segments[0]
 
     def run_segments(self, case: Case, timeout_s: float | None = None,
-                     roles: tuple[str, ...] = ("reference", "system")) -> list[list[RankOutcome]]:
+                     roles: tuple[str, ...] = ("reference", "system"), probe: bool = False) -> list[list[RankOutcome]]:
         """Every rank's outcome of ``case`` run by ``roles``, per pool it runs on: one, or where its checkpoint
         event resumes at another world size, the pool that trains up to the save and the one that loads
         (the second only where the first finished).  A checkpoint event saves into a scratch directory made
-        here and removed after."""
+        here and removed after.  ``probe=True`` also records what locating a divergence's origin needs
+        (:func:`fuzz.train.run_system`)."""
+        job = {"probe": True} if probe else {}
         if not case.checkpoint:
-            return [self._run(case.world_size, case, timeout_s, roles)]
+            return [self._run(case.world_size, case, timeout_s, roles, job)]
         with tempfile.TemporaryDirectory(prefix="parityfuzz-checkpoint-") as scratch:
             resumed = case.resumed().world_size
             if resumed == case.world_size:
-                return [self._run(case.world_size, case, timeout_s, roles, {"scratch": scratch})]
-            first = self._run(case.world_size, case, timeout_s, roles, {"scratch": scratch, "segment": 0})
+                return [self._run(case.world_size, case, timeout_s, roles, {**job, "scratch": scratch})]
+            first = self._run(case.world_size, case, timeout_s, roles, {**job, "scratch": scratch, "segment": 0})
             if any(o.status != "ok" for o in first):
                 return [first]
-            return [first, self._run(resumed, case, timeout_s, roles, {"scratch": scratch, "segment": 1})]
+            return [first, self._run(resumed, case, timeout_s, roles, {**job, "scratch": scratch, "segment": 1})]
 
     def _run(self, world_size: int, case: Case, timeout_s: float | None, roles: tuple[str, ...],
              job: dict | None = None) -> list[RankOutcome]:

@@ -121,12 +121,12 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
             break
         os.truncate(log_path, 0)
         case, roles = Case.from_json(msg[1]), msg[2]
-        job = msg[3] if len(msg) > 3 else {}  # a checkpoint event's segment and scratch directory
+        job = msg[3] if len(msg) > 3 else {}  # a checkpoint event's segment and scratch directory; probe
         traces, role = {}, roles[0]
         try:
             for role in roles:
                 traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
-                                           scratch=job.get("scratch", ""))
+                                           scratch=job.get("scratch", ""), probe=job.get("probe", False))
                 undone = clean.restore()
                 if undone:
                     print(f"[parityfuzz] {role} left changes behind, undone: {', '.join(undone)}", flush=True)
