@@ -1,6 +1,6 @@
 """Run one case file on its own and explain it.
 
-    python -m fuzz.repro FILE.json [--timeout SECONDS] [--json | --markdown]
+    python -m fuzz.repro FILE.json [--timeout SECONDS] [--json | --markdown | --export PATH]
 
 FILE is a corpus file or a bare case JSON.  Prints the case (model tree with its
 parallel plan), runs reference and system under test, and prints the verdict
@@ -10,6 +10,10 @@ tracebacks.  With ``--markdown``
 it prints a bug report to paste into an issue instead: versions, the case as a
 tree with its plan, the verdict and where it begins, the first failing rank's traceback, the case
 JSON and the command that reproduces it.
+
+With ``--export PATH`` it runs nothing: it writes a standalone script that
+imports only torch (``torchrun --nproc-per-node=N PATH``; :mod:`fuzz.export`) and
+exits 0, or 2 where the case uses something the export does not write out yet.
 
 Exit codes: 0 the case passes, 1 it fails (mismatch, error, crash or hang),
 2 bad input (the message names the file and the field).
@@ -32,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     out.add_argument("--markdown", action="store_true", help="print an issue-ready bug report in Markdown")
+    out.add_argument("--export", metavar="PATH", help="write a standalone torchrun script (imports only torch)")
     args = parser.parse_args(argv)
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout: must be > 0, got {args.timeout}")
@@ -40,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     except corpus.CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.export:
+        return _export(args.file, entry, args.export)
 
     from fuzz.executor import Executor
     from fuzz.verify import check, locate
@@ -67,6 +74,21 @@ def main(argv: list[str] | None = None) -> int:
             if text:
                 print(f"--- rank {r['rank']} ({r.get('status')}) ---\n{text.rstrip()}")
     return 0 if verdict.ok else 1
+
+
+def _export(path: str, entry: corpus.Entry, target: str) -> int:
+    from pathlib import Path
+
+    from fuzz.export import ExportError, export
+
+    try:
+        script = export(entry.case, source=path)
+    except ExportError as e:
+        print(f"error: {path}: {e}", file=sys.stderr)
+        return 2
+    Path(target).write_text(script)
+    print(f"wrote {target}: torchrun --nproc-per-node={entry.case.world_size} {target}")
+    return 0
 
 
 def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> str:

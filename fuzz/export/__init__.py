@@ -1,0 +1,46 @@
+"""A case as one standalone Python script that imports only torch: ``python -m fuzz.repro FILE --export PATH``.
+
+The script builds the case's model with the same initial weights and inputs as the fuzzer, applies the plan with
+the public torch APIs written out call by call (``fully_shard(model.body[1], mesh=..., ...)``), trains the
+reference (DDP), a reference started from weights perturbed by 2 ulps (the rounding noise, as the oracle
+measures it) and the system under test, and compares them as the oracle does: every rank's loss, every gradient
+and parameter present alike, in the reference's dtype, equal across replicas bit for bit, and within
+``16 * noise + 32 ulps * scale`` of the reference.  It prints the first divergence and exits 1, or exits 0 on
+parity; an error on any rank ends the torchrun job with a non-zero code.  ``torchrun --nproc-per-node=N``
+runs it on CPU/gloo, or on CUDA/NCCL where N GPUs are present.
+
+Each family brings one module here (:data:`FAMILIES`) that writes out its plan; a case using a feature the
+export does not write out yet is refused with :class:`ExportError` naming the feature.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from fuzz.case import Case
+
+#: family -> the module that writes out its plan (``refusal(case)``, ``parts(case)``).
+FAMILIES = {"fsdp2": "fuzz.export.fsdp2", "fsdp2_tp": "fuzz.export.fsdp2_tp"}
+
+
+class ExportError(ValueError):
+    """The case uses something the export cannot write out (yet)."""
+
+
+def refusal(case: Case) -> str | None:
+    """Why ``case`` cannot be exported, or None."""
+    from fuzz.export import script
+
+    if case.family not in FAMILIES:
+        return f"the {case.family} family is not exported yet (exported: {', '.join(FAMILIES)})"
+    return script.refusal(case) or importlib.import_module(FAMILIES[case.family]).refusal(case)
+
+
+def export(case: Case, source: str = "") -> str:
+    """The script for ``case`` (``source`` names where the case came from, for the script's header)."""
+    from fuzz.export import script
+
+    why = refusal(case)
+    if why:
+        raise ExportError(f"cannot export case {case.case_id()}: {why}")
+    return script.render(case, importlib.import_module(FAMILIES[case.family]).parts(case), source)

@@ -1,0 +1,101 @@
+"""The fsdp2 family's plan written out: activation checkpoints, ``fully_shard`` per wrap (children before parents),
+prefetching, the accumulation switches, as :class:`fuzz.systems.fsdp2.FSDP2System` applies them."""
+
+from __future__ import annotations
+
+from fuzz.case import Case
+from fuzz.export.script import Parts
+from fuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
+
+IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard\n"
+           "from torch.distributed._composable import checkpoint\n"
+           "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
+           "    apply_activation_checkpointing, checkpoint_wrapper)\n")
+
+
+def refusal(case: Case) -> str | None:
+    return None
+
+
+def _at(path: str) -> str:
+    return f'at(model, "{path}")' if path else "model"
+
+
+def checkpoint_line(c: Checkpoint) -> str:
+    if c.api == "composable":
+        return f"checkpoint({_at(c.path)})"
+    if c.api == "apply":
+        return (f"target = {_at(c.path)}\n"
+                "apply_activation_checkpointing(model, checkpoint_wrapper_fn=checkpoint_wrapper, "
+                "check_fn=lambda m: m is target)")
+    parent, _, name = c.path.rpartition(".")
+    return f'setattr({_at(parent)}, "{name}", checkpoint_wrapper(getattr({_at(parent)}, "{name}")))'
+
+
+def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:
+    # always spelled out: fully_shard's default (None) is False for the root, the case's default True
+    kwargs = [f"mesh={mesh}", f"reshard_after_forward={w.reshard_after_forward!r}"]
+    if w.offload:
+        kwargs.append("offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available())")
+    return f"fully_shard({_at(w.path)}, {', '.join(kwargs)})"
+
+
+def plan_lines(plan: FSDP2Plan, mesh: str = "mesh") -> list[str]:
+    """The calls, in FSDP2System.wrap's order."""
+    lines = [checkpoint_line(c) for c in plan.checkpoints if c.before]
+    for w in sorted(plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):  # children before parents
+        lines.append(fully_shard_line(w, mesh))
+    lines += [checkpoint_line(c) for c in plan.checkpoints if not c.before]
+    if plan.reduce_scatter_unused:
+        lines.append("model.set_reduce_scatter_unused_params(True)")
+    for p in plan.prefetch:
+        if p.forward:
+            lines.append(f"{_at(p.path)}.set_modules_to_forward_prefetch([{', '.join(_at(t) for t in p.forward)}])")
+        if p.backward:
+            lines.append(f"{_at(p.path)}.set_modules_to_backward_prefetch([{', '.join(_at(t) for t in p.backward)}])")
+    if plan.forward_method:
+        lines.append("from torch.distributed.fsdp import register_fsdp_forward_method\n"
+                     'register_fsdp_forward_method(model, "forward_alt")')
+    return lines
+
+
+def function(signature: str, doc: str, lines: list[str], end: str = "") -> str:
+    body = [f'    """{doc}"""'] + ["    " + line.replace("\n", "\n    ") for line in lines]
+    return "\n".join([f"def {signature}:", *body, *([f"    {end}"] if end else [])]) + "\n"
+
+
+def accumulate_source(case: Case) -> str:
+    plan, lines = case.plan, []
+    if plan.unshard_first:
+        lines.append("if micro == 0:  # every wrapped module's all-gather issued up front, left pending (1F1B)")
+        lines.append("    PENDING[:] = [" + ", ".join(f"{_at(w.path)}.unshard(async_op=True)" for w in plan.wraps) + "]")
+    if case.train.microbatches > 1:
+        lines += [f"{_at(path)}.set_requires_gradient_sync(last, recurse=False)" for path in plan.no_sync]
+        if not plan.reshard_after_backward:
+            lines.append("model.set_reshard_after_backward(last)")
+    if plan.no_all_reduce:
+        lines.append("model.set_requires_all_reduce(last)")
+    if plan.is_last_backward:
+        lines.append("model.set_is_last_backward(last)")
+    source = function("accumulate(model, micro, last)", "FSDP2's switches around each microbatch.",
+                      lines or ["pass"])
+    return ("PENDING = []\n\n\n" if plan.unshard_first else "") + source
+
+
+AFTER_BACKWARD = '''def after_backward(model, last):
+    """FSDP2's contract: after a step's last backward every parameter is registered as a sharded DTensor."""
+    if last and WRAPPED:
+        unsharded = [n for n, p in model.named_parameters() if not isinstance(p, DTensor)]
+        assert not unsharded, f"after the last backward, parameters are not sharded DTensors: {unsharded[:5]}"
+'''
+
+
+def parts(case: Case, mesh_line: str = "") -> Parts:
+    plan = case.plan
+    lines = ([mesh_line] if mesh_line else []) + plan_lines(plan)
+    apply_plan = function("apply_plan(model, mesh)", "FSDP2 as the case's plan says (fuzz.systems.fsdp2).", lines,
+                          "return model")
+    forward = ("def forward(model, batch):\n    return model.forward_alt(batch)\n" if plan.forward_method
+               else "def forward(model, batch):\n    return model(batch)\n")
+    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + apply_plan,
+                 accumulate=accumulate_source(case), after_backward=AFTER_BACKWARD, forward=forward)

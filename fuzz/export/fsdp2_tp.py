@@ -1,0 +1,59 @@
+"""The fsdp2_tp family's plan written out: ``parallelize_module`` per style on the ``tp`` sub-mesh, then the FSDP2
+plan on the data-parallel sub-mesh; the loss under ``loss_parallel()`` where the plan says, the optimizer's
+zeroing and step under ``implicit_replication()`` (:class:`fuzz.systems.fsdp2_tp.FSDP2TPSystem`)."""
+
+from __future__ import annotations
+
+from fuzz.case import Case
+from fuzz.export import fsdp2
+from fuzz.export.script import Parts
+from fuzz.families.fsdp2_tp import Parallelize
+
+LAYOUTS = {"replicate": "Replicate()", "shard_seq": "Shard(1)", "shard_last": "Shard(-1)"}
+IMPORTS = fsdp2.IMPORTS + (
+    "from torch.distributed.tensor import Replicate, Shard\n"
+    "from torch.distributed.tensor.experimental import implicit_replication\n"
+    "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,\n"
+    "                                               RowwiseParallel, SequenceParallel, loss_parallel,\n"
+    "                                               parallelize_module)\n")
+
+
+def refusal(case: Case) -> str | None:
+    return fsdp2.refusal(case)
+
+
+def style_source(p: Parallelize) -> str:
+    """The parallel style's constructor call (as :func:`fuzz.systems.fsdp2_tp.style_of` builds it)."""
+    local = f"use_local_output={p.use_local_output}"
+    if p.style == "sequence":
+        return f"SequenceParallel({local})"
+    if p.style == "prepare_input":
+        return (f"PrepareModuleInput(input_layouts={LAYOUTS[p.input_layout]}, "
+                f"desired_input_layouts={LAYOUTS[p.desired_layout]}, {local})")
+    if p.style == "prepare_output":
+        return (f"PrepareModuleOutput(output_layouts={LAYOUTS[p.output_layout]}, "
+                f"desired_output_layouts={LAYOUTS[p.desired_layout]}, {local})")
+    kwargs = [local]
+    if p.input_layout:
+        kwargs.append(f"input_layouts={LAYOUTS[p.input_layout]}")
+    if p.output_layout:
+        kwargs.append(f"output_layouts={LAYOUTS[p.output_layout]}")
+    return f"{ {'colwise': 'ColwiseParallel', 'rowwise': 'RowwiseParallel'}[p.style] }({', '.join(kwargs)})"
+
+
+def parts(case: Case) -> Parts:
+    plan = case.plan
+    lines = ['tp_mesh = mesh["tp"]']
+    lines += [f"parallelize_module({fsdp2._at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
+    if plan.wraps:
+        dp = tuple(a for a in case.mesh.names if a != "tp")
+        lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
+    lines += fsdp2.plan_lines(plan, mesh="dp_mesh")
+    apply_plan = fsdp2.function("apply_plan(model, mesh)", "Tensor parallelism, then FSDP2 on the data-parallel "
+                                "sub-mesh (fuzz.systems.fsdp2_tp).", lines, "return model")
+    loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
+    base = fsdp2.parts(case)
+    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + apply_plan,
+                 accumulate=base.accumulate, after_backward=base.after_backward, forward=base.forward,
+                 contexts=f"step_context = implicit_replication  # a model only partly tensor parallel\n"
+                          f"loss_context = {loss}\n")

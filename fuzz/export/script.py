@@ -1,0 +1,472 @@
+"""The parts of an exported script every family shares: its header and constants, the data, the training loop,
+the reference and the comparison (see :mod:`fuzz.export`).  A family's module supplies the plan's code
+(:class:`Parts`)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+
+from fuzz import dtypes
+from fuzz.case import Case
+from fuzz.export.model import model_source
+from fuzz.oracle import FLOOR_ULPS, K
+from fuzz.show import describe_case
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a family writes out: its imports, ``apply_plan(model, mesh)`` (returns the model to train),
+    ``accumulate(model, micro, last)`` (its switches around each microbatch), ``after_backward(model, last)``
+    (its invariants), ``step_context()`` and ``loss_context()`` (contexts around the optimizer's zeroing and step,
+    and around the loss and its backward), and ``forward(model, batch)``."""
+
+    imports: str
+    apply_plan: str
+    accumulate: str = "def accumulate(model, micro, last):\n    pass\n"
+    after_backward: str = "def after_backward(model, last):\n    pass\n"
+    contexts: str = "step_context = loss_context = contextlib.nullcontext\n"
+    forward: str = "def forward(model, batch):\n    return model(batch)\n"
+
+
+def refusal(case: Case) -> str | None:
+    """What of the training spec the export does not write out yet, or None."""
+    from fuzz.expected import expectation
+
+    t = case.train
+    unsupported = [
+        (case.mixed_precision(), "mixed precision (its reference emulates the policy)"),
+        (bool(case.checkpoint), "checkpoint events"),
+        (bool(t.nonroot), "non-root passes (train.nonroot)"),
+        (t.eval, "evaluation passes (train.eval)"),
+        (any(f.until for f in t.frozen), "unfreezing mid-training (train.frozen[].until)"),
+        (bool(case.delays), "delays"),
+        (bool(case.expect_error.type) or expectation(case, "cpu") is not None, "cases torch must refuse"),
+    ]
+    found = [what for cond, what in unsupported if cond]
+    return "it uses " + ", ".join(found) + ", which the export does not write out yet" if found else None
+
+
+def _py(value) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def constants(case: Case) -> str:
+    t, m = case.train, case.model
+    promise = dtypes.promise(case)
+    groups = [(tuple(g.paths), g.lr_scale, g.weight_decay) for g in t.groups]
+    extra = {"momentum": t.momentum, "nesterov": t.nesterov} if t.optimizer == "sgd" else {}
+    from fuzz.verify import tolerance
+
+    rows = [
+        ("SEED", case.seed, "initial weights; inputs and dropout masks are keyed by it too"),
+        ("WORLD_SIZE", case.world_size, ""),
+        ("MESH_SHAPE", tuple(case.mesh.shape), ""),
+        ("MESH_NAMES", tuple(case.mesh.names), ""),
+        ("DP_INDEX", [case.mesh.dp_index(r) for r in range(case.world_size)],
+         "each rank's data-parallel index: the ranks of one tp group share a batch"),
+        ("STEPS", t.steps, ""), ("MICROBATCHES", t.microbatches, ""),
+        ("BATCH", t.batch, ""), ("SEQ_LEN", t.seq_len, ""),
+        ("EMBEDDING", m.input == "embedding", "token ids in, logits over the vocabulary out (cross-entropy)"),
+        ("VOCAB", m.vocab, ""), ("IN_WIDTH", m.in_dim, ""), ("OUT_WIDTH", m.output_width(""), ""),
+        ("SAME_INPUT", t.same_input, "every rank gets the same batch"),
+        ("LOSS", t.loss, "the loss's reduction"),
+        ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
+        ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
+                                     "system under test where its family says)"),
+        ("FROZEN", tuple(f.path for f in t.frozen), "modules whose parameters get requires_grad=False"),
+        ("CLIP", t.clip, "clip_grad_norm_ to this total norm before each step (0: none)"),
+        ("LR", t.lr, ""), ("WEIGHT_DECAY", t.weight_decay, ""), ("FOREACH", t.foreach, ""),
+        ("MAXIMIZE", t.maximize, ""), ("OPTIMIZER_EXTRA", extra, ""),
+        ("GROUPS", groups, "parameter groups: (module paths, lr scale, weight decay)"),
+        ("SCHEDULER", t.scheduler, "step: StepLR(step_size=2, gamma=0.5); linear: LinearLR(1.0 -> 0.1)"),
+        ("SCALE_GROUPS", dict(tolerance(case).scale_groups), "Linears inside a block share its scale"),
+    ]
+    lines = [f"{name} = {_py(value)}" + (f"  # {note}" if note else "") for name, value, note in rows]
+    lines += [
+        f"DTYPE = torch.{t.dtype}  # the model's dtype as built",
+        f"INPUT_DTYPE = torch.{dtypes.activation_dtype(case, '')}",
+        f"OPTIMIZER = torch.optim.{ {'sgd': 'SGD', 'adam': 'Adam', 'adamw': 'AdamW'}[t.optimizer] }",
+        f"PROMISED = {_py({'loss': promise.output(''), 'grad': promise.tensor('grad', ''), 'param': promise.tensor('param', ''), 'buffer': promise.tensor('param', 'buffer:')})}"
+        "  # the dtypes the system under test must produce",
+        f"K, FLOOR_ULPS = {K}, {FLOOR_ULPS}  # values match within K * noise + FLOOR_ULPS * eps * scale",
+        f"EPS = {dtypes.EPS[dtypes.model_dtype(case)]!r}  # of the dtype the model trains in",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render(case: Case, parts: Parts, source: str = "") -> str:
+    """The whole script."""
+    tree = textwrap.indent(describe_case(case), "    ")
+    header = f'''#!/usr/bin/env python3
+"""parityfuzz case {case.case_id()} ({case.family}){f", from {source}" if source else ""}, as a standalone script.
+
+    torchrun --nproc-per-node={case.world_size} {{this file}}
+
+CPU ranks over gloo, or CUDA ranks over NCCL where {case.world_size} GPUs are present.  It trains the reference (DDP),
+the reference again from weights perturbed by 2 ulps (the rounding noise) and the system under test, then
+compares every rank's loss, every gradient and parameter: present alike, in the promised dtype, equal across
+ranks bit for bit, within K * noise + FLOOR_ULPS * eps * scale of the reference.  Exit code 0: the system under
+test trains like the reference; 1: it does not (the first divergence is printed) or a rank failed.
+
+The case:
+{tree}
+"""
+'''
+    body = [
+        header,
+        "import contextlib\nimport os\nimport sys\nfrom datetime import timedelta\n\nimport torch\n"
+        "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+        "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.tensor import DTensor\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
+        + parts.imports,
+        constants(case),
+        model_source(case),
+        RUNTIME_DATA,
+        "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
+            (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts)),
+        RUNTIME_TRAIN,
+        RUNTIME_COMPARE,
+        RUNTIME_MAIN,
+    ]
+    return "\n\n".join(b.strip("\n") + "\n" for b in body)
+
+
+def _uses_math(case: Case) -> bool:
+    return any(node.kind == "attention" for _, node in case.model.body.walk("body"))
+
+
+RUNTIME_DATA = '''
+# ---- data: the fuzzer's inputs, keyed by the case's seed, the rank's data-parallel index, step and microbatch
+
+
+def generator(dp, step, micro, salt):
+    data = 0 if SAME_INPUT else dp + 1
+    key = SEED * 1_000_003 + data * 7919 + step * 97 + micro + salt * 2**40
+    return torch.Generator().manual_seed(key % 2**63)
+
+
+def batch(dp, step, micro):
+    g = generator(dp, step, micro, 0)
+    if EMBEDDING:
+        return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
+    return torch.randn((BATCH, SEQ_LEN, IN_WIDTH), generator=g, dtype=torch.float64).to(INPUT_DTYPE)
+
+
+def target(dp, step, micro):
+    g = generator(dp, step, micro, 1)
+    if EMBEDDING:
+        return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
+    return torch.randn((BATCH, SEQ_LEN, OUT_WIDTH), generator=g, dtype=torch.float64)
+
+
+def forward_seed(dp, step, micro):
+    """The global RNG seed of one forward (dropout masks): alike in every system."""
+    return (SEED * 1_000_003 + dp * 7919 + step * 97 + micro * 13 + 1) % 2**63
+
+
+def loss_fn(out, tgt):
+    if not tgt.is_floating_point():
+        return F.cross_entropy(out.flatten(0, -2), tgt.flatten(), reduction=LOSS)
+    return F.mse_loss(out, tgt.to(out.dtype), reduction=LOSS)
+
+
+def under(module, paths):
+    return any(module == p or module.startswith(p + ".") or p == "" for p in paths)
+
+
+def at(model, path):
+    """The module at a case path, looking through activation-checkpoint wrappers."""
+    module = model
+    for part in [p for p in path.split(".") if p]:
+        module = getattr(module, part)
+        module = getattr(module, "_checkpoint_wrapped_module", module)
+    return getattr(module, "_checkpoint_wrapped_module", module)
+
+
+def case_name(name):
+    return name.replace("_checkpoint_wrapped_module.", "")
+
+
+def make_optimizer(named):
+    default, grouped = [], [[] for _ in GROUPS]
+    for name, p in named:
+        i = next((i for i, (paths, _, _) in enumerate(GROUPS) if under(name.rpartition(".")[0], paths)), None)
+        (default if i is None else grouped[i]).append(p)
+    param_groups = [{"params": default}] if default else []
+    param_groups += [{"params": ps, "lr": LR * scale, "weight_decay": wd} for (_, scale, wd), ps in zip(GROUPS, grouped)]
+    optim = OPTIMIZER(param_groups, lr=LR, weight_decay=WEIGHT_DECAY, foreach=FOREACH, maximize=MAXIMIZE,
+                      **OPTIMIZER_EXTRA)
+    if SCHEDULER == "step":
+        return optim, torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
+    if SCHEDULER == "linear":
+        return optim, torch.optim.lr_scheduler.LinearLR(optim, start_factor=1.0, end_factor=0.1, total_iters=STEPS)
+    return optim, None
+'''
+
+RUNTIME_TRAIN = '''
+# ---- training, as the fuzzer's loop does it
+
+
+def perturb(model, seed, ulps=2.0):
+    """Scale every weight by 1 +- ulps * eps: the size of difference two correct systems can make."""
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            sign = torch.randint(0, 2, p.shape, generator=g).to(p.dtype) * 2 - 1
+            p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
+
+
+def perturb_gradients(named, seed, ulps=2.0):
+    """Move every gradient element by +- ulps * eps at its module's scale: another order of summation."""
+    grads = [(n, p.grad) for n, p in named if p.grad is not None and p.grad.numel()]
+    scales = {}
+    for name, grad in grads:
+        key = name.rpartition(".")[0]
+        scales[key] = torch.maximum(scales[key], grad.abs().max()) if key in scales else grad.abs().max()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, grad in grads:
+            sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
+            grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * scales[name.rpartition(".")[0]].to(grad.dtype))
+
+
+def whole(t):
+    """``(dtype, the whole tensor as float64 on the CPU)``; a DTensor is gathered (every rank takes part)."""
+    if t is None:
+        return None
+    dtype = str(t.dtype).removeprefix("torch.")
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return dtype, t.detach().to("cpu", torch.float64, copy=True)
+
+
+def build(role, dp, device, mesh):
+    """``(module to call, module with the case's names, optimizer, scheduler)`` of one system on this rank."""
+    torch.manual_seed(SEED)
+    torch.set_default_dtype(torch.float32)
+    model = build_model(dp)
+    for name, p in model.named_parameters():
+        p.requires_grad_(not under(name.rpartition(".")[0], FROZEN))
+    model = model.to(device)
+    if role == "system":
+        model = apply_plan(model, mesh)
+        if TO_FLOAT64:
+            model.to(torch.float64)
+        inner = model
+    else:
+        if TO_FLOAT64:
+            model = model.to(torch.float64)
+        if role == "perturbed":
+            perturb(model, SEED)
+        gated = any(type(m).__name__ == "Gate" for m in model.modules())
+        inner, model = model, DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                  find_unused_parameters=gated)
+    optim, scheduler = make_optimizer([(case_name(n), p) for n, p in inner.named_parameters()])
+    return model, inner, optim, scheduler
+
+
+def train(role, dp, device, mesh):
+    """One system's run on this rank: per step its loss, its gradients (before the optimizer step) and its
+    parameters and buffers (after), and the largest local gradient of each parameter (before any reduction)."""
+    model, inner, optim, scheduler = build(role, dp, device, mesh)
+    named = [(case_name(n), p) for n, p in inner.named_parameters()]
+    local = {}
+    if role != "system":  # the terms a reduction sums: its rounding is proportional to them
+        def hook(grad, name):
+            value = grad.to_local() if isinstance(grad, DTensor) else grad
+            if value.numel():
+                local[name] = max(local.get(name, 0.0), float(value.detach().abs().max()))
+
+        for name, p in named:
+            if p.requires_grad:
+                p.register_hook(lambda grad, name=name: hook(grad, name))
+    passes = []
+    for step in range(STEPS):
+        zero = ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0)
+        with step_context() if role == "system" else contextlib.nullcontext():
+            optim.zero_grad(set_to_none=zero)
+        losses = []
+        for micro in range(MICROBATCHES):
+            last = micro == MICROBATCHES - 1
+            if "CLOCK" in globals():
+                CLOCK.set(step, micro, MICROBATCHES)
+            torch.manual_seed(forward_seed(dp, step, micro))
+            x, y = batch(dp, step, micro).to(device), target(dp, step, micro).to(device)
+            if role == "system":
+                accumulate(model, micro, last)
+                with loss_context():
+                    loss = loss_fn(forward(model, x), y)
+                    loss.backward()
+                after_backward(model, last)
+            else:
+                with contextlib.nullcontext() if last else model.no_sync():
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+            loss = loss.detach()
+            losses.append(loss.full_tensor() if isinstance(loss, DTensor) else loss)
+        record = {"loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
+                           torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
+                  "grad": {name: whole(p.grad) for name, p in named}, "local": dict(local)}
+        local.clear()
+        if role == "perturbed":
+            perturb_gradients(named, SEED * 1009 + step + 1)
+        with step_context() if role == "system" else contextlib.nullcontext():
+            if CLIP:
+                torch.nn.utils.clip_grad_norm_([p for _, p in named if p.grad is not None], CLIP)
+            optim.step()
+        if scheduler is not None:
+            scheduler.step()
+        record["param"] = {name: whole(p) for name, p in named}
+        record["param"].update({"buffer:" + case_name(n): whole(b) for n, b in inner.named_buffers()})
+        passes.append(record)
+    return passes
+'''
+
+RUNTIME_COMPARE = '''
+# ---- the comparison (fuzz.oracle's rules), on rank 0 over every rank's records
+
+
+class Divergence(Exception):
+    pass
+
+
+def magnitude(t):
+    finite = t[torch.isfinite(t)].abs()
+    return float(finite.max()) if finite.numel() else 0.0
+
+
+def difference(a, b):
+    diff = (a - b).abs()
+    same = (a.isnan() & b.isnan()) | (a.isinf() & (a == b))
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    return torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
+
+
+def check_value(where, key, ref, sut, noise, scale, pooled):
+    """``sut`` within K * noise + FLOOR_ULPS * EPS * scale of ``ref``; the noise relative to the scale is pooled
+    over steps per tensor (``key``): the largest seen so far."""
+    if ref.shape != sut.shape:
+        raise Divergence(f"{where}: shapes differ (system {list(sut.shape)}, reference {list(ref.shape)})")
+    scale = max(scale, magnitude(ref))
+    measured = float(difference(ref, noise).max()) if noise is not None and noise.shape == ref.shape and ref.numel() else 0.0
+    if scale > 0 and measured == measured and measured != float("inf"):
+        pooled[key] = relative = max(pooled.get(key, 0.0), measured / scale)
+        measured = relative * scale
+    allowed = K * measured + FLOOR_ULPS * EPS * scale
+    dev = float(difference(ref, sut).max()) if ref.numel() else 0.0
+    if dev > allowed:
+        raise Divergence(f"{where}: max abs err {dev:.3g} (allowed {allowed:.3g}; measured noise {measured:.3g}, "
+                         f"scale {scale:.3g})")
+
+
+def scales(ref_pass, what):
+    """Per scale group, the largest magnitude among the reference's tensors (and, for gradients, the local
+    gradients the reduction summed)."""
+    out = {}
+    for name, rec in ref_pass[what].items():
+        if rec is not None:
+            key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
+            out[key] = max(out.get(key, 0.0), magnitude(rec[1]))
+    if what == "grad":
+        for name, value in ref_pass["local"].items():
+            key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
+            out[key] = max(out.get(key, 0.0), value)
+    return out
+
+
+def compare(ref, noise, sut):
+    """The first divergence of the system under test, as a message (None: it trains like the reference).
+    ``ref[r][i]`` is rank r's record of step i."""
+    pooled = {}
+    for i in range(STEPS):
+        def finite(rec):
+            return rec is None or bool(torch.isfinite(rec[1]).all())
+
+        if not all(finite(r[i]["loss"]) and all(finite(v) for what in ("grad", "param") for v in r[i][what].values())
+                   for r in ref):
+            print(f"the reference went non-finite at step {i}: compared the steps before it")
+            return None
+        for r in range(WORLD_SIZE):
+            dtype = sut[r][i]["loss"][0]
+            if dtype != PROMISED["loss"]:
+                raise Divergence(f"step {i} loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")
+            check_value(f"step {i} loss loss[rank {r}]", f"loss {r}", ref[r][i]["loss"][1], sut[r][i]["loss"][1],
+                        noise[r][i]["loss"][1], 0.0, pooled)
+        for what in ("grad", "param"):
+            group_scales = scales(ref[0][i], what)
+            names = list(dict.fromkeys([*ref[0][i][what], *sut[0][i][what]]))
+            for name in names:
+                where = f"step {i} {what} {name}"
+                for role, recs in (("system under test", sut), ("reference", ref)):
+                    missing = [r for r in range(WORLD_SIZE) if name not in recs[r][i][what]]
+                    if missing:
+                        raise Divergence(f"{where}: not recorded by the {role} on ranks {missing}")
+                    none = [r for r in range(WORLD_SIZE) if recs[r][i][what][name] is None]
+                    if none and len(none) < WORLD_SIZE:
+                        raise Divergence(f"{where}: in the {role}, ranks {none} have no gradient, the others do")
+                a, b = ref[0][i][what][name], sut[0][i][what][name]
+                if a is None or b is None:
+                    if a is None and b is None:
+                        continue
+                    raise Divergence(f"{where}: " + ("no gradient in the system under test" if b is None
+                                                     else "a gradient the reference does not have"))
+                promised = PROMISED["buffer" if name.startswith("buffer:") else what]
+                for r in range(WORLD_SIZE):
+                    if sut[r][i][what][name][0] != promised:
+                        raise Divergence(f"{where} on rank {r}: dtype {sut[r][i][what][name][0]}, promised {promised}")
+                for role, recs in (("system under test", sut), ("reference", ref)):
+                    first = recs[0][i][what][name][1]
+                    for r in range(1, WORLD_SIZE):
+                        other = recs[r][i][what][name][1]
+                        if other.shape != first.shape or not torch.equal(first.nan_to_num(), other.nan_to_num()):
+                            raise Divergence(f"{where}: in the {role}, rank {r}'s copy differs from rank 0's "
+                                             "(replicas disagree)")
+                key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
+                scale = group_scales.get(key, 0.0) or max(group_scales.values(), default=0.0)
+                n = noise[0][i][what].get(name)
+                check_value(where, f"{what} {name}", a[1], b[1], None if n is None else n[1], scale, pooled)
+    return None
+'''
+
+RUNTIME_MAIN = '''
+def main():
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD_SIZE
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
+    rank = dist.get_rank()
+    if dist.get_world_size() != WORLD_SIZE:
+        sys.exit(f"this case needs {WORLD_SIZE} ranks: torchrun --nproc-per-node={WORLD_SIZE}")
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    mesh = init_device_mesh(device.type, MESH_SHAPE, mesh_dim_names=MESH_NAMES)
+    dp = DP_INDEX[rank]
+    runs = [train(role, dp, device, mesh) for role in ("reference", "perturbed", "system")]
+    everyone = [None] * WORLD_SIZE
+    dist.all_gather_object(everyone, runs)
+    code = 0
+    if rank == 0:
+        ref, noise, sut = ([everyone[r][k] for r in range(WORLD_SIZE)] for k in range(3))
+        try:
+            compare(ref, noise, sut)
+            print("parity: the system under test trains like the reference")
+        except Divergence as d:
+            print(f"DIVERGENCE {d}")
+            code = 1
+    outcome = [code]
+    dist.broadcast_object_list(outcome, src=0)
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(outcome[0])  # not sys.exit: gloo's threads can abort the interpreter's teardown
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
+for _source in (RUNTIME_DATA, RUNTIME_TRAIN, RUNTIME_COMPARE, RUNTIME_MAIN):
+    compile(_source, "<fuzz.export.script>", "exec")
+del _source

@@ -1,0 +1,132 @@
+"""The standalone reproducer (fuzz.export): a torch-only script, run under torchrun, whose exit code is the fuzzer's
+verdict, for the corpus's files and for faults injected inside torch; and a clear refusal for what it cannot
+write out yet.
+
+Each torchrun job costs ~8 s on a 2-core machine: CI runs one corpus file per family and verdict kind;
+``--export-all`` runs every corpus file the export covers (the figures are in the issue notes)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzz import corpus
+from fuzz.export import FAMILIES, ExportError, export, refusal
+from fuzz.families.fsdp2 import FSDP2Plan, Wrap
+from tests.test_case import simple
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(script: Path, world_size: int, *launch: str) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node=N [launch...] script`` from a directory of its own."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)} if launch else {k: v for k, v in os.environ.items()
+                                                                   if k != "PYTHONPATH"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+           *launch, str(script)]
+    return subprocess.run(cmd, cwd=script.parent, env=env, capture_output=True, text=True, timeout=400)
+
+
+def exported_corpus() -> list[Path]:
+    """The corpus files of the exported families the export writes out (the others are refused: below)."""
+    files = [p for p in corpus.discover(ROOT / "corpus") if p.parent.name in FAMILIES]
+    return [p for p in files if refusal(corpus.load(p).case) is None]
+
+
+def sample(files: list[Path]) -> list[Path]:
+    """One file per family and recorded verdict kind (CI time)."""
+    seen, out = set(), []
+    for p in files:
+        key = (p.parent.name, corpus.load(p).verdict.kind if corpus.load(p).verdict else "pass")
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    if "corpus_file" in metafunc.fixturenames:
+        files = exported_corpus()
+        chosen = files if metafunc.config.getoption("export_all") else sample(files)
+        metafunc.parametrize("corpus_file", chosen, ids=[f"{p.parent.name}/{p.stem}" for p in chosen])
+
+
+def check_outcome(result: subprocess.CompletedProcess, verdict) -> None:
+    """The script's exit code is the verdict's (0 pass, else 1), and it failed the same way."""
+    out = result.stdout + result.stderr
+    if verdict is None or verdict.kind == "pass":
+        assert result.returncode == 0 and "parity:" in result.stdout, out[-3000:]
+        return
+    assert result.returncode != 0, out[-3000:]
+    if verdict.kind == "mismatch":
+        d = verdict.divergence
+        assert f"DIVERGENCE step {d.step} {d.what} {d.tensor}" in result.stdout, (d, out[-3000:])
+    elif verdict.kind == "error":
+        first = verdict.ranks[0]
+        assert f"{first['type']}: " in out and first["message"].splitlines()[0][:60] in out, (first, out[-3000:])
+
+
+def test_the_script_imports_only_torch_and_the_standard_library():
+    path = next(p for p in exported_corpus() if p.parent.name == "fsdp2_tp")
+    tree = ast.parse(export(corpus.load(path).case))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported - sys.stdlib_module_names == {"torch"}, imported
+
+
+def test_the_plan_is_written_out_as_torch_calls():
+    case = simple(plan=FSDP2Plan(wraps=(Wrap("body.0", reshard_after_forward=False, offload=True), Wrap(""))))
+    script = export(case.validate())
+    assert ('fully_shard(at(model, "body.0"), mesh=mesh, reshard_after_forward=False, '
+            "offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()))") in script
+    assert "fully_shard(model, mesh=mesh, reshard_after_forward=True)" in script  # torch's root default differs
+
+
+def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
+    mixed = simple(plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),)), reference="ddp_mp").validate()
+    with pytest.raises(ExportError, match="mixed precision"):
+        export(mixed)
+    path = tmp_path / "case.json"
+    path.write_text(mixed.to_json())
+    result = subprocess.run([sys.executable, "-m", "fuzz.repro", str(path), "--export", str(tmp_path / "r.py")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "mixed precision" in result.stderr and not (tmp_path / "r.py").exists()
+    fsdp1 = next(p for p in corpus.discover(ROOT / "corpus") if p.parent.name == "fsdp1")
+    assert "the fsdp1 family is not exported yet" in refusal(corpus.load(fsdp1).case)
+
+
+def test_corpus_file_exports_to_a_script_with_its_verdict(tmp_path, corpus_file):
+    entry = corpus.load(corpus_file)
+    script = tmp_path / "repro.py"
+    result = subprocess.run([sys.executable, "-m", "fuzz.repro", str(corpus_file), "--export", str(script)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    check_outcome(torchrun(script, entry.case.world_size), entry.verdict)
+
+
+@pytest.mark.parametrize("family, fault, world_sizes", [
+    ("fsdp2", "UnevenShardGradOff", (2,)),
+    ("fsdp2", "ReplicaNotAllReduced", (4,)),
+    ("fsdp2_tp", "RowwiseOutputNotReduced", (2,)),
+])
+def test_a_fault_inside_torch_shows_in_the_exported_script(executor, tmp_path, family, fault, world_sizes):
+    """The fault's fuzz-found, shrunk case exported: with the fault injected the script finds the divergence the
+    fuzzer found; on unmodified torch it passes."""
+    from tests.shrinking import found_and_shrunk
+
+    f, _ = found_and_shrunk(executor, tmp_path, family, fault, world_sizes,
+                            where=lambda c: refusal(c) is None)
+    case = dataclasses.replace(f.case, system="")
+    script, case_file = tmp_path / "repro.py", tmp_path / "case.json"
+    script.write_text(export(case))
+    case_file.write_text(case.to_json())
+    faulty = torchrun(script, case.world_size, str(ROOT / "tests" / "inject_fault.py"), fault, str(case_file))
+    check_outcome(faulty, f.verdict)
+    check_outcome(torchrun(script, case.world_size), None)
