@@ -66,10 +66,12 @@ def check_outcome(result: subprocess.CompletedProcess, verdict) -> None:
     assert result.returncode != 0, out[-3000:]
     if verdict.kind == "mismatch":
         d = verdict.divergence
-        assert f"DIVERGENCE step {d.step} {d.what} {d.tensor}" in result.stdout, (d, out[-3000:])
-    elif verdict.kind == "error":
+        assert f"DIVERGENCE {d.where()} {d.what} {d.tensor}" in result.stdout, (d, out[-3000:])
+    elif verdict.kind == "error":  # the same exception, raised in the same torch function
         first = verdict.ranks[0]
-        assert f"{first['type']}: " in out and first["message"].splitlines()[0][:60] in out, (first, out[-3000:])
+        message = (first["message"].splitlines() or [""])[0][:60]
+        function = first.get("torch_frame", "").rpartition(":")[2]
+        assert first["type"] in out and message in out and f", in {function}\n" in out, (first, out[-3000:])
 
 
 def test_the_script_imports_only_torch_and_the_standard_library():

@@ -38,9 +38,6 @@ def refusal(case: Case) -> str | None:
     unsupported = [
         (case.mixed_precision(), "mixed precision (its reference emulates the policy)"),
         (bool(case.checkpoint), "checkpoint events"),
-        (bool(t.nonroot), "non-root passes (train.nonroot)"),
-        (t.eval, "evaluation passes (train.eval)"),
-        (any(f.until for f in t.frozen), "unfreezing mid-training (train.frozen[].until)"),
         (bool(case.delays), "delays"),
         (bool(case.expect_error.type) or expectation(case, "cpu") is not None, "cases torch must refuse"),
     ]
@@ -75,7 +72,12 @@ def constants(case: Case) -> str:
         ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
         ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
                                      "system under test where its family says)"),
-        ("FROZEN", tuple(f.path for f in t.frozen), "modules whose parameters get requires_grad=False"),
+        ("FROZEN", tuple((f.path, f.until) for f in t.frozen),
+         "(module, step): its parameters have requires_grad=False until that step (0: throughout)"),
+        ("EVAL", t.eval, "after each step, a forward in eval mode under no_grad: its loss is compared"),
+        ("NONROOT", t.nonroot, "after each step, a second one through only the module at this path"),
+        ("NONROOT_IN_WIDTH", m.input_width(t.nonroot) if t.nonroot else None, "its input's width (None: token ids)"),
+        ("NONROOT_OUT_WIDTH", m.output_width(t.nonroot) if t.nonroot else None, ""),
         ("CLIP", t.clip, "clip_grad_norm_ to this total norm before each step (0: none)"),
         ("LR", t.lr, ""), ("WEIGHT_DECAY", t.weight_decay, ""), ("FOREACH", t.foreach, ""),
         ("MAXIMIZE", t.maximize, ""), ("OPTIMIZER_EXTRA", extra, ""),
@@ -87,6 +89,7 @@ def constants(case: Case) -> str:
     lines += [
         f"DTYPE = torch.{t.dtype}  # the model's dtype as built",
         f"INPUT_DTYPE = torch.{dtypes.activation_dtype(case, '')}",
+        f"NONROOT_INPUT_DTYPE = torch.{dtypes.activation_dtype(case, t.nonroot) if t.nonroot else 'float32'}",
         f"OPTIMIZER = torch.optim.{ {'sgd': 'SGD', 'adam': 'Adam', 'adamw': 'AdamW'}[t.optimizer] }",
         f"PROMISED = {_py({'loss': promise.output(''), 'grad': promise.tensor('grad', ''), 'param': promise.tensor('param', ''), 'buffer': promise.tensor('param', 'buffer:')})}"
         "  # the dtypes the system under test must produce",
@@ -147,18 +150,21 @@ def generator(dp, step, micro, salt):
     return torch.Generator().manual_seed(key % 2**63)
 
 
-def batch(dp, step, micro):
+def batch(dp, step, micro, nonroot=False):
+    """The input of the root (or, ``nonroot``, of the module at NONROOT) for one forward."""
     g = generator(dp, step, micro, 0)
-    if EMBEDDING:
+    width, dtype = (NONROOT_IN_WIDTH, NONROOT_INPUT_DTYPE) if nonroot else (None if EMBEDDING else IN_WIDTH, INPUT_DTYPE)
+    if width is None:
         return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
-    return torch.randn((BATCH, SEQ_LEN, IN_WIDTH), generator=g, dtype=torch.float64).to(INPUT_DTYPE)
+    return torch.randn((BATCH, SEQ_LEN, width), generator=g, dtype=torch.float64).to(dtype)
 
 
-def target(dp, step, micro):
+def target(dp, step, micro, nonroot=False):
     g = generator(dp, step, micro, 1)
-    if EMBEDDING:
+    if EMBEDDING and not nonroot:
         return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
-    return torch.randn((BATCH, SEQ_LEN, OUT_WIDTH), generator=g, dtype=torch.float64)
+    return torch.randn((BATCH, SEQ_LEN, NONROOT_OUT_WIDTH if nonroot else OUT_WIDTH), generator=g,
+                       dtype=torch.float64)
 
 
 def forward_seed(dp, step, micro):
@@ -174,6 +180,11 @@ def loss_fn(out, tgt):
 
 def under(module, paths):
     return any(module == p or module.startswith(p + ".") or p == "" for p in paths)
+
+
+def frozen_at(name, step):
+    """Whether the parameter ``name`` has requires_grad=False during ``step``."""
+    return any(under(name.rpartition(".")[0], (path,)) and (until == 0 or step < until) for path, until in FROZEN)
 
 
 def at(model, path):
@@ -248,7 +259,7 @@ def build(role, dp, device, mesh):
     torch.set_default_dtype(torch.float32)
     model = build_model(dp)
     for name, p in model.named_parameters():
-        p.requires_grad_(not under(name.rpartition(".")[0], FROZEN))
+        p.requires_grad_(not frozen_at(name, 0))
     model = model.to(device)
     if role == "system":
         model = apply_plan(model, mesh)
@@ -260,33 +271,94 @@ def build(role, dp, device, mesh):
             model = model.to(torch.float64)
         if role == "perturbed":
             perturb(model, SEED)
-        gated = any(type(m).__name__ == "Gate" for m in model.modules())
-        inner, model = model, DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                  find_unused_parameters=gated)
+        inner, model = model, ddp(model, device)
     optim, scheduler = make_optimizer([(case_name(n), p) for n, p in inner.named_parameters()])
     return model, inner, optim, scheduler
 
 
+def ddp(module, device):
+    gated = any(type(m).__name__ == "Gate" for m in module.modules())  # unused parameters on some forwards
+    return DDP(module, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=gated)
+
+
+def nonroot_backward(role, model, inner, x, y):
+    """A pass through only the module at NONROOT.  The reference bypasses DDP: its gradients are averaged by
+    hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark them used)."""
+    if role == "system":
+        with loss_context():
+            loss = loss_fn(at(model, NONROOT)(x), y)
+            loss.backward()
+        after_backward(model, True)
+        return loss.detach()
+    module = at(inner, NONROOT)
+    loss = loss_fn(module(x), y)
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+        if grad is not None:
+            grad = grad.clone(memory_format=torch.contiguous_format)
+            dist.all_reduce(grad)
+            grad.div_(WORLD_SIZE)
+            p.grad = grad if p.grad is None else p.grad.add_(grad)
+    return loss.detach()
+
+
 def train(role, dp, device, mesh):
-    """One system's run on this rank: per step its loss, its gradients (before the optimizer step) and its
-    parameters and buffers (after), and the largest local gradient of each parameter (before any reduction)."""
+    """One system's run on this rank: per pass of training its loss, its gradients (before the optimizer step)
+    and its parameters and buffers (after), and the largest local gradient of each parameter (before any
+    reduction); a pass is a step, a non-root pass after it (NONROOT), an evaluation forward (EVAL)."""
     model, inner, optim, scheduler = build(role, dp, device, mesh)
-    named = [(case_name(n), p) for n, p in inner.named_parameters()]
-    local = {}
-    if role != "system":  # the terms a reduction sums: its rounding is proportional to them
+    local, watched = {}, set()
+
+    def named():  # asked afresh each time, as a user would: FSDP2 swaps the registered parameters
+        return [(case_name(n), p) for n, p in inner.named_parameters()]
+
+    def watch():  # the reference's local gradients: the terms a reduction sums (its rounding is proportional)
         def hook(grad, name):
             value = grad.to_local() if isinstance(grad, DTensor) else grad
             if value.numel():
                 local[name] = max(local.get(name, 0.0), float(value.detach().abs().max()))
 
-        for name, p in named:
-            if p.requires_grad:
+        for name, p in named():
+            if p.requires_grad and role != "system" and name not in watched:
+                watched.add(name)
                 p.register_hook(lambda grad, name=name: hook(grad, name))
+
+    def zero_grad(step):
+        with step_context() if role == "system" else contextlib.nullcontext():
+            optim.zero_grad(set_to_none=ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0))
+
+    def finish(at_, losses, step):
+        record = {"at": at_, "loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
+                                      torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
+                  "grad": {name: whole(p.grad) for name, p in named()}, "local": dict(local)}
+        local.clear()
+        if role == "perturbed":
+            perturb_gradients(named(), SEED * 1009 + len(passes) + 1)
+        with step_context() if role == "system" else contextlib.nullcontext():
+            if CLIP:
+                torch.nn.utils.clip_grad_norm_([p for _, p in named() if p.grad is not None], CLIP)
+            optim.step()
+        if scheduler is not None:
+            scheduler.step()
+        record["param"] = {name: whole(p) for name, p in named()}
+        record["param"].update({"buffer:" + case_name(n): whole(b) for n, b in inner.named_buffers()})
+        passes.append(record)
+
+    def plain(loss):
+        loss = loss.detach()
+        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+
+    watch()
     passes = []
     for step in range(STEPS):
-        zero = ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0)
-        with step_context() if role == "system" else contextlib.nullcontext():
-            optim.zero_grad(set_to_none=zero)
+        thawed = [p for name, p in named() if step and frozen_at(name, step - 1) and not frozen_at(name, step)]
+        if thawed:  # unfrozen: DDP is built anew, as its documentation asks of a changed requires_grad
+            for p in thawed:
+                p.requires_grad_(True)
+            if role != "system":
+                model = ddp(inner, device)
+            watch()
+        zero_grad(step)
         losses = []
         for micro in range(MICROBATCHES):
             last = micro == MICROBATCHES - 1
@@ -304,23 +376,25 @@ def train(role, dp, device, mesh):
                 with contextlib.nullcontext() if last else model.no_sync():
                     loss = loss_fn(model(x), y)
                     loss.backward()
-            loss = loss.detach()
-            losses.append(loss.full_tensor() if isinstance(loss, DTensor) else loss)
-        record = {"loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
-                           torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
-                  "grad": {name: whole(p.grad) for name, p in named}, "local": dict(local)}
-        local.clear()
-        if role == "perturbed":
-            perturb_gradients(named, SEED * 1009 + step + 1)
-        with step_context() if role == "system" else contextlib.nullcontext():
-            if CLIP:
-                torch.nn.utils.clip_grad_norm_([p for _, p in named if p.grad is not None], CLIP)
-            optim.step()
-        if scheduler is not None:
-            scheduler.step()
-        record["param"] = {name: whole(p) for name, p in named}
-        record["param"].update({"buffer:" + case_name(n): whole(b) for n, b in inner.named_buffers()})
-        passes.append(record)
+            losses.append(plain(loss))
+        finish(f"step {step}", losses, step)
+        if NONROOT:
+            zero_grad(step)
+            torch.manual_seed(forward_seed(dp, step, MICROBATCHES))
+            x = batch(dp, step, MICROBATCHES, nonroot=True).to(device)
+            y = target(dp, step, MICROBATCHES, nonroot=True).to(device)
+            finish(f"step {step} (non-root {NONROOT} pass)", [plain(nonroot_backward(role, model, inner, x, y))], step)
+        if EVAL:  # an evaluation forward between steps: its loss is compared, nothing is stepped
+            if "CLOCK" in globals():
+                CLOCK.set(step, 0, MICROBATCHES)
+            x, y = batch(dp, step, MICROBATCHES + 1).to(device), target(dp, step, MICROBATCHES + 1).to(device)
+            model.eval()
+            with torch.no_grad(), (loss_context() if role == "system" else contextlib.nullcontext()):
+                loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
+            model.train()
+            passes.append({"at": f"step {step} (eval pass)", "loss": (str(loss.dtype).removeprefix("torch."),
+                                                                    plain(loss).to("cpu", torch.float64)),
+                           "grad": {}, "param": {}, "local": {}})
     return passes
 '''
 
@@ -380,25 +454,27 @@ def compare(ref, noise, sut):
     """The first divergence of the system under test, as a message (None: it trains like the reference).
     ``ref[r][i]`` is rank r's record of step i."""
     pooled = {}
-    for i in range(STEPS):
+    for i in range(len(ref[0])):
+        at_ = ref[0][i]["at"]
+
         def finite(rec):
             return rec is None or bool(torch.isfinite(rec[1]).all())
 
         if not all(finite(r[i]["loss"]) and all(finite(v) for what in ("grad", "param") for v in r[i][what].values())
                    for r in ref):
-            print(f"the reference went non-finite at step {i}: compared the steps before it")
+            print(f"the reference went non-finite at {at_}: compared the passes before it")
             return None
         for r in range(WORLD_SIZE):
             dtype = sut[r][i]["loss"][0]
             if dtype != PROMISED["loss"]:
-                raise Divergence(f"step {i} loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")
-            check_value(f"step {i} loss loss[rank {r}]", f"loss {r}", ref[r][i]["loss"][1], sut[r][i]["loss"][1],
+                raise Divergence(f"{at_} loss loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")
+            check_value(f"{at_} loss loss[rank {r}]", f"loss {r}", ref[r][i]["loss"][1], sut[r][i]["loss"][1],
                         noise[r][i]["loss"][1], 0.0, pooled)
         for what in ("grad", "param"):
             group_scales = scales(ref[0][i], what)
             names = list(dict.fromkeys([*ref[0][i][what], *sut[0][i][what]]))
             for name in names:
-                where = f"step {i} {what} {name}"
+                where = f"{at_} {what} {name}"
                 for role, recs in (("system under test", sut), ("reference", ref)):
                     missing = [r for r in range(WORLD_SIZE) if name not in recs[r][i][what]]
                     if missing:
