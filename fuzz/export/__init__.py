@@ -20,7 +20,7 @@ import importlib
 from fuzz.case import Case
 
 #: family -> the module that writes out its plan (``refusal(case)``, ``parts(case)``).
-FAMILIES = {"fsdp2": "fuzz.export.fsdp2", "fsdp2_tp": "fuzz.export.fsdp2_tp"}
+FAMILIES = {"fsdp2": "fuzz.export.fsdp2", "fsdp2_tp": "fuzz.export.fsdp2_tp", "fsdp1": "fuzz.export.fsdp1"}
 
 
 class ExportError(ValueError):

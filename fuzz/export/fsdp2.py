@@ -18,7 +18,7 @@ def refusal(case: Case) -> str | None:
 
 
 def _at(path: str) -> str:
-    return f'at(model, "{path}")' if path else "model"
+    return f'resolve(model, "{path}")' if path else "model"
 
 
 def checkpoint_line(c: Checkpoint) -> str:
@@ -77,8 +77,8 @@ def accumulate_source(case: Case) -> str:
         lines.append("model.set_requires_all_reduce(last)")
     if plan.is_last_backward:
         lines.append("model.set_is_last_backward(last)")
-    source = function("accumulate(model, micro, last)", "FSDP2's switches around each microbatch.",
-                      lines or ["pass"])
+    source = function("accumulate(model, micro, last)", "FSDP2's switches around each microbatch.", lines,
+                      "return contextlib.nullcontext()")
     return ("PENDING = []\n\n\n" if plan.unshard_first else "") + source
 
 
@@ -93,7 +93,7 @@ AFTER_BACKWARD = '''def after_backward(model, last):
 def parts(case: Case, mesh_line: str = "") -> Parts:
     plan = case.plan
     lines = ([mesh_line] if mesh_line else []) + plan_lines(plan)
-    apply_plan = function("apply_plan(model, mesh)", "FSDP2 as the case's plan says (fuzz.systems.fsdp2).", lines,
+    apply_plan = function("apply_plan(model, mesh, device)", "FSDP2 as the case's plan says (fuzz.systems.fsdp2).", lines,
                           "return model")
     forward = ("def forward(model, batch):\n    return model.forward_alt(batch)\n" if plan.forward_method
                else "def forward(model, batch):\n    return model(batch)\n")

@@ -49,7 +49,7 @@ def parts(case: Case) -> Parts:
         dp = tuple(a for a in case.mesh.names if a != "tp")
         lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
     lines += fsdp2.plan_lines(plan, mesh="dp_mesh")
-    apply_plan = fsdp2.function("apply_plan(model, mesh)", "Tensor parallelism, then FSDP2 on the data-parallel "
+    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP2 on the data-parallel "
                                 "sub-mesh (fuzz.systems.fsdp2_tp).", lines, "return model")
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     base = fsdp2.parts(case)

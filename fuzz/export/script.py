@@ -4,6 +4,7 @@ the reference and the comparison (see :mod:`fuzz.export`).  A family's module su
 
 from __future__ import annotations
 
+import inspect
 import json
 import textwrap
 from dataclasses import dataclass
@@ -17,17 +18,24 @@ from fuzz.show import describe_case
 
 @dataclass(frozen=True)
 class Parts:
-    """What a family writes out: its imports, ``apply_plan(model, mesh)`` (returns the model to train),
-    ``accumulate(model, micro, last)`` (its switches around each microbatch), ``after_backward(model, last)``
-    (its invariants), ``step_context()`` and ``loss_context()`` (contexts around the optimizer's zeroing and step,
-    and around the loss and its backward), and ``forward(model, batch)``."""
+    """What a family writes out: its imports; ``apply_plan(model, mesh, device)`` (returns the model to train);
+    ``accumulate(model, micro, last)`` (a context around each microbatch, after its switches);
+    ``after_backward(model, last)`` (its invariants); ``step_context()`` and ``loss_context()`` (contexts around the
+    optimizer's zeroing and step, and around the loss and its backward); ``forward(model, batch)``;
+    ``clip(model, params, max_norm)``; ``gradients(model, named)`` and ``parameters(model, named)`` (what it
+    holds, as ``{case name: whole(tensor)}``: a family whose parameters are not the model's own, FSDP1's flat
+    ones, reads them its own way)."""
 
     imports: str
     apply_plan: str
-    accumulate: str = "def accumulate(model, micro, last):\n    pass\n"
+    accumulate: str = "def accumulate(model, micro, last):\n    return contextlib.nullcontext()\n"
     after_backward: str = "def after_backward(model, last):\n    pass\n"
     contexts: str = "step_context = loss_context = contextlib.nullcontext\n"
     forward: str = "def forward(model, batch):\n    return model(batch)\n"
+    clip: str = ("def clip(model, params, max_norm):\n"
+                 "    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)\n")
+    records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
+                    "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")
 
 
 def refusal(case: Case) -> str | None:
@@ -126,9 +134,10 @@ The case:
         + parts.imports,
         constants(case),
         model_source(case),
-        RUNTIME_DATA,
+        RUNTIME_DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
-            (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts)),
+            (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
+             parts.records)),
         RUNTIME_TRAIN,
         RUNTIME_COMPARE,
         RUNTIME_MAIN,
@@ -138,6 +147,14 @@ The case:
 
 def _uses_math(case: Case) -> bool:
     return any(node.kind == "attention" for _, node in case.model.body.walk("body"))
+
+
+def _wrapper_helpers() -> str:
+    """The harness's own helpers for case paths through wrappers (checkpoint wrappers, FSDP1 instances)."""
+    from fuzz.systems import base
+
+    return "\n\n".join([f"WRAPPER_ATTRS = {base.WRAPPER_ATTRS!r}"] + [
+        inspect.getsource(f) for f in (base.case_name, base.resolve, base.holder, base._wrapped, base.unwrap)])
 
 
 RUNTIME_DATA = '''
@@ -187,18 +204,7 @@ def frozen_at(name, step):
     return any(under(name.rpartition(".")[0], (path,)) and (until == 0 or step < until) for path, until in FROZEN)
 
 
-def at(model, path):
-    """The module at a case path, looking through activation-checkpoint wrappers."""
-    module = model
-    for part in [p for p in path.split(".") if p]:
-        module = getattr(module, part)
-        module = getattr(module, "_checkpoint_wrapped_module", module)
-    return getattr(module, "_checkpoint_wrapped_module", module)
-
-
-def case_name(name):
-    return name.replace("_checkpoint_wrapped_module.", "")
-
+$WRAPPER_HELPERS
 
 def make_optimizer(named):
     default, grouped = [], [[] for _ in GROUPS]
@@ -262,7 +268,7 @@ def build(role, dp, device, mesh):
         p.requires_grad_(not frozen_at(name, 0))
     model = model.to(device)
     if role == "system":
-        model = apply_plan(model, mesh)
+        model = apply_plan(model, mesh, device)
         if TO_FLOAT64:
             model.to(torch.float64)
         inner = model
@@ -286,11 +292,11 @@ def nonroot_backward(role, model, inner, x, y):
     hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark them used)."""
     if role == "system":
         with loss_context():
-            loss = loss_fn(at(model, NONROOT)(x), y)
+            loss = loss_fn(resolve(model, NONROOT)(x), y)
             loss.backward()
         after_backward(model, True)
         return loss.detach()
-    module = at(inner, NONROOT)
+    module = resolve(inner, NONROOT)
     loss = loss_fn(module(x), y)
     params = [p for p in module.parameters() if p.requires_grad]
     for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
@@ -330,17 +336,22 @@ def train(role, dp, device, mesh):
     def finish(at_, losses, step):
         record = {"at": at_, "loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
                                       torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
-                  "grad": {name: whole(p.grad) for name, p in named()}, "local": dict(local)}
+                  "grad": gradients(model, named()) if role == "system" else
+                  {name: whole(p.grad) for name, p in named()}, "local": dict(local)}
         local.clear()
         if role == "perturbed":
             perturb_gradients(named(), SEED * 1009 + len(passes) + 1)
         with step_context() if role == "system" else contextlib.nullcontext():
             if CLIP:
-                torch.nn.utils.clip_grad_norm_([p for _, p in named() if p.grad is not None], CLIP)
+                if role == "system":
+                    clip(model, [p for _, p in named()], CLIP)
+                else:
+                    torch.nn.utils.clip_grad_norm_([p for _, p in named() if p.grad is not None], CLIP)
             optim.step()
         if scheduler is not None:
             scheduler.step()
-        record["param"] = {name: whole(p) for name, p in named()}
+        record["param"] = (parameters(model, named()) if role == "system" else
+                           {name: whole(p) for name, p in named()})
         record["param"].update({"buffer:" + case_name(n): whole(b) for n, b in inner.named_buffers()})
         passes.append(record)
 
@@ -367,8 +378,7 @@ def train(role, dp, device, mesh):
             torch.manual_seed(forward_seed(dp, step, micro))
             x, y = batch(dp, step, micro).to(device), target(dp, step, micro).to(device)
             if role == "system":
-                accumulate(model, micro, last)
-                with loss_context():
+                with accumulate(model, micro, last), loss_context():
                     loss = loss_fn(forward(model, x), y)
                     loss.backward()
                 after_backward(model, last)
@@ -544,5 +554,5 @@ if __name__ == "__main__":
 
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (RUNTIME_DATA, RUNTIME_TRAIN, RUNTIME_COMPARE, RUNTIME_MAIN):
-    compile(_source, "<fuzz.export.script>", "exec")
+    compile(_source.replace("$WRAPPER_HELPERS", ""), "<fuzz.export.script>", "exec")
 del _source

@@ -1,0 +1,118 @@
+"""The fsdp1 family's plan written out: other initial weights off rank 0 for ``sync_module_states``, checkpointing
+before wrapping, the manual nested ``FullyShardedDataParallel`` instances (children first), the root instance
+with the plan's auto-wrap policy, checkpointing after; ``no_sync()`` on the non-last microbatches, FSDP1's own
+``clip_grad_norm_``; parameters read through ``summon_full_params`` and gradients from each instance's flat
+parameter (:class:`fuzz.systems.fsdp1.FSDP1System`, whose reading code the script copies)."""
+
+from __future__ import annotations
+
+import inspect
+
+from fuzz.case import Case
+from fuzz.export import fsdp2
+from fuzz.export.model import classes_used
+from fuzz.export.script import Parts
+from fuzz.families.fsdp1 import HYBRID, FSDP1Plan
+from fuzz.systems import fsdp1 as system
+
+IMPORTS = ("import functools\n"
+           "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"
+           "                                    ShardingStrategy)\n"
+           "from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, "
+           "size_based_auto_wrap_policy\n"
+           "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
+           "    apply_activation_checkpointing, checkpoint_wrapper)\n")
+
+#: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``fuzz.systems.fsdp1.KIND_CLASSES``).
+KIND_CLASSES = {"linear": "nn.Linear", "seq": "nn.Sequential", "layernorm": "nn.LayerNorm", "rmsnorm": "nn.RMSNorm",
+                "embedding": "nn.Embedding", "mlp": "MLP", "attention": "Attention", "block": "Block",
+                "residual": "Residual", "twice": "Twice", "scale": "Scale", "gate": "Gate"}
+
+
+def refusal(case: Case) -> str | None:
+    plan: FSDP1Plan = case.plan
+    if plan.ignored:
+        return "ignored modules (FSDP1 trains each rank's copy on its own), which the export does not write out yet"
+    return None
+
+
+def policy_lines(case: Case) -> list[str]:
+    plan: FSDP1Plan = case.plan
+    if plan.wrapping == "module_class":
+        defined = set(classes_used(case))  # a kind the model lacks has no class in the script: it matches nothing
+        names = sorted(KIND_CLASSES[k] for k in plan.wrap_kinds if "." in KIND_CLASSES[k] or KIND_CLASSES[k] in defined)
+        return [f"policy = ModuleWrapPolicy({{{', '.join(names)}}})"]
+    if plan.wrapping == "size":
+        return [f"policy = functools.partial(size_based_auto_wrap_policy, min_num_params={plan.min_num_params})"]
+    if plan.wrapping == "lambda":
+        return [f"targets = {{{', '.join(f'id({fsdp2._at(p)})' for p in plan.wraps)}}}",
+                "policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in targets)"]
+    return ["policy = None"]
+
+
+def kwargs_lines(case: Case) -> list[str]:
+    plan: FSDP1Plan = case.plan
+    prefetch = f"BackwardPrefetch.{plan.backward_prefetch}" if plan.backward_prefetch else "None"
+    args = [f"sharding_strategy=ShardingStrategy.{plan.sharding}", f"use_orig_params={plan.use_orig_params}",
+            "device_id=device", f"backward_prefetch={prefetch}", f"forward_prefetch={plan.forward_prefetch}",
+            f"limit_all_gathers={plan.limit_all_gathers}", f"sync_module_states={plan.sync_module_states}"]
+    if plan.offload:
+        args.append("cpu_offload=CPUOffload(offload_params=True)")
+    if plan.sharding in HYBRID and plan.hybrid_via == "mesh":
+        args.append("device_mesh=mesh")
+    elif plan.sharding in HYBRID and plan.hybrid_via == "groups":
+        args.append('process_group=(mesh.get_group("dp_shard"), mesh.get_group("dp_replicate"))')
+    return ["kwargs = dict(" + ",\n              ".join(args) + ")"]
+
+
+START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must broadcast rank 0's weights over these
+    g = torch.Generator().manual_seed(1000 + dist.get_rank())
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.is_floating_point():
+                t.add_(torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype))'''
+
+
+def plan_lines(case: Case) -> list[str]:
+    plan: FSDP1Plan = case.plan
+    lines = [START_ELSEWHERE] if plan.sync_module_states else []
+    lines += [fsdp2.checkpoint_line(c) for c in plan.checkpoints if c.before]
+    lines += kwargs_lines(case) + policy_lines(case)
+    if plan.wrapping == "manual":
+        for path in sorted(plan.wraps, key=lambda p: -p.count(".")):  # children before parents
+            lines.append(f'owner, attr = holder(model, "{path}")\n'
+                         "setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))")
+    lines.append("model = FSDP(model, auto_wrap_policy=policy, **kwargs)")
+    for c in plan.checkpoints:
+        if not c.before:
+            lines.append(f"target = {fsdp2._at(c.path)}\n"
+                         "apply_activation_checkpointing(model, check_fn=lambda m: m is target)")
+    return lines
+
+
+def records_source() -> str:
+    """FSDP1's parameters through ``summon_full_params``; its gradients from the flat parameters (the harness's
+    code, copied)."""
+    return "\n\n".join([
+        "def parameters(model, named):\n"
+        "    with FSDP.summon_full_params(model, writeback=False):\n"
+        "        return {case_name(n): whole(p.detach().clone()) for n, p in model.named_parameters()}\n",
+        "def gradients(model, named):\n"
+        "    grads = {}\n"
+        "    for prefix, module in model.named_modules():\n"
+        "        if isinstance(module, FSDP) and module._handle is not None:\n"
+        '            grads.update(_flat_gradients(module, case_name(prefix + "." if prefix else "")))\n'
+        "    return {name: whole(g) for name, g in grads.items()}\n",
+        inspect.getsource(system._flat_gradients),
+        f"_GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)\n",
+    ])
+
+
+def parts(case: Case) -> Parts:
+    plan: FSDP1Plan = case.plan
+    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "FSDP1 as the case's plan says "
+                                "(fuzz.systems.fsdp1).", plan_lines(case), "return model")
+    accumulate = ("def accumulate(model, micro, last):\n"
+                  f"    return model.no_sync() if {plan.no_sync} and not last else contextlib.nullcontext()\n")
+    clip = "def clip(model, params, max_norm):\n    model.clip_grad_norm_(max_norm)\n"
+    return Parts(imports=IMPORTS, apply_plan=apply_plan, accumulate=accumulate, clip=clip, records=records_source())
