@@ -50,7 +50,8 @@ def policy_lines(case: Case) -> list[str]:
     return ["policy = None"]
 
 
-def kwargs_lines(case: Case) -> list[str]:
+def kwargs_lines(case: Case, mesh: str = "") -> list[str]:
+    """FSDP1's arguments; ``mesh`` names a ``device_mesh`` of the caller's (fsdp1_tp: the ``dp_shard`` sub-mesh)."""
     plan: FSDP1Plan = case.plan
     prefetch = f"BackwardPrefetch.{plan.backward_prefetch}" if plan.backward_prefetch else "None"
     args = [f"sharding_strategy=ShardingStrategy.{plan.sharding}", f"use_orig_params={plan.use_orig_params}",
@@ -58,7 +59,9 @@ def kwargs_lines(case: Case) -> list[str]:
             f"limit_all_gathers={plan.limit_all_gathers}", f"sync_module_states={plan.sync_module_states}"]
     if plan.offload:
         args.append("cpu_offload=CPUOffload(offload_params=True)")
-    if plan.sharding in HYBRID and plan.hybrid_via == "mesh":
+    if mesh:
+        args.append(f"device_mesh={mesh}")
+    elif plan.sharding in HYBRID and plan.hybrid_via == "mesh":
         args.append("device_mesh=mesh")
     elif plan.sharding in HYBRID and plan.hybrid_via == "groups":
         args.append('process_group=(mesh.get_group("dp_shard"), mesh.get_group("dp_replicate"))')
@@ -73,11 +76,11 @@ START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must 
                 t.add_(torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype))'''
 
 
-def plan_lines(case: Case) -> list[str]:
+def plan_lines(case: Case, mesh: str = "") -> list[str]:
     plan: FSDP1Plan = case.plan
     lines = [START_ELSEWHERE] if plan.sync_module_states else []
     lines += [fsdp2.checkpoint_line(c) for c in plan.checkpoints if c.before]
-    lines += kwargs_lines(case) + policy_lines(case)
+    lines += kwargs_lines(case, mesh) + policy_lines(case)
     if plan.wrapping == "manual":
         for path in sorted(plan.wraps, key=lambda p: -p.count(".")):  # children before parents
             lines.append(f'owner, attr = holder(model, "{path}")\n'

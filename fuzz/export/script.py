@@ -34,20 +34,19 @@ class Parts:
     forward: str = "def forward(model, batch):\n    return model(batch)\n"
     clip: str = ("def clip(model, params, max_norm):\n"
                  "    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)\n")
+    #: The function that builds the system under test's optimizer and scheduler from ``(name, parameter)`` pairs.
+    optimizer: str = "make_optimizer"
     records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
                     "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")
 
 
 def refusal(case: Case) -> str | None:
     """What of the training spec the export does not write out yet, or None."""
-    from fuzz.expected import expectation
-
     t = case.train
     unsupported = [
         (case.mixed_precision(), "mixed precision (its reference emulates the policy)"),
         (bool(case.checkpoint), "checkpoint events"),
         (bool(case.delays), "delays"),
-        (bool(case.expect_error.type) or expectation(case, "cpu") is not None, "cases torch must refuse"),
     ]
     found = [what for cond, what in unsupported if cond]
     return "it uses " + ", ".join(found) + ", which the export does not write out yet" if found else None
@@ -62,6 +61,7 @@ def constants(case: Case) -> str:
     promise = dtypes.promise(case)
     groups = [(tuple(g.paths), g.lr_scale, g.weight_decay) for g in t.groups]
     extra = {"momentum": t.momentum, "nesterov": t.nesterov} if t.optimizer == "sgd" else {}
+    from fuzz.expected import expectation
     from fuzz.verify import tolerance
 
     rows = [
@@ -92,6 +92,9 @@ def constants(case: Case) -> str:
         ("GROUPS", groups, "parameter groups: (module paths, lr scale, weight decay)"),
         ("SCHEDULER", t.scheduler, "step: StepLR(step_size=2, gamma=0.5); linear: LinearLR(1.0 -> 0.1)"),
         ("SCALE_GROUPS", dict(tolerance(case).scale_groups), "Linears inside a block share its scale"),
+        ("EXPECTED_ERROR", {device: (e.type, e.match) for device in ("cpu", "cuda")
+                            if (e := expectation(case, device)) is not None},
+         "per device type: the error torch must raise on every rank (exception type, regular expression)"),
     ]
     lines = [f"{name} = {_py(value)}" + (f"  # {note}" if note else "") for name, value, note in rows]
     lines += [
@@ -127,7 +130,7 @@ The case:
 '''
     body = [
         header,
-        "import contextlib\nimport os\nimport sys\nfrom datetime import timedelta\n\nimport torch\n"
+        "import contextlib\nimport os\nimport re\nimport sys\nfrom datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.tensor import DTensor\n"
         "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
@@ -137,7 +140,7 @@ The case:
         RUNTIME_DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
             (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
-             parts.records)),
+             parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
         RUNTIME_TRAIN,
         RUNTIME_COMPARE,
         RUNTIME_MAIN,
@@ -206,15 +209,21 @@ def frozen_at(name, step):
 
 $WRAPPER_HELPERS
 
-def make_optimizer(named):
+def param_groups(named):
+    """The case's parameter groups over ``(name, parameter)`` pairs (a group takes its modules' parameters; the
+    rest form the default group)."""
     default, grouped = [], [[] for _ in GROUPS]
     for name, p in named:
         i = next((i for i, (paths, _, _) in enumerate(GROUPS) if under(name.rpartition(".")[0], paths)), None)
         (default if i is None else grouped[i]).append(p)
-    param_groups = [{"params": default}] if default else []
-    param_groups += [{"params": ps, "lr": LR * scale, "weight_decay": wd} for (_, scale, wd), ps in zip(GROUPS, grouped)]
-    optim = OPTIMIZER(param_groups, lr=LR, weight_decay=WEIGHT_DECAY, foreach=FOREACH, maximize=MAXIMIZE,
-                      **OPTIMIZER_EXTRA)
+    groups = [{"params": default}] if default else []
+    return groups + [{"params": ps, "lr": LR * scale, "weight_decay": wd} for (_, scale, wd), ps in zip(GROUPS, grouped)]
+
+
+def make_optimizer(named=None, groups=None):
+    """The case's optimizer and LR scheduler (None) over ``named`` pairs, or over ready parameter ``groups``."""
+    optim = OPTIMIZER(param_groups(named) if groups is None else groups, lr=LR, weight_decay=WEIGHT_DECAY,
+                      foreach=FOREACH, maximize=MAXIMIZE, **OPTIMIZER_EXTRA)
     if SCHEDULER == "step":
         return optim, torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
     if SCHEDULER == "linear":
@@ -278,7 +287,8 @@ def build(role, dp, device, mesh):
         if role == "perturbed":
             perturb(model, SEED)
         inner, model = model, ddp(model, device)
-    optim, scheduler = make_optimizer([(case_name(n), p) for n, p in inner.named_parameters()])
+    make = SYSTEM_OPTIMIZER if role == "system" else make_optimizer
+    optim, scheduler = make([(case_name(n), p) for n, p in inner.named_parameters()])
     return model, inner, optim, scheduler
 
 
@@ -528,11 +538,48 @@ def main():
         torch.cuda.set_device(device)
     mesh = init_device_mesh(device.type, MESH_SHAPE, mesh_dim_names=MESH_NAMES)
     dp = DP_INDEX[rank]
+    if device.type in EXPECTED_ERROR:
+        code = refused(EXPECTED_ERROR[device.type], dp, device, mesh)
+    else:
+        code = compared(dp, device, mesh)
+    outcome = [code]
+    dist.broadcast_object_list(outcome, src=0)
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(outcome[0])  # not sys.exit: gloo's threads can abort the interpreter's teardown
+
+
+def refused(expected, dp, device, mesh):
+    """Torch must refuse this case: the system under test alone, which must raise the expected error on every
+    rank (any other error is raised on)."""
+    kind, pattern = expected
+    try:
+        train("system", dp, device, mesh)
+        raised = None
+    except Exception as e:
+        if type(e).__name__ != kind or not re.search(pattern, str(e)):
+            raise
+        raised = f"{kind}: {str(e).splitlines()[0] if str(e) else ''}"
+    everyone = [None] * WORLD_SIZE
+    dist.all_gather_object(everyone, raised)
+    if dist.get_rank() != 0:
+        return 0
+    if all(everyone):
+        print(f"parity: torch refused the case as it must ({everyone[0]})")
+        return 0
+    print(f"DIVERGENCE step 0 error {kind}: expected {kind} matching {pattern!r} on every rank; ranks "
+          f"{[r for r, e in enumerate(everyone) if not e]} trained")
+    return 1
+
+
+def compared(dp, device, mesh):
+    """The reference, the perturbed reference and the system under test, compared on rank 0."""
     runs = [train(role, dp, device, mesh) for role in ("reference", "perturbed", "system")]
     everyone = [None] * WORLD_SIZE
     dist.all_gather_object(everyone, runs)
     code = 0
-    if rank == 0:
+    if dist.get_rank() == 0:
         ref, noise, sut = ([everyone[r][k] for r in range(WORLD_SIZE)] for k in range(3))
         try:
             compare(ref, noise, sut)
@@ -540,12 +587,7 @@ def main():
         except Divergence as d:
             print(f"DIVERGENCE {d}")
             code = 1
-    outcome = [code]
-    dist.broadcast_object_list(outcome, src=0)
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(outcome[0])  # not sys.exit: gloo's threads can abort the interpreter's teardown
+    return code
 
 
 if __name__ == "__main__":

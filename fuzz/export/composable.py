@@ -1,0 +1,152 @@
+"""The composable family's plan written out: the ``fully_shard``, ``replicate`` (DDP-based),
+``replicate_with_fsdp.replicate`` and ``checkpoint`` calls in the plan's order, ``set_requires_gradient_sync``
+per microbatch, its optimizer split by kind of tensor under ``foreach`` and its clipping over mixed kinds, and its
+invariants (parameters named as before, each the tensor type its manager makes it, the DDP-based ``replicate``
+holding the parameters the plan gives it) as :class:`fuzz.systems.composable.ComposableSystem` checks them."""
+
+from __future__ import annotations
+
+from fuzz.case import Case
+from fuzz.export import fsdp2
+from fuzz.export.script import Parts
+from fuzz.families.composable import ComposablePlan
+
+IMPORTS = ("from torch.distributed._composable import checkpoint, replicate\n"
+           "from torch.distributed._composable.replicate_with_fsdp import replicate as replicate_fsdp\n"
+           "from torch.distributed.fsdp import fully_shard\n"
+           "from torch.distributed.tensor import Replicate, Shard\n")
+
+CHECKS = '''
+class InvariantViolation(AssertionError):
+    """The composed model is not in a state the APIs promise."""
+
+
+def manager(path):
+    """The path of the module whose data-parallel call manages the module at ``path`` (None: none)."""
+    while True:
+        if path in DATA_PARALLEL:
+            return path
+        if not path:
+            return None
+        path = path.rpartition(".")[0]
+
+
+def check_managed(model, when):
+    """Each parameter is the tensor type its manager makes it."""
+    wrong = []
+    for name, p in model.named_parameters():
+        api = DATA_PARALLEL[manager(name.rpartition(".")[0])]
+        if api == "replicate":
+            ok = not isinstance(p, DTensor)
+        else:
+            ok = isinstance(p, DTensor) and (all(isinstance(x, Replicate) for x in p.placements)
+                                             if api == "replicate_fsdp" else isinstance(p.placements[-1], Shard))
+        if not ok:
+            kind = f"DTensor{tuple(p.placements)}" if isinstance(p, DTensor) else type(p).__name__
+            wrong.append(f"{name} ({api}) is {kind}")
+    if wrong:
+        raise InvariantViolation(f"{when}, parameters are not what their manager makes them: {'; '.join(wrong[:4])}")
+
+
+def check_replicated_names(model):
+    """The DDP-based replicate on each module holds the parameters the plan gives it (as PyTorch's own test of
+    the composition checks its _param_names; a tied weight counts under both of its names)."""
+    every = [n for n, _ in model.named_parameters(remove_duplicate=False)]
+    for path, api in DATA_PARALLEL.items():
+        if api != "replicate":
+            continue
+        prefix = f"{path}." if path else ""
+        expected = sorted(n[len(prefix):] for n in every if n.startswith(prefix) and manager(n.rpartition(".")[0]) == path)
+        held = sorted(replicate.state(resolve(model, path))._param_names)
+        if held != expected:
+            raise InvariantViolation(f"replicate on {path or '<root>'} holds {held[:6]}, the plan gives it {expected[:6]}")
+
+
+def after_backward(model, last):
+    """After the first backward (the DDP-based replicate initialises at the first forward; FSDP2 holds its
+    parameters unsharded until the backward), the invariants again."""
+    if not CHECKED:
+        CHECKED.append(True)
+        check_managed(model, "after the first backward")
+        check_replicated_names(model)
+'''
+
+OPTIMIZER = '''
+def kind_of(t):
+    """What foreach kernels and clip_grad_norm_ need alike in one list: plain, or a DTensor's mesh."""
+    mesh = getattr(t, "device_mesh", None)
+    return ("plain",) if mesh is None else ("dtensor", id(mesh))
+
+
+def system_optimizer(named):
+    """The case's optimizer; under foreach each parameter group split by the kind of tensor it holds (foreach
+    kernels refuse a list mixing plain tensors and DTensors; an elementwise optimizer steps alike in any grouping)."""
+    groups = param_groups(named)
+    if FOREACH:
+        split = []
+        for group in groups:
+            kinds = {}
+            for p in group["params"]:
+                kinds.setdefault(kind_of(p), []).append(p)
+            split += [{**group, "params": ps} for ps in kinds.values()]
+        groups = split
+    return make_optimizer(groups=groups)
+
+
+def clip(model, params, max_norm):
+    """clip_grad_norm_'s arithmetic over a list mixing kinds of tensors: each kind's norm as torch computes it,
+    their 2-norm the total, every gradient scaled by max_norm / (total + 1e-6) clamped to 1."""
+    kinds = {}
+    for p in params:
+        if p.grad is not None:
+            kinds.setdefault(kind_of(p.grad), []).append(p.grad)
+    if len(kinds) <= 1:
+        return torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
+    norms = []
+    for grads in kinds.values():
+        norm = torch.nn.utils.get_total_norm(grads)
+        norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    coef = torch.clamp(max_norm / (torch.linalg.vector_norm(torch.stack(norms)) + 1e-6), max=1.0)
+    for grads in kinds.values():
+        for g in grads:
+            g.mul_(coef.item())
+'''
+
+
+def refusal(case: Case) -> str | None:
+    return None
+
+
+def call_line(c) -> str:
+    module = fsdp2._at(c.path)
+    if c.api == "fully_shard":
+        return f"fully_shard({module}, mesh=mesh, reshard_after_forward={c.reshard_after_forward!r})"
+    if c.api == "replicate":
+        return f"replicate({module}, find_unused_parameters=GATED)"
+    if c.api == "replicate_fsdp":
+        return f"replicate_fsdp({module}, mesh=flat)"
+    return f"checkpoint({module})"
+
+
+def parts(case: Case) -> Parts:
+    plan: ComposablePlan = case.plan
+    gated = any(node.kind == "gate" for _, node in case.model.body.walk("body"))
+    lines = ["names = [n for n, _ in model.named_parameters()]",
+             "flat = mesh if mesh.ndim == 1 else mesh._flatten()",
+             *[call_line(c) for c in plan.applies],
+             "after = [n for n, _ in model.named_parameters()]",
+             "if after != names:",
+             '    raise InvariantViolation(f"parameter names changed by composing: {sorted(set(names) ^ set(after))[:5]} "',
+             '                             f"(order kept: {sorted(names) == sorted(after)})")',
+             'check_managed(model, "after the calls")']
+    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
+                                "(fuzz.systems.composable).", lines, "return model")
+    sync = [f"{fsdp2._at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
+            for path, api in plan.data_parallel().items()] if plan.no_sync else []
+    accumulate = fsdp2.function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
+                                "(plan.no_sync).", sync, "return contextlib.nullcontext()")
+    head = (f"GATED = {gated}  # a gate leaves parameters unused on some forwards: replicate must be told\n"
+            f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
+            "CHECKED = []\n")
+    return Parts(imports=IMPORTS, apply_plan=head + CHECKS + "\n\n" + apply_plan, accumulate=accumulate,
+                 after_backward="", clip=OPTIMIZER.strip() + "\n", optimizer="system_optimizer")
