@@ -150,6 +150,7 @@ class FuzzSession:
 
 
 def format_failure(f) -> str:
+    from fuzz.export import refusal
     from fuzz.show import describe_case
 
     parts = [f"parityfuzz: {f.target}: {f.verdict.describe()}",
@@ -157,6 +158,9 @@ def format_failure(f) -> str:
              f"minimal case in {f.corpus_path} (found after {f.cases_to_find} cases in "
              f"{f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s)",
              f"replay it: python -m fuzz.repro {f.corpus_path}"]
+    if refusal(f.case) is None:
+        parts.append(f"without parityfuzz: python -m fuzz.repro {f.corpus_path} --export repro.py && "
+                     f"torchrun --nproc-per-node={f.case.world_size} repro.py")
     if f.duplicate_of:
         parts.append(f"(the corpus already has this very case: {f.duplicate_of}, "
                      + (f"known issue {f.known_issue}, but no fuzz/known.py entry explains this failure)"

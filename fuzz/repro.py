@@ -116,9 +116,15 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
         lines.append(f"- known issue: {entry.known_issue}")
     if entry.note:
         lines += ["", f"> {entry.note}"]
+    from fuzz.export import refusal
+
     lines += ["", "The case (model tree with its parallel plan; training below it):", "", "```text",
               describe_case(case), "```", "", "To reproduce:", "", "```sh",
               f"python -m fuzz.repro {path}", "```"]
+    if refusal(case) is None:
+        lines += ["", "Or without parityfuzz (the script imports only torch):", "", "```sh",
+                  f"python -m fuzz.repro {path} --export repro.py",
+                  f"torchrun --nproc-per-node={case.world_size} repro.py", "```"]
     if first is not None:
         text = (first.get("traceback") or first.get("log")).rstrip()
         lines += ["", f"<details><summary>rank {first['rank']} ({first.get('status')})</summary>", "", "```text",

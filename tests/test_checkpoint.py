@@ -167,7 +167,9 @@ FAULTS = {
     "OptimizerStateOfRenamedParamSwapped": (
         simple(model=MLP, train=ADAM, checkpoint=event(), plan=FSDP2Plan(
             wraps=(Wrap(""),), checkpoints=(ActivationCheckpoint("body.2", api="wrapper"),))),
-        lambda c: c.checkpoint.save in ("dcp", "full") and any(k.api in ("wrapper", "apply") for k in c.plan.checkpoints)),
+        # the fault acts where the state is loaded: into the resumed plan's wrapper-renamed parameters
+        lambda c: c.checkpoint.save in ("dcp", "full")
+        and any(k.api in ("wrapper", "apply") for k in c.resumed().plan.checkpoints)),
 }
 
 

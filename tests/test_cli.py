@@ -194,6 +194,8 @@ def test_repro_says_where_a_mismatch_begins():
         assert (f"{prefix}begins at step 0 in the gradient of body.0.weight (module body.0): every module's output "
                 "and output gradient agree up to there") in result.stdout, result.stdout
         assert "collectives of that pass's forward and backward on rank 0: system _allgather_base_ x4" in result.stdout
+        if flag:  # the case exports: the report gives the torch-only way too
+            assert f"python -m fuzz.repro {path} --export repro.py\ntorchrun --nproc-per-node=2 repro.py" in result.stdout
 
 
 def test_global_pytest_timeout_does_not_cut_a_fuzz_budget(tmp_path):

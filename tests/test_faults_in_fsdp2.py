@@ -72,7 +72,7 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault,
     _, _, shows = FAULTS[fault]
     hsdp = fault == "ReplicaNotAllReduced"  # needs a 2-D mesh with replicas: world size 4
     stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=60, max_shrink_runs=20,
-                 world_sizes=(4,) if hsdp else (2,))
+                 world_sizes=(4,) if hsdp else (2,), locate=fault == "UnevenShardGradOff")
     assert len(stats.failures) == 1, stats.summary_line()
     f = stats.failures[0]
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "

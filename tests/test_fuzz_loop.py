@@ -24,12 +24,13 @@ def body_modules(case) -> int:
 
 
 def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, world_sizes=(2,), strategy=None,
-         budget_s=BUDGET_S, case_timeout_s=None, max_reduce_runs=0):
-    """A short fuzz run; the reduction to a 1-minimal case is off unless asked (``max_reduce_runs``): the
-    tests of what shrinking finds would pay for it, the reduction's own tests ask for it."""
+         budget_s=BUDGET_S, case_timeout_s=None, max_reduce_runs=0, locate=False):
+    """A short fuzz run; the reduction to a 1-minimal case and locating where a mismatch begins are off unless
+    asked (``max_reduce_runs``, ``locate``): the tests of what shrinking finds would pay for them (CI time), the
+    tests of each ask for it."""
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=SHRINK_BUDGET_S, max_cases=max_cases,
                           max_shrink_runs=max_shrink_runs, case_timeout_s=case_timeout_s,
-                          max_reduce_runs=max_reduce_runs)
+                          max_reduce_runs=max_reduce_runs, locate=locate)
     fuzzer = Fuzzer(options, executor, log=print)
     return fuzzer.fuzz(system, strategy if strategy is not None else cases(world_sizes=world_sizes, system=system),
                        budget_s=budget_s)
@@ -65,7 +66,7 @@ LOCATED = {
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     """Also: where the fault acts in the gradients of some modules only, the mismatch's origin names one."""
     system = f"tests.faults:{fault}"
-    stats = fuzz(executor, tmp_path, system, max_shrink_runs=150)
+    stats = fuzz(executor, tmp_path, system, max_shrink_runs=150, locate=fault in LOCATED)
     assert len(stats.failures) == 1
     f = stats.failures[0]
     print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, "

@@ -77,6 +77,8 @@ class FuzzOptions:
     #: The reduction to a 1-minimal case after Hypothesis's shrink: seconds and runs per failure (0: none).
     reduce_budget_s: float = 120.0
     max_reduce_runs: int | None = None
+    #: Say where each recorded mismatch begins (:func:`fuzz.verify.locate`: one probed re-run per failure).
+    locate: bool = True
 
 
 #: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
@@ -305,7 +307,7 @@ class Fuzzer:
     def _locate(self, name: str, failure: CaseFailed) -> Verdict:
         """The failure's verdict with where its mismatch begins (:func:`fuzz.verify.locate`); as it was where
         locating fails (the failure is recorded all the same)."""
-        if failure.verdict.kind != "mismatch":
+        if failure.verdict.kind != "mismatch" or not self.options.locate:
             return failure.verdict
         try:
             verdict = locate(failure.case, self.executor, failure.verdict)

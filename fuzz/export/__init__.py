@@ -32,6 +32,9 @@ def refusal(case: Case) -> str | None:
     """Why ``case`` cannot be exported, or None."""
     from fuzz.export import script
 
+    if case.system:
+        return (f"its system under test is {case.system!r}, not the {case.family} family's (the script writes out "
+                "torch's own APIs)")
     if case.family not in FAMILIES:
         return f"the {case.family} family is not exported yet (exported: {', '.join(FAMILIES)})"
     return script.refusal(case) or importlib.import_module(FAMILIES[case.family]).refusal(case)

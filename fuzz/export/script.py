@@ -46,7 +46,6 @@ def refusal(case: Case) -> str | None:
     unsupported = [
         (case.mixed_precision(), "mixed precision (its reference emulates the policy)"),
         (bool(case.checkpoint), "checkpoint events"),
-        (bool(case.delays), "delays"),
     ]
     found = [what for cond, what in unsupported if cond]
     return "it uses " + ", ".join(found) + ", which the export does not write out yet" if found else None
@@ -92,6 +91,9 @@ def constants(case: Case) -> str:
         ("GROUPS", groups, "parameter groups: (module paths, lr scale, weight decay)"),
         ("SCHEDULER", t.scheduler, "step: StepLR(step_size=2, gamma=0.5); linear: LinearLR(1.0 -> 0.1)"),
         ("SCALE_GROUPS", dict(tolerance(case).scale_groups), "Linears inside a block share its scale"),
+        ("DELAYS", {r: {d.where: d.ms / 1000 for d in case.delays if d.rank == r}
+                    for r in sorted({d.rank for d in case.delays})},
+         "per rank, seconds of sleep in the system under test at each point (timing perturbations)"),
         ("EXPECTED_ERROR", {device: (e.type, e.match) for device in ("cpu", "cuda")
                             if (e := expectation(case, device)) is not None},
          "per device type: the error torch must raise on every rank (exception type, regular expression)"),
@@ -130,7 +132,7 @@ The case:
 '''
     body = [
         header,
-        "import contextlib\nimport os\nimport re\nimport sys\nfrom datetime import timedelta\n\nimport torch\n"
+        "import contextlib\nimport os\nimport re\nimport sys\nimport time\nfrom datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.tensor import DTensor\n"
         "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
@@ -268,6 +270,26 @@ def whole(t):
     return dtype, t.detach().to("cpu", torch.float64, copy=True)
 
 
+def sleep(where):
+    """The case's delay at this point on this rank (the system under test only)."""
+    seconds = DELAYS.get(dist.get_rank(), {}).get(where)
+    if seconds:
+        time.sleep(seconds)
+
+
+def delay_collectives():
+    """Sleep before each of FSDP2's all-gathers and reduce-scatters where the case delays them on this rank."""
+    for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
+        if DELAYS.get(dist.get_rank(), {}).get(where):
+            original = getattr(dist, name)
+
+            def delayed(*args, original=original, where=where, **kwargs):
+                sleep(where)
+                return original(*args, **kwargs)
+
+            setattr(dist, name, delayed)
+
+
 def build(role, dp, device, mesh):
     """``(module to call, module with the case's names, optimizer, scheduler)`` of one system on this rank."""
     torch.manual_seed(SEED)
@@ -289,6 +311,8 @@ def build(role, dp, device, mesh):
         inner, model = model, ddp(model, device)
     make = SYSTEM_OPTIMIZER if role == "system" else make_optimizer
     optim, scheduler = make([(case_name(n), p) for n, p in inner.named_parameters()])
+    if role == "system":
+        delay_collectives()
     return model, inner, optim, scheduler
 
 
@@ -303,6 +327,7 @@ def nonroot_backward(role, model, inner, x, y):
     if role == "system":
         with loss_context():
             loss = loss_fn(resolve(model, NONROOT)(x), y)
+            sleep("after_forward")
             loss.backward()
         after_backward(model, True)
         return loss.detach()
@@ -351,6 +376,8 @@ def train(role, dp, device, mesh):
         local.clear()
         if role == "perturbed":
             perturb_gradients(named(), SEED * 1009 + len(passes) + 1)
+        if role == "system":
+            sleep("before_step")
         with step_context() if role == "system" else contextlib.nullcontext():
             if CLIP:
                 if role == "system":
@@ -390,6 +417,7 @@ def train(role, dp, device, mesh):
             if role == "system":
                 with accumulate(model, micro, last), loss_context():
                     loss = loss_fn(forward(model, x), y)
+                    sleep("after_forward")
                     loss.backward()
                 after_backward(model, last)
             else:
