@@ -13,6 +13,7 @@ from fuzz import dtypes
 from fuzz.case import Case
 from fuzz.export.model import model_source
 from fuzz.oracle import FLOOR_ULPS, K
+from fuzz.verify import NOISE_SAMPLES
 from fuzz.show import describe_case
 
 
@@ -107,6 +108,7 @@ def constants(case: Case) -> str:
         f"PROMISED = {_py({'loss': promise.output(''), 'grad': promise.tensor('grad', ''), 'param': promise.tensor('param', ''), 'buffer': promise.tensor('param', 'buffer:')})}"
         "  # the dtypes the system under test must produce",
         f"K, FLOOR_ULPS = {K}, {FLOOR_ULPS}  # values match within K * noise + FLOOR_ULPS * eps * scale",
+        f"NOISE_SAMPLES = {NOISE_SAMPLES}  # perturbed reference runs; the noise is the largest they show",
         f"EPS = {dtypes.EPS[dtypes.model_dtype(case)]!r}  # of the dtype the model trains in",
     ]
     return "\n".join(lines) + "\n"
@@ -121,7 +123,8 @@ def render(case: Case, parts: Parts, source: str = "") -> str:
     torchrun --nproc-per-node={case.world_size} {{this file}}
 
 CPU ranks over gloo, or CUDA ranks over NCCL where {case.world_size} GPUs are present.  It trains the reference (DDP),
-the reference again from weights perturbed by 2 ulps (the rounding noise) and the system under test, then
+the system under test and the reference again from weights perturbed by 2 ulps (NOISE_SAMPLES times: the
+rounding noise), then
 compares every rank's loss, every gradient and parameter: present alike, in the promised dtype, equal across
 ranks bit for bit, within K * noise + FLOOR_ULPS * eps * scale of the reference.  Exit code 0: the system under
 test trains like the reference; 1: it does not (the first divergence is printed) or a rank failed.
@@ -306,8 +309,8 @@ def build(role, dp, device, mesh):
     else:
         if TO_FLOAT64:
             model = model.to(torch.float64)
-        if role == "perturbed":
-            perturb(model, SEED)
+        if role.startswith("perturbed"):
+            perturb(model, SEED + 7919 * int(role.partition("/")[2]))
         inner, model = model, ddp(model, device)
     make = SYSTEM_OPTIMIZER if role == "system" else make_optimizer
     optim, scheduler = make([(case_name(n), p) for n, p in inner.named_parameters()])
@@ -374,8 +377,8 @@ def train(role, dp, device, mesh):
                   "grad": gradients(model, named()) if role == "system" else
                   {name: whole(p.grad) for name, p in named()}, "local": dict(local)}
         local.clear()
-        if role == "perturbed":
-            perturb_gradients(named(), SEED * 1009 + len(passes) + 1)
+        if role.startswith("perturbed"):
+            perturb_gradients(named(), SEED * 1009 + len(passes) + 1 + 7919 * int(role.partition("/")[2]))
         if role == "system":
             sleep("before_step")
         with step_context() if role == "system" else contextlib.nullcontext():
@@ -466,13 +469,15 @@ def difference(a, b):
     return torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
 
 
-def check_value(where, key, ref, sut, noise, scale, pooled):
-    """``sut`` within K * noise + FLOOR_ULPS * EPS * scale of ``ref``; the noise relative to the scale is pooled
-    over steps per tensor (``key``): the largest seen so far."""
+def check_value(where, key, ref, sut, noises, scale, pooled):
+    """``sut`` within K * noise + FLOOR_ULPS * EPS * scale of ``ref``, the noise the largest difference of a
+    perturbed run from ``ref``; the noise relative to the scale is pooled over passes per tensor (``key``): the
+    largest seen so far."""
     if ref.shape != sut.shape:
         raise Divergence(f"{where}: shapes differ (system {list(sut.shape)}, reference {list(ref.shape)})")
     scale = max(scale, magnitude(ref))
-    measured = float(difference(ref, noise).max()) if noise is not None and noise.shape == ref.shape and ref.numel() else 0.0
+    samples = [n for n in noises if n is not None and n.shape == ref.shape]
+    measured = max((float(difference(ref, n).max()) for n in samples), default=0.0) if ref.numel() else 0.0
     if scale > 0 and measured == measured and measured != float("inf"):
         pooled[key] = relative = max(pooled.get(key, 0.0), measured / scale)
         measured = relative * scale
@@ -498,9 +503,9 @@ def scales(ref_pass, what):
     return out
 
 
-def compare(ref, noise, sut):
-    """The first divergence of the system under test, as a message (None: it trains like the reference).
-    ``ref[r][i]`` is rank r's record of step i."""
+def compare(ref, noises, sut):
+    """The first divergence of the system under test, raised as :class:`Divergence` (None: it trains like the
+    reference).  ``ref[r][i]`` is rank r's record of pass i; ``noises`` holds each perturbed run's records alike."""
     pooled = {}
     for i in range(len(ref[0])):
         at_ = ref[0][i]["at"]
@@ -517,7 +522,7 @@ def compare(ref, noise, sut):
             if dtype != PROMISED["loss"]:
                 raise Divergence(f"{at_} loss loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")
             check_value(f"{at_} loss loss[rank {r}]", f"loss {r}", ref[r][i]["loss"][1], sut[r][i]["loss"][1],
-                        noise[r][i]["loss"][1], 0.0, pooled)
+                        [n[r][i]["loss"][1] for n in noises], 0.0, pooled)
         for what in ("grad", "param"):
             group_scales = scales(ref[0][i], what)
             names = list(dict.fromkeys([*ref[0][i][what], *sut[0][i][what]]))
@@ -549,8 +554,9 @@ def compare(ref, noise, sut):
                                              "(replicas disagree)")
                 key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
                 scale = group_scales.get(key, 0.0) or max(group_scales.values(), default=0.0)
-                n = noise[0][i][what].get(name)
-                check_value(where, f"{what} {name}", a[1], b[1], None if n is None else n[1], scale, pooled)
+                samples = [n[0][i][what].get(name) for n in noises]
+                check_value(where, f"{what} {name}", a[1], b[1], [n[1] for n in samples if n is not None], scale,
+                            pooled)
     return None
 '''
 
@@ -603,14 +609,15 @@ def refused(expected, dp, device, mesh):
 
 def compared(dp, device, mesh):
     """The reference, the perturbed reference and the system under test, compared on rank 0."""
-    runs = [train(role, dp, device, mesh) for role in ("reference", "perturbed", "system")]
+    roles = ("reference", "system", *(f"perturbed/{i}" for i in range(NOISE_SAMPLES)))
+    runs = [train(role, dp, device, mesh) for role in roles]
     everyone = [None] * WORLD_SIZE
     dist.all_gather_object(everyone, runs)
     code = 0
     if dist.get_rank() == 0:
-        ref, noise, sut = ([everyone[r][k] for r in range(WORLD_SIZE)] for k in range(3))
+        ref, sut, *noises = ([everyone[r][k] for r in range(WORLD_SIZE)] for k in range(len(roles)))
         try:
-            compare(ref, noise, sut)
+            compare(ref, noises, sut)
             print("parity: the system under test trains like the reference")
         except Divergence as d:
             print(f"DIVERGENCE {d}")
