@@ -82,7 +82,7 @@ CHECKPOINTED = FSDP2Plan(wraps=(Wrap("body.1"), Wrap("")), checkpoints=(Checkpoi
 
 @pytest.mark.parametrize("case", [
     simple(model=ATTENTION, plan=CHECKPOINTED, train=TrainSpec(steps=2, microbatches=2)),
-    tp_case(MESHES["dp_shard x tp"], SP),
+    tp_case(MESHES["tp alone"], SP),
 ], ids=["fsdp2 checkpointed, microbatches", "sequence parallel"])
 def test_a_probed_run_trains_bit_for_bit_as_an_unprobed_one(executor, case):
     case = case.validate()
