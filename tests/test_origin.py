@@ -140,9 +140,8 @@ def in_a_gelu(case, origin: Origin) -> bool:
     return leaf == "fc1" and node_at(case, parent).kind == "mlp" and origin.what == OUTPUT_GRAD
 
 
-@pytest.mark.parametrize("fault, where, seed", [  # seed 2 of the first, 1 of the second green too (CI time)
-    ("LayerNormOutputOff", lambda case, o: node_at(case, o.module).kind == "layernorm" and o.what == OUTPUT, 1),
-    ("GeluBackwardOff", in_a_gelu, 2),
+@pytest.mark.parametrize("fault, where, seed", [  # LayerNormOutputOff seeds 1 and 2 and GeluBackwardOff seed 1
+    ("GeluBackwardOff", in_a_gelu, 2),             # green too (issue notes); CI time: the backward one, one seed
 ])
 def test_a_fault_found_by_fuzzing_is_located_in_its_module(executor, tmp_path, fault, where, seed):
     from tests.shrinking import found_and_shrunk
