@@ -192,8 +192,8 @@ def test_a_fault_in_the_state_dict_code_is_undone_before_the_next_case(executor)
     assert check(case, executor).ok
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault, seed", [(f, 1) for f in FAULTS] + [  # seed 2 of ShortShardLoadedAtWrongOffset
+    (f, 2) for f in FAULTS if f != "ShortShardLoadedAtWrongOffset"])      # is green too (34 s: CI time)
 def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_path, fault, seed):
     system = f"tests.faults:{fault}"
     strategy = checkpointed_cases(world_sizes=(2,), max_steps=4, max_depth=1, families=("fsdp2",), system=system)

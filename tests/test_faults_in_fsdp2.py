@@ -66,8 +66,12 @@ def test_the_fault_acts_where_it_should_and_fsdp2_passes_there(executor, fault):
         assert verdict.divergence.ranks == (0, 2)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("fault", FAULTS)
+#: Every fault on seed 1, the quicker ones on seed 2 too (CI time: ReducesInBf16 and LateGradDrift on seed 2 cost
+#: ~40 s and are green; run them with the seed below changed).
+SEEDS = [(f, 1) for f in FAULTS] + [(f, 2) for f in FAULTS if f not in ("ReducesInBf16", "LateGradDrift")]
+
+
+@pytest.mark.parametrize("fault, seed", SEEDS)
 def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault, seed):
     _, _, shows = FAULTS[fault]
     hsdp = fault == "ReplicaNotAllReduced"  # needs a 2-D mesh with replicas: world size 4
