@@ -93,9 +93,17 @@ def plan_lines(case: Case, mesh: str = "") -> list[str]:
     return lines
 
 
-def records_source() -> str:
+#: fsdp1_tp: each flat gradient read is a rank's tensor-parallel shard, put back on tp as its parameter is.
+ON_TP = """    for name, (mesh, placements, shape, stride) in TP_PLACEMENTS.items():
+        if grads.get(name) is not None and not isinstance(grads[name], DTensor):
+            grads[name] = DTensor.from_local(grads[name], mesh, placements, run_check=False, shape=shape,
+                                             stride=stride)
+"""
+
+
+def records_source(tensor_parallel: bool = False) -> str:
     """FSDP1's parameters through ``summon_full_params``; its gradients from the flat parameters (the harness's
-    code, copied)."""
+    code, copied), put back on ``tp`` under ``tensor_parallel``."""
     return "\n\n".join([
         "def parameters(model, named):\n"
         "    with FSDP.summon_full_params(model, writeback=False):\n"
@@ -105,9 +113,10 @@ def records_source() -> str:
         "    for prefix, module in model.named_modules():\n"
         "        if isinstance(module, FSDP) and module._handle is not None:\n"
         '            grads.update(_flat_gradients(module, case_name(prefix + "." if prefix else "")))\n'
+        + (ON_TP if tensor_parallel else "") +
         "    return {name: whole(g) for name, g in grads.items()}\n",
         inspect.getsource(system._flat_gradients),
-        f"_GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)\n",
+        "_GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)\n",
     ])
 
 
