@@ -21,7 +21,10 @@ from fuzz import corpus
 from fuzz.export import FAMILIES, ExportError, export, refusal
 from fuzz.families.fsdp2 import FSDP2Plan, Wrap
 from fuzz.verify import check
+from fuzz.case import MeshSpec, TrainSpec
+from fuzz.case.checkpoint import Checkpoint
 from tests.test_case import simple
+from tests.test_zero import zero_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,16 +45,24 @@ def exported_corpus() -> list[Path]:
 
 
 def sample(files: list[Path]) -> list[Path]:
-    """CI's share (time): the first fsdp2 mismatch (the script's oracle at work on a real torch bug)."""
-    return [next(p for p in files if p.parent.name == "fsdp2" and corpus.load(p).verdict.kind == "mismatch")]
+    """CI's share (time): the first fsdp2 mismatch (the script's oracle at work on a real torch bug) and the first
+    mismatch of a checkpoint event (the harness's invariants of a save and load, copied into the script)."""
+    def mismatch(p, checkpointed):
+        entry = corpus.load(p)
+        return entry.verdict.kind == "mismatch" and bool(entry.case.checkpoint) == checkpointed
+
+    return [next(p for p in files if p.parent.name == "fsdp2" and mismatch(p, False)),
+            next(p for p in files if mismatch(p, True))]
 
 
 #: Faults inside torch whose fuzz-found case the script must show: (family, fault, world sizes, CI runs it); CI
 #: runs the fault on its hand-written case instead (a fuzz run and two torchrun jobs cost ~15 s each).
 INSIDE_TORCH = [("fsdp2", "UnevenShardGradOff", (2,), False), ("fsdp2_tp", "RowwiseOutputNotReduced", (2,), False),
-                ("fsdp1", "NoShardOrigParamsGradUnreduced", (2,), False)]
-#: The same on hand-written cases (tests/test_faults_in_fsdp2.FAULTS): (fault, CI runs it).
-HAND_WRITTEN = [("UnevenShardGradOff", True), ("ReplicaNotAllReduced", False)]
+                ("fsdp1", "NoShardOrigParamsGradUnreduced", (2,), False), ("zero", "ZeroBucketFromWrongRank", (2, 3), False)]
+#: The same on hand-written cases (tests/test_faults_in_fsdp2.FAULTS, tests/test_checkpoint.FAULTS: faults in the
+#: state-dict code, acting at a checkpoint event's load): (fault, CI runs it).
+HAND_WRITTEN = [("UnevenShardGradOff", True), ("ReplicaNotAllReduced", False), ("ShortShardLoadedAtWrongOffset", False),
+                ("OptimizerStateOfRenamedParamSwapped", False)]
 
 
 def pytest_generate_tests(metafunc):
@@ -110,9 +121,11 @@ def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "mixed precision" in result.stderr and not (tmp_path / "r.py").exists()
     assert "not the fsdp2 family's" in refusal(simple(system="tests.faults:OddLinearGradDrop"))
-    other = next((p for p in corpus.discover(ROOT / "corpus") if p.parent.name not in FAMILIES), None)
-    if other is not None:  # while some family is not written out
-        assert f"the {other.parent.name} family is not exported yet" in refusal(corpus.load(other).case)
+    resharded = simple(world_size=2, train=TrainSpec(steps=2), checkpoint=Checkpoint(step=1, world_size=1, mesh=MeshSpec((1,))))
+    assert "a checkpoint loaded into another world size" in refusal(resharded.validate())
+    assert "overlap_with_ddp" in refusal(zero_case(2, optimizer="adam", overlap="hook",
+                                                 training={"groups": (), "microbatches": 1, "scheduler": ""}))
+    assert {p.parent.name for p in corpus.discover(ROOT / "corpus")} <= set(FAMILIES)
 
 
 def test_corpus_file_exports_to_a_script_with_its_verdict(tmp_path, corpus_file):
@@ -130,9 +143,12 @@ def test_a_fault_inside_torch_shows_in_the_exported_script(executor, tmp_path, f
     (the clean control runs on the hand-written cases)."""
     source, family, fault, world_sizes = fault_case
     if source == "hand-written":
-        from tests.test_faults_in_fsdp2 import FAULTS
+        from tests import test_checkpoint, test_faults_in_fsdp2
 
-        case, check_kind, _ = FAULTS[fault]
+        if fault in test_checkpoint.FAULTS:
+            case, check_kind = test_checkpoint.FAULTS[fault][0], "checkpoint"
+        else:
+            case, check_kind, _ = test_faults_in_fsdp2.FAULTS[fault]
         case = case.validate()
         verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
         assert verdict.kind == "mismatch" and verdict.divergence.check == check_kind, verdict.describe()

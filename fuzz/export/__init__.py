@@ -21,7 +21,7 @@ from fuzz.case import Case
 
 #: family -> the module that writes out its plan (``refusal(case)``, ``parts(case)``).
 FAMILIES = {"fsdp2": "fuzz.export.fsdp2", "fsdp2_tp": "fuzz.export.fsdp2_tp", "fsdp1": "fuzz.export.fsdp1",
-            "fsdp1_tp": "fuzz.export.fsdp1_tp", "composable": "fuzz.export.composable"}
+            "fsdp1_tp": "fuzz.export.fsdp1_tp", "composable": "fuzz.export.composable", "zero": "fuzz.export.zero"}
 
 
 class ExportError(ValueError):

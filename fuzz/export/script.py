@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from fuzz import dtypes
 from fuzz.case import Case
+from fuzz.export import checkpoint
 from fuzz.export.model import model_source
 from fuzz.oracle import FLOOR_ULPS, K
 from fuzz.verify import NOISE_SAMPLES
@@ -44,12 +45,9 @@ class Parts:
 def refusal(case: Case) -> str | None:
     """What of the training spec the export does not write out yet, or None."""
     t = case.train
-    unsupported = [
-        (case.mixed_precision(), "mixed precision (its reference emulates the policy)"),
-        (bool(case.checkpoint), "checkpoint events"),
-    ]
-    found = [what for cond, what in unsupported if cond]
-    return "it uses " + ", ".join(found) + ", which the export does not write out yet" if found else None
+    if case.mixed_precision():
+        return "it uses mixed precision (its reference emulates the policy), which the export does not write out yet"
+    return checkpoint.refusal(case)
 
 
 def _py(value) -> str:
@@ -100,6 +98,7 @@ def constants(case: Case) -> str:
          "per device type: the error torch must raise on every rank (exception type, regular expression)"),
     ]
     lines = [f"{name} = {_py(value)}" + (f"  # {note}" if note else "") for name, value, note in rows]
+    lines.append(checkpoint.constants(case).strip("\n"))
     lines += [
         f"DTYPE = torch.{t.dtype}  # the model's dtype as built",
         f"INPUT_DTYPE = torch.{dtypes.activation_dtype(case, '')}",
@@ -139,18 +138,19 @@ The case:
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.tensor import DTensor\n"
         "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
-        + parts.imports,
+        + parts.imports + checkpoint.imports(case),
         constants(case),
         model_source(case),
         RUNTIME_DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
             (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
              parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
+        checkpoint.source(case),
         RUNTIME_TRAIN,
         RUNTIME_COMPARE,
         RUNTIME_MAIN,
     ]
-    return "\n\n".join(b.strip("\n") + "\n" for b in body)
+    return "\n\n".join(b.strip("\n") + "\n" for b in body if b)
 
 
 def _uses_math(case: Case) -> bool:
@@ -225,10 +225,11 @@ def param_groups(named):
     return groups + [{"params": ps, "lr": LR * scale, "weight_decay": wd} for (_, scale, wd), ps in zip(GROUPS, grouped)]
 
 
-def make_optimizer(named=None, groups=None):
-    """The case's optimizer and LR scheduler (None) over ``named`` pairs, or over ready parameter ``groups``."""
-    optim = OPTIMIZER(param_groups(named) if groups is None else groups, lr=LR, weight_decay=WEIGHT_DECAY,
-                      foreach=FOREACH, maximize=MAXIMIZE, **OPTIMIZER_EXTRA)
+def make_optimizer(named=None, groups=None, cls=None):
+    """The case's optimizer and LR scheduler (None) over ``named`` pairs, or over ready parameter ``groups``;
+    ``cls`` builds the optimizer instead of the case's class (a wrapper such as ZeroRedundancyOptimizer)."""
+    optim = (cls or OPTIMIZER)(param_groups(named) if groups is None else groups, lr=LR, weight_decay=WEIGHT_DECAY,
+                               foreach=FOREACH, maximize=MAXIMIZE, **OPTIMIZER_EXTRA)
     if SCHEDULER == "step":
         return optim, torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
     if SCHEDULER == "linear":
@@ -283,29 +284,31 @@ def sleep(where):
 def delay_collectives():
     """Sleep before each of FSDP2's all-gathers and reduce-scatters where the case delays them on this rank."""
     for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
-        if DELAYS.get(dist.get_rank(), {}).get(where):
-            original = getattr(dist, name)
+        original = getattr(dist, name)
+        if DELAYS.get(dist.get_rank(), {}).get(where) and not hasattr(original, "delayed"):
 
             def delayed(*args, original=original, where=where, **kwargs):
                 sleep(where)
                 return original(*args, **kwargs)
 
+            delayed.delayed = True
             setattr(dist, name, delayed)
 
 
-def build(role, dp, device, mesh):
-    """``(module to call, module with the case's names, optimizer, scheduler)`` of one system on this rank."""
+def build(role, dp, device, mesh, step=0):
+    """``(module to call, module with the case's names, optimizer, scheduler)`` of one system on this rank, as it
+    stands at ``step`` (a system resumed there is frozen as the saved one was, after the step before)."""
     torch.manual_seed(SEED)
     torch.set_default_dtype(torch.float32)
     model = build_model(dp)
     for name, p in model.named_parameters():
-        p.requires_grad_(not frozen_at(name, 0))
+        p.requires_grad_(not frozen_at(name, max(step - 1, 0)))
     model = model.to(device)
     if role == "system":
         model = apply_plan(model, mesh, device)
         if TO_FLOAT64:
             model.to(torch.float64)
-        inner = model
+        inner = model.module if isinstance(model, DDP) else model
     else:
         if TO_FLOAT64:
             model = model.to(torch.float64)
@@ -319,15 +322,17 @@ def build(role, dp, device, mesh):
     return model, inner, optim, scheduler
 
 
-def ddp(module, device):
+def ddp(module, device, **kwargs):
     gated = any(type(m).__name__ == "Gate" for m in module.modules())  # unused parameters on some forwards
-    return DDP(module, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=gated)
+    return DDP(module, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=gated,
+               **kwargs)
 
 
 def nonroot_backward(role, model, inner, x, y):
-    """A pass through only the module at NONROOT.  The reference bypasses DDP: its gradients are averaged by
-    hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark them used)."""
-    if role == "system":
+    """A pass through only the module at NONROOT.  The reference (and a system under DDP) bypasses DDP: its
+    gradients are averaged by hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark
+    them used)."""
+    if role == "system" and not isinstance(model, DDP):
         with loss_context():
             loss = loss_fn(resolve(model, NONROOT)(x), y)
             sleep("after_forward")
@@ -408,6 +413,8 @@ def train(role, dp, device, mesh):
                 p.requires_grad_(True)
             if role != "system":
                 model = ddp(inner, device)
+            elif isinstance(model, DDP):  # a system under DDP (zero) likewise
+                model = apply_plan(inner, mesh, device)
             watch()
         zero_grad(step)
         losses = []
@@ -446,6 +453,9 @@ def train(role, dp, device, mesh):
             passes.append({"at": f"step {step} (eval pass)", "loss": (str(loss.dtype).removeprefix("torch."),
                                                                     plain(loss).to("cpu", torch.float64)),
                            "grad": {}, "param": {}, "local": {}})
+        if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
+            model, inner, optim, scheduler = checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler,
+                                                             passes, named)
     return passes
 '''
 
@@ -517,7 +527,14 @@ def compare(ref, noises, sut):
                    for r in ref):
             print(f"the reference went non-finite at {at_}: compared the passes before it")
             return None
+        for r in range(WORLD_SIZE):  # a checkpoint event's save or load broke an invariant here
+            for kind, tensor, message, _ in sut[r][i].get("violations", ()):
+                raise Divergence(f"{at_} {kind} {tensor} on rank {r}: {message}")
         for r in range(WORLD_SIZE):
+            if ref[r][i]["loss"] is None or sut[r][i]["loss"] is None:  # no forward (right after a checkpoint load)
+                if (ref[r][i]["loss"] is None) != (sut[r][i]["loss"] is None):
+                    raise Divergence(f"{at_} loss loss[rank {r}]: one system ran a forward, the other none")
+                continue
             dtype = sut[r][i]["loss"][0]
             if dtype != PROMISED["loss"]:
                 raise Divergence(f"{at_} loss loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")

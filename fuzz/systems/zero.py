@@ -114,16 +114,20 @@ class ZeroSystem(_ZeroTraining):
             self.scheduler.load_state_dict(scheduler)
 
     def _check_partition(self, optim: ZeroRedundancyOptimizer) -> None:
-        """Every parameter given to ZeRO (frozen ones too: it partitions them all) is in exactly one rank's local
-        optimizer."""
-        index = {id(p): n for n, p in self.named_parameters()}
-        mine = sorted(index[id(p)] for g in optim.optim.param_groups for p in g["params"])
-        everyone: list = [None] * self.ctx.world_size
-        dist.all_gather_object(everyone, mine)
-        owned = [n for names in everyone for n in names]
-        given = sorted(index[id(p)] for g in optim.param_groups for p in g["params"])
-        if sorted(owned) != given:
-            extra = sorted({n for n in owned if owned.count(n) > 1} | (set(owned) - set(given)))
-            missing = sorted(set(given) - set(owned))
-            raise InvariantViolation(f"ZeRO partitions: owned twice or unknown {extra[:5]}, owned by no rank "
-                                     f"{missing[:5]}")
+        check_partition(optim, self.named_parameters())
+
+
+def check_partition(optim: ZeroRedundancyOptimizer, named) -> None:
+    """Every parameter given to ZeRO (frozen ones too: it partitions them all) is in exactly one rank's local
+    optimizer (``named``: the model's ``(name, parameter)`` pairs)."""
+    index = {id(p): n for n, p in named}
+    mine = sorted(index[id(p)] for g in optim.optim.param_groups for p in g["params"])
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    owned = [n for names in everyone for n in names]
+    given = sorted(index[id(p)] for g in optim.param_groups for p in g["params"])
+    if sorted(owned) != given:
+        extra = sorted({n for n in owned if owned.count(n) > 1} | (set(owned) - set(given)))
+        missing = sorted(set(given) - set(owned))
+        raise InvariantViolation(f"ZeRO partitions: owned twice or unknown {extra[:5]}, owned by no rank "
+                                 f"{missing[:5]}")

@@ -1,0 +1,48 @@
+"""The zero family's plan written out: DDP with the plan's ``gradient_as_bucket_view`` and ``static_graph``,
+``no_sync()`` on the non-last microbatches, and ``ZeroRedundancyOptimizer`` around the case's optimizer in its
+parameter groups, whose partitions are checked to cover every parameter once (the harness's check, copied), as
+:class:`fuzz.systems.zero.ZeroSystem` does.
+
+Refused by name: ``overlap`` (its reference skips the warm-up steps), ``late_group`` and ``reload_at`` (steps
+where both systems change their optimizer), which the script's shared loop does not take yet."""
+
+from __future__ import annotations
+
+import inspect
+
+from fuzz.case import Case
+from fuzz.export.fsdp2 import function
+from fuzz.export.script import Parts
+from fuzz.families.zero import ZeroPlan
+from fuzz.systems import zero as system
+
+IMPORTS = "import functools\nfrom torch.distributed.optim import ZeroRedundancyOptimizer\n"
+
+
+def refusal(case: Case) -> str | None:
+    plan: ZeroPlan = case.plan
+    found = [what for cond, what in ((plan.overlap, "overlap_with_ddp (its reference skips the warm-up steps)"),
+                                     (plan.late_group, "a late parameter group"),
+                                     (plan.reload_at, "a reload of the consolidated optimizer state")) if cond]
+    return f"it uses {', '.join(found)}, which the export does not write out yet" if found else None
+
+
+def parts(case: Case) -> Parts:
+    plan: ZeroPlan = case.plan
+    apply_plan = function("apply_plan(model, mesh, device)", "DDP as the zero family's plan says "
+                          "(fuzz.systems.zero).", [
+                              f"return ddp(model, device, gradient_as_bucket_view={plan.gradient_as_bucket_view}, "
+                              f"static_graph={plan.static_graph})"])
+    optimizer = function("make_zero_optimizer(named)", "ZeroRedundancyOptimizer around the case's optimizer, in its "
+                         "parameter groups.", [
+                             "zero = functools.partial(ZeroRedundancyOptimizer, optimizer_class=OPTIMIZER,\n"
+                             f"                         parameters_as_bucket_view={plan.parameters_as_bucket_view})",
+                             "optim, scheduler = make_optimizer(named, cls=zero)",
+                             "check_partition(optim, named)",
+                             "return optim, scheduler"])
+    invariant = ("class InvariantViolation(AssertionError):\n    pass\n\n\n"
+                 + inspect.getsource(system.check_partition))
+    accumulate = ("def accumulate(model, micro, last):\n"
+                  "    return contextlib.nullcontext() if last else model.no_sync()\n")
+    return Parts(imports=IMPORTS, apply_plan=apply_plan + "\n\n" + invariant + "\n\n" + optimizer,
+                 accumulate=accumulate, optimizer="make_zero_optimizer")
