@@ -1,5 +1,3 @@
-pytest_plugins = ["fuzz.plugin"]
-
 
 def pytest_addoption(parser):
     parser.getgroup("parityfuzz").addoption(

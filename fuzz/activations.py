@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from fuzz.record import record_tensors
+from parityfuzz.record import record_tensors
 
 #: What a record holds: the module's forward output, the gradient backward brought to that output, the gradient
 #: the module's backward gave its first input.
@@ -53,7 +53,7 @@ class Probe:
     :attr:`records`, which :meth:`take` hands over and empties at the end of each pass."""
 
     def __init__(self, model: nn.Module, ctx):
-        from fuzz.systems.base import _wrapped, case_name
+        from parityfuzz.systems.base import _wrapped, case_name
 
         self.ctx = ctx
         self.records: dict = {}

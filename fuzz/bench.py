@@ -38,7 +38,7 @@ import tempfile
 import time
 import warnings
 
-from fuzz.case import Case
+from parityfuzz.case import Case
 
 
 def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, **options) -> list[Case]:
@@ -46,7 +46,7 @@ def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, **options) -> 
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
-    from strategies import cases
+    from parityfuzz.strategies import cases
 
     out: list[Case] = []
 
@@ -64,8 +64,8 @@ def _bare_rank(rank: int, world_size: int, store_path: str, payload: list[str], 
     import torch
     import torch.distributed as dist
 
-    from fuzz.systems import RankContext
-    from fuzz.train import run_system
+    from parityfuzz.systems import RankContext
+    from parityfuzz.train import run_system
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")  # as the executor's ranks do
@@ -102,8 +102,8 @@ def bare_seconds(cases: list[Case], world_size: int) -> float:
 
 
 def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
-    from fuzz.executor import Executor
-    from fuzz.verify import check
+    from parityfuzz.executor import Executor
+    from parityfuzz.verify import check
 
     verdicts: dict[str, int] = {}
     with Executor() as ex:
@@ -116,8 +116,8 @@ def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
 
 
 def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
-    from fuzz.executor import Executor
-    from fuzz.verify import check
+    from parityfuzz.executor import Executor
+    from parityfuzz.verify import check
 
     def figures(ex) -> list[dict]:
         return ex.pool(world_size).resources()
@@ -148,9 +148,9 @@ def shrink_errors(seed: int, max_shrink_runs: int = 40) -> dict:
     """Shrink the same error-verdict fault with pools respawned after every error, then kept where in step."""
     from pathlib import Path
 
-    from fuzz.engine import Fuzzer, FuzzOptions
-    from fuzz.executor import Executor
-    from strategies import cases
+    from parityfuzz.engine import Fuzzer, FuzzOptions
+    from parityfuzz.executor import Executor
+    from parityfuzz.strategies import cases
 
     rows = {}
     for mode, reuse in (("respawn", False), ("reuse", True)):

@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fuzz import dtypes
-from fuzz.case import Case, ModelSpec, Node, child_names
+from parityfuzz import dtypes
+from parityfuzz.case import Case, ModelSpec, Node, child_names
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 

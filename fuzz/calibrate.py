@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fuzz import dtypes
-from fuzz.bench import generate
-from fuzz.case import Case
+from parityfuzz import dtypes
+from parityfuzz.bench import generate
+from parityfuzz.case import Case
 
 KS = (2, 4, 8, 16, 32)
 FLOORS = (4, 8, 16, 32, 64, 128)
@@ -44,9 +44,9 @@ def dtype_class(case: Case) -> str:
 
 
 def run(n: int, world_sizes: tuple[int, ...], seed: int, log=print) -> dict:
-    from fuzz.executor import Executor
-    from fuzz.oracle import measure
-    from fuzz.verify import tolerance, traces, verdict_from_outcomes
+    from parityfuzz.executor import Executor
+    from parityfuzz.oracle import measure
+    from parityfuzz.verify import tolerance, traces, verdict_from_outcomes
 
     cases = generate(n, world_sizes, seed)
     rows, findings, failed = [], [], 0

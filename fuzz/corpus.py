@@ -22,9 +22,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuzz import __version__
-from fuzz.case import Case, CaseError
-from fuzz.verdict import KINDS, Verdict
+from parityfuzz import __version__
+from parityfuzz.case import Case, CaseError
+from parityfuzz.verdict import KINDS, Verdict
 
 CORPUS_FORMAT = 1
 EXPECTATIONS = ("pass", "fail")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fuzz.case import Case
+    from parityfuzz.case import Case
 
 #: Dtypes a MixedPrecisionPolicy may name, most precise first.
 MP_DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -125,7 +125,7 @@ class Promise:
 
 
 def _family(case: Case):
-    from fuzz import families
+    from parityfuzz import families
 
     return families.get(case.family)
 

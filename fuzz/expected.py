@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import re
 
-from fuzz.case import Case, ExpectedError
-from fuzz.executor import RankOutcome
-from fuzz.verdict import ERROR, MISMATCH, PASS, Divergence, Verdict
+from parityfuzz.case import Case, ExpectedError
+from parityfuzz.executor import RankOutcome
+from parityfuzz.verdict import ERROR, MISMATCH, PASS, Divergence, Verdict
 
 
 def expectation(case: Case, device_type: str) -> ExpectedError | None:
     """The error this case must raise on this kind of device, or None."""
-    from fuzz import families
+    from parityfuzz import families
 
     if case.expect_error:
         return case.expect_error

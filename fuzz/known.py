@@ -19,12 +19,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from fuzz import dtypes
-from fuzz.case import Case
-from fuzz.case.checkpoint import DCP_FAMILIES, FSDP1_FAMILIES
-from fuzz.case.model import under
-from fuzz.families.fsdp1 import HYBRID, units
-from fuzz.verdict import Verdict
+from parityfuzz import dtypes
+from parityfuzz.case import Case
+from parityfuzz.case.checkpoint import DCP_FAMILIES, FSDP1_FAMILIES
+from parityfuzz.case.model import under
+from parityfuzz.families.fsdp1 import HYBRID, units
+from parityfuzz.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def _fsdp1_no_shard_tensor_parallel_orig_params(case: Case) -> bool:
 
 
 def _fsdp1_empty_tensor_parallel_shard(case: Case) -> bool:
-    from fuzz.families.fsdp1_tp import split_sizes
+    from parityfuzz.families.fsdp1_tp import split_sizes
 
     return any(size < case.mesh.axis_size("tp") for size in split_sizes(case).values())
 
@@ -609,7 +609,7 @@ def _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) 
     r = case.resumed()
     if r.family != "fsdp1" or case.checkpoint.load_way != "dcp" or r.plan.sharding == "NO_SHARD":
         return False
-    from fuzz.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
+    from parityfuzz.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
 
     smallest = min((p.shape[0] for p in build_model(r).parameters() if p.dim()), default=r.world_size)
     return smallest < r.mesh.axis_size("dp_shard")

@@ -77,9 +77,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuzz.dtypes import EPS, Promise
-from fuzz.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
-from fuzz.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
+from parityfuzz.dtypes import EPS, Promise
+from parityfuzz.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
+from parityfuzz.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 
 #: Multiple of the measured noise a difference may reach (see the module docstring and README).
 K = 16.0

@@ -15,10 +15,10 @@ got wrong, or an optimizer update.
 
 from __future__ import annotations
 
-from fuzz.activations import parse
-from fuzz.oracle import Tolerance, difference, magnitude
-from fuzz.trace import Trace, module_of
-from fuzz.verdict import Divergence, Origin
+from parityfuzz.activations import parse
+from parityfuzz.oracle import Tolerance, difference, magnitude
+from parityfuzz.trace import Trace, module_of
+from parityfuzz.verdict import Divergence, Origin
 
 
 def _labels(trace: Trace, i: int) -> list[str]:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from hypothesis import Verbosity, settings
 
-from fuzz import engine
-from fuzz.engine import Fuzzer, FuzzOptions
+from parityfuzz import engine
+from parityfuzz.engine import Fuzzer, FuzzOptions
 
 DEFAULT_BUDGET_S = 30.0
 DEFAULT_WORLD_SIZES = (1, 2, 4)
@@ -107,7 +107,7 @@ class FuzzSession:
     @property
     def executor(self):
         if self._executor is None:
-            from fuzz.executor import Executor
+            from parityfuzz.executor import Executor
 
             self._executor = Executor(timeout_s=self.options.case_timeout_s)
         return self._executor
@@ -150,16 +150,16 @@ class FuzzSession:
 
 
 def format_failure(f) -> str:
-    from fuzz.export import refusal
-    from fuzz.show import describe_case
+    from parityfuzz.export import refusal
+    from parityfuzz.show import describe_case
 
     parts = [f"parityfuzz: {f.target}: {f.verdict.describe()}",
              *([f"the mismatch {f.verdict.origin.describe()}"] if f.verdict.origin else []),
              f"minimal case in {f.corpus_path} (found after {f.cases_to_find} cases in "
              f"{f.seconds_to_find:.1f}s, shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s)",
-             f"replay it: python -m fuzz.repro {f.corpus_path}"]
+             f"replay it: parityfuzz repro {f.corpus_path}"]
     if refusal(f.case) is None:
-        parts.append(f"without parityfuzz: python -m fuzz.repro {f.corpus_path} --export repro.py && "
+        parts.append(f"without parityfuzz: parityfuzz export {f.corpus_path} -o repro.py && "
                      f"torchrun --nproc-per-node={f.case.world_size} repro.py")
     if f.duplicate_of:
         parts.append(f"(the corpus already has this very case: {f.duplicate_of}, "
@@ -249,7 +249,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             if f.duplicate_of:
                 tr.write_line(f"    this very case is already in the corpus: {f.duplicate_of}"
                               + (f" (known issue: {f.known_issue})" if f.known_issue else " (not triaged yet)"))
-            tr.write_line(f"    corpus file: {f.corpus_path}  (replay: python -m fuzz.repro {f.corpus_path})")
+            tr.write_line(f"    corpus file: {f.corpus_path}  (replay: parityfuzz repro {f.corpus_path})")
     report_path = config.getoption("fuzz_report")
     if report_path:
         Path(report_path).parent.mkdir(parents=True, exist_ok=True)

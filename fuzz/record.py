@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzz.trace import Rec, ShardInfo
+from parityfuzz.trace import Rec, ShardInfo
 
 
 def numpy_of(t: torch.Tensor):

@@ -25,8 +25,8 @@ import argparse
 import json
 import sys
 
-from fuzz import corpus
-from fuzz.show import describe_case
+from parityfuzz import corpus
+from parityfuzz.show import describe_case
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.export:
         return _export(args.file, entry, args.export)
 
-    from fuzz.executor import Executor
-    from fuzz.verify import check, locate
+    from parityfuzz.executor import Executor
+    from parityfuzz.verify import check, locate
 
     quiet = args.json or args.markdown
     if not quiet:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"file": args.file, "case_id": entry.case.case_id(), "expect": entry.expect,
                           "verdict": verdict.to_dict()}))
     elif args.markdown:
-        from fuzz.executor import auto_backend
+        from parityfuzz.executor import auto_backend
 
         print(markdown_report(args.file, entry, verdict, auto_backend(entry.case.world_size)))
     else:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 def _export(path: str, entry: corpus.Entry, target: str) -> int:
     from pathlib import Path
 
-    from fuzz.export import ExportError, export
+    from parityfuzz.export import ExportError, export
 
     try:
         script = export(entry.case, source=path)
@@ -97,7 +97,7 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
 
     import torch
 
-    from fuzz import __version__
+    from parityfuzz import __version__
 
     case = entry.case
     first = next((r for r in verdict.ranks if r.get("traceback") or r.get("log")), None)
@@ -116,14 +116,14 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
         lines.append(f"- known issue: {entry.known_issue}")
     if entry.note:
         lines += ["", f"> {entry.note}"]
-    from fuzz.export import refusal
+    from parityfuzz.export import refusal
 
     lines += ["", "The case (model tree with its parallel plan; training below it):", "", "```text",
               describe_case(case), "```", "", "To reproduce:", "", "```sh",
-              f"python -m fuzz.repro {path}", "```"]
+              f"parityfuzz repro {path}", "```"]
     if refusal(case) is None:
         lines += ["", "Or without parityfuzz (the script imports only torch):", "", "```sh",
-                  f"python -m fuzz.repro {path} --export repro.py",
+                  f"parityfuzz export {path} -o repro.py",
                   f"torchrun --nproc-per-node={case.world_size} repro.py", "```"]
     if first is not None:
         text = (first.get("traceback") or first.get("log")).rstrip()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fuzz import families
-from fuzz.case import LEAF_SUBMODULES, Case, Node
-from fuzz.case.checkpoint import describe_checkpoint
+from parityfuzz import families
+from parityfuzz.case import LEAF_SUBMODULES, Case, Node
+from parityfuzz.case.checkpoint import describe_checkpoint
 
 
 def _leaf(node: Node, width: int) -> str:

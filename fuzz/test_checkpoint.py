@@ -3,7 +3,7 @@ family or world size) and trains on must train exactly like the uninterrupted re
 
 import pytest
 
-from strategies.checkpoint import checkpointed_cases
+from parityfuzz.strategies.checkpoint import checkpointed_cases
 
 
 @pytest.mark.fuzz_target

@@ -3,7 +3,7 @@ documentation allows, must train exactly like DDP, and refuse what torch documen
 
 import pytest
 
-from strategies import cases
+from parityfuzz.strategies import cases
 
 
 @pytest.mark.fuzz_target

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import corpus
-from fuzz.known import KNOWN_BUGS
-from fuzz.show import describe_case
-from fuzz.verify import check
+from parityfuzz import corpus
+from parityfuzz.known import KNOWN_BUGS
+from parityfuzz.show import describe_case
+from parityfuzz.verify import check
 
 
 def pytest_generate_tests(metafunc):
     if "corpus_file" in metafunc.fixturenames:
-        from fuzz.plugin import options_from_config
+        from parityfuzz.plugin import options_from_config
 
         root = options_from_config(metafunc.config).corpus_dir
         files = corpus.discover(root)

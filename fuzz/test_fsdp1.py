@@ -3,7 +3,7 @@ like DDP."""
 
 import pytest
 
-from strategies import cases
+from parityfuzz.strategies import cases
 
 
 @pytest.mark.fuzz_target

@@ -2,7 +2,7 @@
 
 import pytest
 
-from strategies import cases
+from parityfuzz.strategies import cases
 
 
 @pytest.mark.fuzz_target

@@ -8,13 +8,13 @@ import os
 import numpy as np
 import torch
 
-from fuzz.activations import Probe
-from fuzz.build import ForwardClock, batch_for, build_model, target_for
-from fuzz.collectives import CollectiveCounter
-from fuzz.case import Case
-from fuzz.systems import RankContext, resolve
-from fuzz.record import dtype_name, record_tensors
-from fuzz.trace import RankTrace, Rec, module_of
+from parityfuzz.activations import Probe
+from parityfuzz.build import ForwardClock, batch_for, build_model, target_for
+from parityfuzz.collectives import CollectiveCounter
+from parityfuzz.case import Case
+from parityfuzz.systems import RankContext, resolve
+from parityfuzz.record import dtype_name, record_tensors
+from parityfuzz.trace import RankTrace, Rec, module_of
 
 
 def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
@@ -89,8 +89,8 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
         run.start(case, 0)
         run.train(0, case.train.steps)
         return run.trace
-    from fuzz import checkpoint
-    from fuzz.case.checkpoint import reshards
+    from parityfuzz import checkpoint
+    from parityfuzz.case.checkpoint import reshards
 
     turns = role == "system" or reshards(case)  # where nothing reshards, the reference trains on uninterrupted
     directory = os.path.join(scratch, role + (f"-{sample}" if sample else ""))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from fuzz import dtypes, origin
-from fuzz.case import LEAF_SUBMODULES, Case
-from fuzz.executor import Executor, RankOutcome
-from fuzz.expected import expectation, judge
-from fuzz.oracle import Tolerance, compare
-from fuzz.trace import Trace
-from fuzz.verdict import CRASH, ERROR, HANG, MISMATCH, PASS, Verdict
+from parityfuzz import dtypes, origin
+from parityfuzz.case import LEAF_SUBMODULES, Case
+from parityfuzz.executor import Executor, RankOutcome
+from parityfuzz.expected import expectation, judge
+from parityfuzz.oracle import Tolerance, compare
+from parityfuzz.trace import Trace
+from parityfuzz.verdict import CRASH, ERROR, HANG, MISMATCH, PASS, Verdict
 
 
 def traces(outcomes: list[RankOutcome], role: str) -> Trace:

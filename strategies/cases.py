@@ -8,9 +8,9 @@ import importlib
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from fuzz import families
-from fuzz.case import Case
-from strategies.perturbation import delays
+from parityfuzz import families
+from parityfuzz.case import Case
+from parityfuzz.strategies.perturbation import delays
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,

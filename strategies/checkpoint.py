@@ -21,8 +21,8 @@ import dataclasses
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from fuzz.case import Case, CaseError, MeshSpec
-from fuzz.case.checkpoint import (DCP_FAMILIES, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
+from parityfuzz.case import Case, CaseError, MeshSpec
+from parityfuzz.case.checkpoint import (DCP_FAMILIES, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
                                    saves_from)
 
 RESHARDS = ("none", "world_size", "fsdp2", "ddp")
@@ -50,15 +50,15 @@ def resumes(draw, case: Case, world_sizes: tuple[int, ...]) -> dict:
         ws = draw(st.sampled_from(others))
         return {"world_size": ws, "mesh": MeshSpec((ws,), case.mesh.names)}
     if kind == "fsdp2":
-        from strategies.fsdp2.meshes import meshes
-        from strategies.fsdp2.wrapping import plans
+        from parityfuzz.strategies.fsdp2.meshes import meshes
+        from parityfuzz.strategies.fsdp2.wrapping import plans
 
         ws = draw(st.sampled_from([case.world_size] + others))
         mesh = draw(meshes(ws))
         plan = draw(plans(case.model, mesh))
         return {"world_size": ws if ws != case.world_size else 0, "mesh": mesh, "plan": plan}
     if kind == "ddp":
-        from fuzz.families.composable import ComposablePlan, Compose
+        from parityfuzz.families.composable import ComposablePlan, Compose
 
         ws = draw(st.sampled_from([case.world_size] + others))
         return {"world_size": ws if ws != case.world_size else 0, "mesh": MeshSpec((ws,), ("dp_shard",)),
@@ -103,8 +103,8 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = (1, 2, 4), max_steps
     """A case of one of ``families`` (those that checkpoint through ``get_state_dict`` or FSDP1's state dicts),
     with an event.  ``system``: a system under test of the family's own (a plug-in, a test-only fault); its
     cases resume within the family."""
-    from fuzz.expected import expectation
-    from strategies.cases import cases
+    from parityfuzz.expected import expectation
+    from parityfuzz.strategies.cases import cases
 
     family = draw(st.sampled_from(families))
     case = draw(cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth,

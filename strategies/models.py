@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import ACTIVATIONS, ModelSpec, Node
+from parityfuzz.case import ACTIVATIONS, ModelSpec, Node
 
 #: Widths, simplest first.  3, 5, 17 do not divide 2 or 4 (uneven shards); 1 and 2
 #: give a dim-0 smaller than the shard count.

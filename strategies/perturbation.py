@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import DELAY_POINTS, Delay
+from parityfuzz.case import DELAY_POINTS, Delay
 
 
 def delays(world_size: int) -> st.SearchStrategy[tuple[Delay, ...]]:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, Freeze, ModelSpec, ParamGroup, TrainSpec, under
-from strategies.coins import RARE
+from parityfuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, Freeze, ModelSpec, ParamGroup, TrainSpec, under
+from parityfuzz.strategies.coins import RARE
 
 
 def _holding_params(model: ModelSpec) -> list[str]:

@@ -1,6 +1,6 @@
 import pytest
 
-from fuzz.executor import Executor
+from parityfuzz.executor import Executor
 
 
 @pytest.fixture(scope="session")

@@ -13,13 +13,13 @@ import time
 import torch
 import torch.nn as nn
 
-from fuzz.build import Twice
-from fuzz.systems.composable import ComposableSystem
-from fuzz.systems.fsdp1 import FSDP1System
-from fuzz.systems.fsdp1_tp import FSDP1TPSystem
-from fuzz.systems.fsdp2 import FSDP2System
-from fuzz.systems.fsdp2_tp import FSDP2TPSystem
-from fuzz.systems.zero import ZeroSystem
+from parityfuzz.build import Twice
+from parityfuzz.systems.composable import ComposableSystem
+from parityfuzz.systems.fsdp1 import FSDP1System
+from parityfuzz.systems.fsdp1_tp import FSDP1TPSystem
+from parityfuzz.systems.fsdp2 import FSDP2System
+from parityfuzz.systems.fsdp2_tp import FSDP2TPSystem
+from parityfuzz.systems.zero import ZeroSystem
 
 
 class _GradDropper(FSDP2System):
@@ -198,7 +198,7 @@ class _PathGradDropper(FSDP2System):
         raise NotImplementedError
 
     def gradients(self):
-        from fuzz.systems.base import resolve
+        from parityfuzz.systems.base import resolve
 
         for path in self.doomed_paths():
             for p in resolve(self.model, path).parameters():
@@ -225,7 +225,7 @@ class OffloadForgetsUpdate(FSDP2System):
     """The optimizer's update of CPU-offloaded modules is never copied back."""
 
     def optimizer_step(self):
-        from fuzz.systems.base import resolve
+        from parityfuzz.systems.base import resolve
 
         offloaded = [p for w in self.case.plan.wraps if w.offload for p in resolve(self.model, w.path).parameters()]
         saved = [p.detach().clone() for p in offloaded]
@@ -263,7 +263,7 @@ class LowPrecisionGradSummed(FSDP2System):
     """Modules computing in bf16/fp16 get their gradients summed over ranks instead of averaged."""
 
     def gradients(self):
-        from fuzz.systems.base import resolve
+        from parityfuzz.systems.base import resolve
 
         for w in self.case.plan.wraps:
             if w.param_dtype in ("bfloat16", "float16"):
@@ -318,7 +318,7 @@ class NonRootPassUnsynced(FSDP2System):
     def forward_backward(self, batch, target, path=None):
         if path is None:
             return super().forward_backward(batch, target)
-        from fuzz.systems.base import resolve
+        from parityfuzz.systems.base import resolve
 
         module = resolve(self.model, path)
         module.set_requires_gradient_sync(False)
@@ -691,8 +691,8 @@ class ReplicateUnderFullyShardUnaveraged(_Injected, ComposableSystem):
     def inject(self):
         from torch.distributed._composable.replicate import _ReplicateState
 
-        from fuzz.case import under
-        from fuzz.systems.base import resolve
+        from parityfuzz.case import under
+        from parityfuzz.systems.base import resolve
 
         plan = self.case.plan
         managed = plan.data_parallel()

@@ -13,8 +13,8 @@ import sys
 
 import torch
 
-from fuzz.case import Case
-from fuzz.systems import RankContext
+from parityfuzz.case import Case
+from parityfuzz.systems import RankContext
 from tests import faults
 
 

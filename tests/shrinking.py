@@ -3,8 +3,8 @@ and shrunk, or on unmodified torch where no failure may show."""
 
 from __future__ import annotations
 
-from fuzz.engine import Failure, Fuzzer, FuzzOptions
-from strategies import cases
+from parityfuzz.engine import Failure, Fuzzer, FuzzOptions
+from parityfuzz.strategies import cases
 
 
 def found_and_shrunk(executor, tmp_path, family: str, fault: str, world_sizes: tuple[int, ...],

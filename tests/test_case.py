@@ -8,10 +8,10 @@ import sys
 import pytest
 from hypothesis import given
 
-from fuzz.case import Case, CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
-from fuzz.families.fsdp2 import FSDP2Plan, Wrap
-from fuzz.dtypes import activation_dtype
-from strategies import cases
+from parityfuzz.case import Case, CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.dtypes import activation_dtype
+from parityfuzz.strategies import cases
 
 
 def simple(**kw) -> Case:
@@ -34,7 +34,7 @@ def test_generated_cases_validate(case):
 
 
 def test_case_and_family_modules_import_neither_torch_nor_hypothesis():
-    code = ("import sys, fuzz.case, fuzz.families, fuzz.families.fsdp2; "
+    code = ("import sys, parityfuzz.case, parityfuzz.families, parityfuzz.families.fsdp2; "
             "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -239,7 +239,7 @@ def test_mesh_coordinates_and_data_parallel_index():
 
 
 def test_unknown_family_is_named():
-    from fuzz import families
+    from parityfuzz import families
 
     with pytest.raises(KeyError, match="unknown family 'fsdp9'"):
         families.get("fsdp9")

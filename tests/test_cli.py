@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import corpus
-from fuzz.verdict import Divergence, Verdict
+from parityfuzz import corpus
+from parityfuzz.verdict import Divergence, Verdict
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def test_bad_option_is_a_one_line_usage_error(tmp_path, option, needle):
 
 FAULT_TARGET = textwrap.dedent("""
     import pytest
-    from strategies import cases
+    from parityfuzz.strategies import cases
 
     @pytest.mark.fuzz_target
     def test_faulty(fuzz_session):
@@ -61,12 +61,12 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     corpus.record(corpus_dir, simple(seed=6, system=system), look_alike, known_issue="pytorch/pytorch#1")
     seeded = set(corpus.discover(corpus_dir))
     report = tmp_path / "report.json"
-    result = pytest_run("-p", "fuzz.plugin", str(tmp_path / "test_faulty.py"), "--fuzz-budget=60",
+    result = pytest_run(str(tmp_path / "test_faulty.py"), "--fuzz-budget=60",
                         "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=60",
                         "--reduce-budget=30", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
-    assert "mismatch" in out and "python -m fuzz.repro" in out
+    assert "mismatch" in out and "parityfuzz repro" in out
     files = [p for p in corpus.discover(corpus_dir) if p not in seeded]
     assert len(files) == 1
     data = json.loads(report.read_text())
@@ -179,7 +179,7 @@ def test_repro_markdown_is_an_issue_ready_report():
     assert result.returncode == 1, result.stderr
     assert out.startswith("### fsdp1: error: rank 0 error in system: RuntimeError: Error(s) in loading state_dict")
     for part in ("- torch 2.", "backend gloo, world size 2", "`error:system:RuntimeError:torch/nn/modules/module.py",
-                 "Linear(", "```text", "Missing key(s) in state_dict", f"python -m fuzz.repro {path}",
+                 "Linear(", "```text", "Missing key(s) in state_dict", f"parityfuzz repro {path}",
                  "```json", "> Hand-reduced", "known issue: set_state_dict cannot load"):
         assert part in out, part
 
@@ -194,7 +194,7 @@ def test_repro_says_where_a_mismatch_begins():
     assert ("- where it begins at step 0 in the gradient of body.0.weight (module body.0): every module's output "
             "and output gradient agree up to there") in result.stdout, result.stdout
     assert "collectives of that pass's forward and backward on rank 0: system _allgather_base_ x4" in result.stdout
-    assert f"python -m fuzz.repro {path} --export repro.py\ntorchrun --nproc-per-node=2 repro.py" in result.stdout
+    assert f"parityfuzz export {path} -o repro.py\ntorchrun --nproc-per-node=2 repro.py" in result.stdout
 
 
 def test_global_pytest_timeout_does_not_cut_a_fuzz_budget(tmp_path):

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from fuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
-from fuzz.families.composable import ComposablePlan, Compose
-from fuzz.verify import check
+from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.families.composable import ComposablePlan, Compose
+from parityfuzz.verify import check
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import corpus
-from fuzz.verdict import Divergence, Verdict
+from parityfuzz import corpus
+from parityfuzz.verdict import Divergence, Verdict
 from tests.test_case import simple
 
 MISMATCH = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1.0, max_rel=1.0))
@@ -92,7 +92,7 @@ def test_missing_file(tmp_path):
 def test_known_bugs_name_triaged_shipped_corpus_files_with_their_signatures():
     """Every known bug points at shipped ``expect: fail`` files that a person triaged (``known_issue``), whose
     cases meet its precondition and whose recorded verdicts it explains."""
-    from fuzz.known import KNOWN_BUGS
+    from parityfuzz.known import KNOWN_BUGS
 
     for bug in KNOWN_BUGS:
         assert bug.corpus_files and bug.signatures
@@ -112,8 +112,8 @@ def test_a_known_failure_replays_as_an_xfail_only_when_it_fails_as_recorded():
     """A corpus file expecting its known bug must not hide another failure of its case (a new bug, a harness
     regression): the replay xfails only on the recorded verdict's signature, or another one the known bug
     listing the file explains."""
-    from fuzz.known import KNOWN_BUGS
-    from fuzz.test_corpus import fails_as_recorded
+    from parityfuzz.known import KNOWN_BUGS
+    from parityfuzz.test_corpus import fails_as_recorded
 
     bug = next(b for b in KNOWN_BUGS if b.signatures == ("mismatch:checkpoint:loaded", "hang"))
     entry = corpus.load(bug.corpus_files[0])

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from fuzz.case import ModelSpec, Node
-from fuzz.verify import check
+from parityfuzz.case import ModelSpec, Node
+from parityfuzz.verify import check
 from tests.test_case import simple
 
 
@@ -87,7 +87,7 @@ def test_hang_is_a_verdict_with_stacks(executor, name, where):
 def test_a_pool_runs_on_after_an_error_on_every_rank_in_step():
     """Every rank raised outside the collectives, their process groups in step: the same ranks run the next
     case, and it trains exactly as on a fresh pool."""
-    from fuzz.executor import Executor
+    from parityfuzz.executor import Executor
 
     def losses(ex, case):
         return [float(x.value) for x in ex.run(case)[0].result["system"].losses]
@@ -109,7 +109,7 @@ def test_a_pool_runs_on_after_an_error_on_every_rank_in_step():
 def test_a_pool_out_of_step_after_errors_is_replaced():
     """Every rank raised, but rank 0 issued one collective more than the others: replaced (a half-done
     collective must not meet the next case); so is every pool where reuse is turned off."""
-    from fuzz.executor import Executor
+    from parityfuzz.executor import Executor
 
     with Executor() as ex:
         pids = ex.pool(2).pids()
@@ -122,7 +122,7 @@ def test_a_pool_out_of_step_after_errors_is_replaced():
 
 
 def test_process_groups_in_step():
-    from fuzz.executor.pool import in_step
+    from parityfuzz.executor.pool import in_step
 
     a = {"groups_made": 3, "collectives": {"0": 10, "1": 4}}
     b = {"groups_made": 3, "collectives": {"0": 10, "2": 7}}  # another rank's own subgroup
@@ -145,7 +145,7 @@ def test_same_case_same_verdict(executor):
 
 
 def test_pool_past_its_resource_ceiling_is_recycled():
-    from fuzz.executor import Executor
+    from parityfuzz.executor import Executor
 
     with Executor(ceiling={"threads": 1}) as ex:  # every rank has more than one thread
         assert check(simple(), ex).ok
@@ -163,7 +163,7 @@ def test_unsharded_parameters_after_backward_break_the_invariant(executor):
 
 
 def test_unsharded_parameters_after_forward_break_the_invariant(executor):
-    from fuzz.families.fsdp2 import FSDP2Plan, Wrap
+    from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 
     case = fault("NeverReshardsAfterForward", plan=FSDP2Plan(wraps=(Wrap("body"), Wrap(""))))
     verdict = check(case, executor, timeout_s=20)

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from fuzz.case import Case, CaseError, ExpectedError
-from fuzz.verify import check
+from parityfuzz.case import Case, CaseError, ExpectedError
+from parityfuzz.verify import check
 from tests.test_fsdp1 import fsdp1_case
 
 

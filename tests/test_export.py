@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import corpus
-from fuzz.export import FAMILIES, ExportError, export, refusal
-from fuzz.families.fsdp2 import FSDP2Plan, Wrap
-from fuzz.verify import check
-from fuzz.case import MeshSpec, TrainSpec
-from fuzz.case.checkpoint import Checkpoint
+from parityfuzz import corpus
+from parityfuzz.export import FAMILIES, ExportError, export, refusal
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.verify import check
+from parityfuzz.case import MeshSpec, TrainSpec
+from parityfuzz.case.checkpoint import Checkpoint
 from tests.test_case import simple
 from tests.test_zero import zero_case
 

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from fuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
-from fuzz.families.fsdp1_tp import FSDP1TPPlan, uneven_shards
-from fuzz.families.fsdp2_tp import Parallelize
-from fuzz.verify import check
+from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.families.fsdp1_tp import FSDP1TPPlan, uneven_shards
+from parityfuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.verify import check
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 

@@ -4,12 +4,12 @@ the same budget against correct FSDP2 reports nothing."""
 import pytest
 from hypothesis import settings
 
-from fuzz import corpus, known
-from fuzz.case import ModelSpec, Node
-from fuzz.engine import Found, Fuzzer, FuzzOptions, already_found, precondition, simplest_features
-from fuzz.verdict import Divergence, Verdict
-from fuzz.verify import check
-from strategies import cases
+from parityfuzz import corpus, known
+from parityfuzz.case import ModelSpec, Node
+from parityfuzz.engine import Found, Fuzzer, FuzzOptions, already_found, precondition, simplest_features
+from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.verify import check
+from parityfuzz.strategies import cases
 from tests.test_case import simple
 
 #: Time caps that a healthy run never reaches: the case and shrink-run counts bound these runs, so they are the

@@ -2,8 +2,8 @@
 
 import dataclasses
 
-from fuzz.case import ModelSpec, Node, TrainSpec
-from fuzz.verify import verdict_from_outcomes
+from parityfuzz.case import ModelSpec, Node, TrainSpec
+from parityfuzz.verify import verdict_from_outcomes
 from tests.test_case import simple
 
 MLP_MODEL = ModelSpec(body=Node("seq", children=(Node("mlp", hidden=5), Node("linear", out=3))))
@@ -55,7 +55,7 @@ def test_ten_replays_ten_identical_verdicts(executor):
 
 def test_mesh_layouts_in_any_order_in_one_pool(executor):
     """torch's own process-group bookkeeping must survive the restore (group names stay unique)."""
-    from fuzz.case import MeshSpec
+    from parityfuzz.case import MeshSpec
 
     hsdp = ("dp_replicate", "dp_shard")
     layouts = [MeshSpec((1, 4), hsdp), MeshSpec((2, 2), hsdp), MeshSpec((4, 1), hsdp), MeshSpec((4,))]

@@ -7,12 +7,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from fuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
-from fuzz.families.fsdp2 import FSDP2Plan, Wrap
-from fuzz.dtypes import check_consistent, precision
-from fuzz.systems.mp_reference import divide_factors
-from fuzz.verify import check, traces
-from strategies import cases
+from parityfuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.dtypes import check_consistent, precision
+from parityfuzz.systems.mp_reference import divide_factors
+from parityfuzz.verify import check, traces
+from parityfuzz.strategies import cases
 from tests.test_case import simple
 
 MLP_BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"), Node("layernorm"),

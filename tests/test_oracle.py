@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from fuzz.dtypes import EPS, Promise
-from fuzz.oracle import Tolerance, compare
-from fuzz.trace import RankTrace, Rec, ShardInfo, Trace
+from parityfuzz.dtypes import EPS, Promise
+from parityfuzz.oracle import Tolerance, compare
+from parityfuzz.trace import RankTrace, Rec, ShardInfo, Trace
 
 PROMISE = Promise(state="float64", outputs={"": "float64"})
 TOL = Tolerance("float64", k=10, floor_ulps=32)

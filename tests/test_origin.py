@@ -6,15 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fuzz import corpus
-from fuzz.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
-from fuzz.case import ModelSpec, Node, TrainSpec
-from fuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
-from fuzz.oracle import Tolerance
-from fuzz.origin import at_divergence, locate
-from fuzz.trace import RankTrace, Rec, Trace
-from fuzz.verdict import Divergence, Origin, Verdict
-from fuzz.verify import check, locate as locate_case, traces
+from parityfuzz import corpus
+from parityfuzz.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
+from parityfuzz.case import ModelSpec, Node, TrainSpec
+from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
+from parityfuzz.oracle import Tolerance
+from parityfuzz.origin import at_divergence, locate
+from parityfuzz.trace import RankTrace, Rec, Trace
+from parityfuzz.verdict import Divergence, Origin, Verdict
+from parityfuzz.verify import check, locate as locate_case, traces
 from tests.test_case import simple
 from tests.test_faults_in_fsdp2 import ATTENTION, MLP
 from tests.test_tensor_parallel import MESHES, PAIR, SP, tp_case

@@ -8,11 +8,11 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.case import Case
-from fuzz.case.reduce import simplifications, size
-from fuzz.engine.reduce import reduce_failure
-from fuzz.verdict import Divergence, Verdict
-from strategies import cases
+from parityfuzz.case import Case
+from parityfuzz.case.reduce import simplifications, size
+from parityfuzz.engine.reduce import reduce_failure
+from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.strategies import cases
 
 PASS = Verdict("pass")
 
@@ -161,7 +161,7 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
     """A fuzz run with a fault inside torch's gradient path (any module called twice in a forward loses its
     gradient): the recorded case is reduced until every part left is needed: each single simplification of
     it, run for real, no longer fails that way."""
-    from fuzz.verify import check
+    from parityfuzz.verify import check
     from tests.test_fuzz_loop import fuzz
 
     stats = fuzz(executor, tmp_path, "tests.faults:TwiceGradDrop", max_cases=40, max_shrink_runs=20,
@@ -183,8 +183,8 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
 def test_an_interrupt_while_reducing_records_the_failure_then_goes_on(executor, tmp_path):
     """Ctrl-C during the reduction: the failure (as reduced so far) is in the corpus, then the interrupt
     propagates."""
-    from fuzz import corpus, engine
-    from fuzz.engine import Fuzzer, FuzzOptions
+    from parityfuzz import corpus, engine
+    from parityfuzz.engine import Fuzzer, FuzzOptions
 
     def log(message):
         if "reducing the shrunk" in message:

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from fuzz import corpus
-from fuzz.engine import Fuzzer, FuzzOptions
-from fuzz.verdict import Divergence, Verdict
-from strategies import cases
+from parityfuzz import corpus
+from parityfuzz.engine import Fuzzer, FuzzOptions
+from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.strategies import cases
 from tests.test_case import simple
 from tests.test_cli import ENV, ROOT
 from tests.test_executor import alive
@@ -53,7 +53,7 @@ def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
 
 SLOW_FAULT_TARGET = textwrap.dedent("""
     import pytest
-    from strategies import cases
+    from parityfuzz.strategies import cases
 
     @pytest.mark.fuzz_target
     def test_slow(fuzz_session):
@@ -68,7 +68,7 @@ def start_fuzz(tmp_path, target_text, *extra):
     # starts it with SIGINT ignored, which Python keeps (no KeyboardInterrupt at all); three CI runs launched so
     # failed the SIGINT case, the shrink running on to its end.
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fuzz.plugin", "-s",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s",
          str(tmp_path / "test_target.py"), "--world-sizes=2", "--fuzz-seed=3", "--fuzz-budget=120",
          f"--corpus-dir={tmp_path / 'corpus'}", f"--rootdir={tmp_path}", *extra],
         cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -157,7 +157,7 @@ def test_two_writers_in_one_corpus_lose_nothing(tmp_path):
 def test_an_interrupt_swallowed_in_a_finalizer_still_stops_the_run_at_the_next_case(executor, tmp_path):
     """Python only prints a KeyboardInterrupt raised while a finalizer runs; the flag the signal handler sets
     makes the fuzz loop stop before the next case all the same."""
-    from fuzz import engine, plugin
+    from parityfuzz import engine, plugin
 
     class Finalized:
         def __del__(self):

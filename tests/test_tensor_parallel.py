@@ -3,10 +3,10 @@ its batch, and faults inside torch's TP styles are found and shrunk."""
 
 import pytest
 
-from fuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
-from fuzz.families.fsdp2 import Wrap
-from fuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from fuzz.verify import check, verdict_from_outcomes
+from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.families.fsdp2 import Wrap
+from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from parityfuzz.verify import check, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
@@ -91,7 +91,7 @@ def test_an_int_reshard_over_tensor_parallel_parameters_is_refused_up_front():
     met it): such a case is invalid, named by its field, and the strategy draws True there instead."""
     import dataclasses
 
-    from fuzz.case import CaseError
+    from parityfuzz.case import CaseError
 
     case = tp_case(MeshSpec((4, 1), ("dp_shard", "tp")), PAIR)  # as met: dp_shard=4 (2 divides it), tp=1
     with pytest.raises(CaseError, match=r"plan.wraps\[1\].reshard_after_forward: an int .*'body.0' is in this group"):
@@ -102,7 +102,7 @@ def test_an_int_reshard_over_tensor_parallel_parameters_is_refused_up_front():
 
 
 def test_a_prepare_entry_may_share_a_path_only_with_one_style():
-    from fuzz.case import CaseError
+    from parityfuzz.case import CaseError
 
     with pytest.raises(CaseError, match="prepared twice"):
         tp_case(MESHES["tp alone"], PREPARE_OUTPUT + PREPARE_OUTPUT[-1:])
@@ -202,7 +202,7 @@ def test_ranks_issuing_different_collectives_is_a_finding(executor):
 def test_which_splits_leave_a_tensor_parallel_rank_empty():
     """torch.chunk's rule (pieces of ceil(n / tp)) leaves a rank nothing not only below tp: 5 over 4 is 2, 2, 1, 0
     (the 20-minute run met FSDP2's empty-shard bug there, with the MLP's hidden width 5 on tp=4)."""
-    from fuzz.known import _empty_on_some_rank
+    from parityfuzz.known import _empty_on_some_rank
 
     assert [n for n in range(1, 10) if _empty_on_some_rank(n, 4)] == [1, 2, 3, 5, 6, 9]
     assert [n for n in range(1, 6) if _empty_on_some_rank(n, 2)] == [1]
@@ -214,8 +214,8 @@ def test_a_non_root_pass_runs_only_through_modules_holding_whole_tp_groups(execu
     the norm before it left sharded)."""
     import dataclasses
 
-    from fuzz.case import CaseError
-    from fuzz.families.fsdp2_tp import connections, nonroot_paths
+    from parityfuzz.case import CaseError
+    from parityfuzz.families.fsdp2_tp import connections, nonroot_paths
 
     mesh = MeshSpec((1, 2), ("dp_shard", "tp"))
     sp = tp_case(mesh, SP)
@@ -246,7 +246,7 @@ def test_per_rank_control_flow_under_tensor_parallelism(executor):
     case = simple(world_size=4, mesh=MESHES["dp_shard x tp"], model=ModelSpec(body=body, in_dim=5),
                   plan=FSDP2TPPlan(wraps=(Wrap(""),), tp=styles, reduce_scatter_unused=True),
                   train=TrainSpec(steps=2, batch=2, seq_len=2, lr=0.1)).validate()
-    from fuzz import dtypes
+    from parityfuzz import dtypes
 
     assert dtypes.promise(case).flows == (0, 0, 1, 1)
     outcomes = executor.run(case)

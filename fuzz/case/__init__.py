@@ -14,12 +14,12 @@ hypothesis: cases are data, and the strategies, the builder and the executor are
 them meaning.
 """
 
-from fuzz.case.core import SCHEMA, Case, ExpectedError, Plan
-from fuzz.case.errors import CaseError
-from fuzz.case.mesh import AXES, MeshSpec
-from fuzz.case.model import (ACTIVATIONS, CONTAINER_KINDS, LEAF_KINDS, LEAF_SUBMODULES, PARAM_KINDS, ModelSpec,
+from parityfuzz.case.core import SCHEMA, Case, ExpectedError, Plan
+from parityfuzz.case.errors import CaseError
+from parityfuzz.case.mesh import AXES, MeshSpec
+from parityfuzz.case.model import (ACTIVATIONS, CONTAINER_KINDS, LEAF_KINDS, LEAF_SUBMODULES, PARAM_KINDS, ModelSpec,
                              Node, child_names, under)
-from fuzz.case.training import (DELAY_POINTS, DTYPES, LOSSES, OPTIMIZERS, SCHEDULERS, ZERO_GRAD_MODES, Delay,
+from parityfuzz.case.training import (DELAY_POINTS, DTYPES, LOSSES, OPTIMIZERS, SCHEDULERS, ZERO_GRAD_MODES, Delay,
                                 Freeze, ParamGroup, TrainSpec)
 
 __all__ = ["ACTIVATIONS", "AXES", "CONTAINER_KINDS", "DELAY_POINTS", "DTYPES", "LEAF_KINDS", "LEAF_SUBMODULES",

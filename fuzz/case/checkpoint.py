@@ -31,12 +31,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fuzz.case.errors import CaseError, check
-from fuzz.case.mesh import MeshSpec
-from fuzz.case.plan import Plan
+from parityfuzz.case.errors import CaseError, check
+from parityfuzz.case.mesh import MeshSpec
+from parityfuzz.case.plan import Plan
 
 if TYPE_CHECKING:
-    from fuzz.case.core import Case
+    from parityfuzz.case.core import Case
 
 #: Families whose systems hold their state in what ``get_state_dict`` takes (ZeRO's own round trip is the
 #: ``zero`` family's ``reload_at``).
@@ -117,8 +117,8 @@ def reshards(case: Case) -> bool:
 
 def validate_checkpoint(case: Case) -> None:
     """Check the checkpoint event against the case (the resumed case is validated by its family)."""
-    from fuzz import families
-    from fuzz.case.mesh import validate_mesh
+    from parityfuzz import families
+    from parityfuzz.case.mesh import validate_mesh
 
     c = case.checkpoint
     if not c:
@@ -229,6 +229,6 @@ def describe_checkpoint(case: Case) -> list[str]:
 def _plan_json(plan) -> str:
     import json
 
-    from fuzz.case.codec import to_jsonable
+    from parityfuzz.case.codec import to_jsonable
 
     return json.dumps(to_jsonable(plan), sort_keys=True)

@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any, Union
 
-from fuzz.case.errors import CaseError
+from parityfuzz.case.errors import CaseError
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -36,7 +36,7 @@ def from_jsonable(tp: Any, data: Any, where: str) -> Any:
         if not isinstance(data, dict):
             raise CaseError(where, f"expected an object, got {type(data).__name__}")
         if isinstance(getattr(tp, "family", None), str):  # a plan: the tagged union member its "family" names
-            from fuzz import families
+            from parityfuzz import families
 
             name = data.get("family")
             if name not in families.REGISTRY:

@@ -16,13 +16,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from fuzz.case import codec
-from fuzz.case.checkpoint import Checkpoint, resumed, validate_checkpoint
-from fuzz.case.errors import CaseError, check
-from fuzz.case.mesh import MeshSpec, validate_mesh
-from fuzz.case.plan import Plan
-from fuzz.case.model import ModelSpec, validate_model
-from fuzz.case.training import Delay, TrainSpec, validate_delays, validate_train
+from parityfuzz.case import codec
+from parityfuzz.case.checkpoint import Checkpoint, resumed, validate_checkpoint
+from parityfuzz.case.errors import CaseError, check
+from parityfuzz.case.mesh import MeshSpec, validate_mesh
+from parityfuzz.case.plan import Plan
+from parityfuzz.case.model import ModelSpec, validate_model
+from parityfuzz.case.training import Delay, TrainSpec, validate_delays, validate_train
 
 SCHEMA = 2
 
@@ -71,13 +71,13 @@ class Case:
 
     def system_name(self) -> str:
         """The system under test: the case's own, or its family's."""
-        from fuzz import families
+        from parityfuzz import families
 
         return self.system or families.get(self.family).system
 
     def reference_name(self) -> str:
         """The reference: the case's own, or the one its family's rule picks."""
-        from fuzz import families
+        from parityfuzz import families
 
         return self.reference or families.get(self.family).reference(self)
 
@@ -111,7 +111,7 @@ class Case:
     # ---- validation
     def validate(self) -> Case:
         """Raise :class:`CaseError` naming the first offending field; return self."""
-        from fuzz import families
+        from parityfuzz import families
 
         check(self.schema == SCHEMA, "schema", f"must be {SCHEMA}")
         check(0 <= self.seed < 2**32, "seed", f"must be in [0, 2**32), got {self.seed}")
@@ -146,7 +146,7 @@ class Case:
     def features(self) -> frozenset[str]:
         """Feature tags of this case (for coverage counts and Hypothesis ``event()``): the generic ones and
         its family's."""
-        from fuzz import families
-        from fuzz.case.features import generic_features
+        from parityfuzz import families
+        from parityfuzz.case.features import generic_features
 
         return frozenset(generic_features(self) | families.get(self.family).features(self))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuzz.case.checkpoint import checkpoint_features
+from parityfuzz.case.checkpoint import checkpoint_features
 
 if TYPE_CHECKING:
-    from fuzz.case.core import Case
+    from parityfuzz.case.core import Case
 
 
 def generic_features(case: Case) -> set[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuzz.case.errors import check
+from parityfuzz.case.errors import check
 
 #: Every axis a mesh may have, outermost first.
 AXES = ("pp", "dp_replicate", "dp_shard", "tp")

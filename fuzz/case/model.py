@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from fuzz.case.errors import check as _check
+from parityfuzz.case.errors import check as _check
 
 #: Leaf kinds and the widths they need.  Containers hold ``children``.
 LEAF_KINDS = ("linear", "act", "layernorm", "rmsnorm", "mlp", "attention", "dropout", "scale")

@@ -21,9 +21,9 @@ import copy
 import json
 from typing import Any, Callable, Iterator
 
-from fuzz.case.core import Case
-from fuzz.case.errors import CaseError
-from fuzz.case.model import Node, child_names
+from parityfuzz.case.core import Case
+from parityfuzz.case.errors import CaseError
+from parityfuzz.case.model import Node, child_names
 
 #: Fields that identify a case rather than configure it: never reset.
 _KEPT = {"schema", "seed", "family", "world_size"}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuzz.case.errors import check
-from fuzz.case.model import ModelSpec, under
+from parityfuzz.case.errors import check
+from parityfuzz.case.model import ModelSpec, under
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 ZERO_GRAD_MODES = ("none", "zeros", "alternate")

@@ -11,15 +11,15 @@ from __future__ import annotations
 import importlib
 import os
 
-from fuzz.case import Case
+from parityfuzz.case import Case
 
 #: Way -> module holding its ``save_<way>`` and ``load_<way>`` functions.
 REGISTRY = {
-    "dcp": "fuzz.checkpoint.dcp",
-    "full": "fuzz.checkpoint.dcp",
-    "fsdp1_full": "fuzz.checkpoint.fsdp1",
-    "fsdp1_sharded": "fuzz.checkpoint.fsdp1",
-    "fsdp1_local": "fuzz.checkpoint.fsdp1",
+    "dcp": "parityfuzz.checkpoint.dcp",
+    "full": "parityfuzz.checkpoint.dcp",
+    "fsdp1_full": "parityfuzz.checkpoint.fsdp1",
+    "fsdp1_sharded": "parityfuzz.checkpoint.fsdp1",
+    "fsdp1_local": "parityfuzz.checkpoint.fsdp1",
 }
 
 
@@ -32,7 +32,7 @@ def save(system, case: Case, directory: str, trusted: bool = False) -> list[tupl
     the system under test, the trusted path for a reference.  The system under test also leaves a snapshot
     of its full state, which the load is checked against.  Returns the invariants the save broke
     (:func:`fuzz.checkpoint.invariants.take`)."""
-    from fuzz.checkpoint import invariants, trusted as trusted_path
+    from parityfuzz.checkpoint import invariants, trusted as trusted_path
 
     os.makedirs(directory, exist_ok=True)
     invariants.take()
@@ -48,7 +48,7 @@ def save(system, case: Case, directory: str, trusted: bool = False) -> list[tupl
 def load(system, case: Case, directory: str, trusted: bool = False) -> list[tuple]:
     """Load what :func:`save` left in ``directory`` into a fresh ``system`` of the resumed case; for the system
     under test, check the loaded state against the saved snapshot.  Returns the invariants the load broke."""
-    from fuzz.checkpoint import invariants, trusted as trusted_path
+    from parityfuzz.checkpoint import invariants, trusted as trusted_path
 
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"checkpoint directory {directory} is missing: nothing was saved there")

@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      get_optimizer_state_dict, get_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict, set_state_dict)
 
-from fuzz.checkpoint.invariants import check_saved
+from parityfuzz.checkpoint.invariants import check_saved
 
 FULL_FILE = "full.pt"
 

@@ -21,8 +21,8 @@ from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardedOptimStateDictConfig, ShardedStateDictConfig, StateDictType
 
-from fuzz.checkpoint.dcp import FULL_FILE
-from fuzz.checkpoint.invariants import check_saved
+from parityfuzz.checkpoint.dcp import FULL_FILE
+from parityfuzz.checkpoint.invariants import check_saved
 
 
 def save_fsdp1_full(system, case, directory: str) -> None:

@@ -2,10 +2,10 @@
 (:mod:`.stats`), how soak rounds treat failures already found (:mod:`.soak`), failures as exceptions and
 records (:mod:`.outcomes`)."""
 
-from fuzz.engine.fuzzer import Fuzzer, FuzzOptions, hypothesis_settings, interrupt_requested
-from fuzz.engine.outcomes import CaseFailed, Failure
-from fuzz.engine.soak import Found, already_found, precondition, simplest_features
-from fuzz.engine.stats import TargetStats
+from parityfuzz.engine.fuzzer import Fuzzer, FuzzOptions, hypothesis_settings, interrupt_requested
+from parityfuzz.engine.outcomes import CaseFailed, Failure
+from parityfuzz.engine.soak import Found, already_found, precondition, simplest_features
+from parityfuzz.engine.stats import TargetStats
 
 __all__ = ["CaseFailed", "Failure", "Found", "FuzzOptions", "Fuzzer", "TargetStats", "already_found",
            "hypothesis_settings", "interrupt_requested", "precondition", "simplest_features"]

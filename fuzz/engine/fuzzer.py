@@ -37,16 +37,16 @@ from hypothesis import HealthCheck, Phase, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from fuzz import corpus
-from fuzz.case import Case
-from fuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
-from fuzz.engine.reduce import Reduction, reduce_failure
-from fuzz.engine.soak import Found, already_found, precondition, simplest_features
-from fuzz.engine.stats import TargetStats
-from fuzz.executor import Executor
-from fuzz.known import known_bug
-from fuzz.verdict import PASS, Verdict
-from fuzz.verify import check, locate
+from parityfuzz import corpus
+from parityfuzz.case import Case
+from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
+from parityfuzz.engine.reduce import Reduction, reduce_failure
+from parityfuzz.engine.soak import Found, already_found, precondition, simplest_features
+from parityfuzz.engine.stats import TargetStats
+from parityfuzz.executor import Executor
+from parityfuzz.known import known_bug
+from parityfuzz.verdict import PASS, Verdict
+from parityfuzz.verify import check, locate
 
 
 #: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer
@@ -321,7 +321,7 @@ class Fuzzer:
     def report(self) -> dict:
         import torch
 
-        from fuzz import __version__
+        from parityfuzz import __version__
 
         targets = {n: s.to_dict() for n, s in self.targets.items()}
         verdicts: Counter = Counter()

@@ -11,9 +11,9 @@ try:
 except NameError:  # Python 3.10: the backport Hypothesis depends on
     from exceptiongroup import BaseExceptionGroup
 
-from fuzz.case import Case
-from fuzz.engine.reduce import Reduction
-from fuzz.verdict import Verdict
+from parityfuzz.case import Case
+from parityfuzz.engine.reduce import Reduction
+from parityfuzz.verdict import Verdict
 
 
 class CaseFailed(AssertionError):

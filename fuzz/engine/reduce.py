@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fuzz.case import Case
-from fuzz.case.reduce import simplifications
-from fuzz.verdict import Verdict
+from parityfuzz.case import Case
+from parityfuzz.case.reduce import simplifications
+from parityfuzz.verdict import Verdict
 
 
 @dataclass

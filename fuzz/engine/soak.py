@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, Verbosity, find, settings
 from hypothesis import strategies as st
 
-from fuzz.case import Case
-from fuzz.verdict import PASS, Verdict
+from parityfuzz.case import Case
+from parityfuzz.verdict import PASS, Verdict
 
 
 def simplest_features(strategy: st.SearchStrategy[Case]) -> frozenset[str]:

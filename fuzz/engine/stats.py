@@ -6,9 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from fuzz.case import Case
-from fuzz.engine.outcomes import Failure
-from fuzz.verdict import Verdict
+from parityfuzz.case import Case
+from parityfuzz.engine.outcomes import Failure
+from parityfuzz.verdict import Verdict
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import tempfile
 
-from fuzz.case import Case
-from fuzz.executor.pool import PoolStartError, RankOutcome, RankPool
+from parityfuzz.case import Case
+from parityfuzz.executor.pool import PoolStartError, RankOutcome, RankPool
 
 
 def auto_backend(world_size: int) -> str:

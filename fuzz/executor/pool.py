@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from fuzz.executor.worker import worker_main
+from parityfuzz.executor.worker import worker_main
 
 #: After one rank fails, how long the others get to answer before they count as hung.
 ERROR_GRACE_S = 2.0

@@ -92,10 +92,10 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
     import torch
     import torch.distributed as dist
 
-    from fuzz.case import Case
-    from fuzz.executor.isolation import Snapshot
-    from fuzz.systems import RankContext
-    from fuzz.train import run_system
+    from parityfuzz.case import Case
+    from parityfuzz.executor.isolation import Snapshot
+    from parityfuzz.systems import RankContext
+    from parityfuzz.train import run_system
 
     torch.set_num_threads(1)
     # FSDP2 warns for every wrapped module whose output is a view; our models never modify outputs in place,

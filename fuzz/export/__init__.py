@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import importlib
 
-from fuzz.case import Case
+from parityfuzz.case import Case
 
 #: family -> the module that writes out its plan (``refusal(case)``, ``parts(case)``).
-FAMILIES = {"fsdp2": "fuzz.export.fsdp2", "fsdp2_tp": "fuzz.export.fsdp2_tp", "fsdp1": "fuzz.export.fsdp1",
-            "fsdp1_tp": "fuzz.export.fsdp1_tp", "composable": "fuzz.export.composable", "zero": "fuzz.export.zero"}
+FAMILIES = {"fsdp2": "parityfuzz.export.fsdp2", "fsdp2_tp": "parityfuzz.export.fsdp2_tp", "fsdp1": "parityfuzz.export.fsdp1",
+            "fsdp1_tp": "parityfuzz.export.fsdp1_tp", "composable": "parityfuzz.export.composable", "zero": "parityfuzz.export.zero"}
 
 
 class ExportError(ValueError):
@@ -30,7 +30,7 @@ class ExportError(ValueError):
 
 def refusal(case: Case) -> str | None:
     """Why ``case`` cannot be exported, or None."""
-    from fuzz.export import script
+    from parityfuzz.export import script
 
     if case.system:
         return (f"its system under test is {case.system!r}, not the {case.family} family's (the script writes out "
@@ -42,7 +42,7 @@ def refusal(case: Case) -> str | None:
 
 def export(case: Case, source: str = "") -> str:
     """The script for ``case`` (``source`` names where the case came from, for the script's header)."""
-    from fuzz.export import script
+    from parityfuzz.export import script
 
     why = refusal(case)
     if why:

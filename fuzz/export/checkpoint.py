@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import inspect
 
-from fuzz.case import Case
-from fuzz.case.checkpoint import OPTIONS, reshard_kind
-from fuzz.checkpoint import dcp, fsdp1, invariants, trusted
+from parityfuzz.case import Case
+from parityfuzz.case.checkpoint import OPTIONS, reshard_kind
+from parityfuzz.checkpoint import dcp, fsdp1, invariants, trusted
 
 IMPORTS = ("import shutil\nimport tempfile\nfrom types import SimpleNamespace\n\n"
            "import torch.distributed.checkpoint as dcp\n"

@@ -6,10 +6,10 @@ holding the parameters the plan gives it) as :class:`fuzz.systems.composable.Com
 
 from __future__ import annotations
 
-from fuzz.case import Case
-from fuzz.export import fsdp2
-from fuzz.export.script import Parts
-from fuzz.families.composable import ComposablePlan
+from parityfuzz.case import Case
+from parityfuzz.export import fsdp2
+from parityfuzz.export.script import Parts
+from parityfuzz.families.composable import ComposablePlan
 
 IMPORTS = ("from torch.distributed._composable import checkpoint, replicate\n"
            "from torch.distributed._composable.replicate_with_fsdp import replicate as replicate_fsdp\n"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import inspect
 
-from fuzz.case import Case
-from fuzz.export import fsdp2
-from fuzz.export.model import classes_used
-from fuzz.export.script import Parts
-from fuzz.families.fsdp1 import HYBRID, FSDP1Plan
-from fuzz.systems import fsdp1 as system
+from parityfuzz.case import Case
+from parityfuzz.export import fsdp2
+from parityfuzz.export.model import classes_used
+from parityfuzz.export.script import Parts
+from parityfuzz.families.fsdp1 import HYBRID, FSDP1Plan
+from parityfuzz.systems import fsdp1 as system
 
 IMPORTS = ("import functools\n"
            "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from fuzz.case import Case
-from fuzz.export import fsdp1, fsdp2
-from fuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS, style_source
-from fuzz.export.script import Parts
+from parityfuzz.case import Case
+from parityfuzz.export import fsdp1, fsdp2
+from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS, style_source
+from parityfuzz.export.script import Parts
 
 def refusal(case: Case) -> str | None:
     return fsdp1.refusal(case)

@@ -3,9 +3,9 @@ prefetching, the accumulation switches, as :class:`fuzz.systems.fsdp2.FSDP2Syste
 
 from __future__ import annotations
 
-from fuzz.case import Case
-from fuzz.export.script import Parts
-from fuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
+from parityfuzz.case import Case
+from parityfuzz.export.script import Parts
+from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
 
 IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard\n"
            "from torch.distributed._composable import checkpoint\n"

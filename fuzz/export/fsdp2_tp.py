@@ -4,10 +4,10 @@ zeroing and step under ``implicit_replication()`` (:class:`fuzz.systems.fsdp2_tp
 
 from __future__ import annotations
 
-from fuzz.case import Case
-from fuzz.export import fsdp2
-from fuzz.export.script import Parts
-from fuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.case import Case
+from parityfuzz.export import fsdp2
+from parityfuzz.export.script import Parts
+from parityfuzz.families.fsdp2_tp import Parallelize
 
 LAYOUTS = {"replicate": "Replicate()", "shard_seq": "Shard(1)", "shard_last": "Shard(-1)"}
 IMPORTS = fsdp2.IMPORTS + (

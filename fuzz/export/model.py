@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import inspect
 
-from fuzz import build
-from fuzz.case import Case, Node, child_names
+from parityfuzz import build
+from parityfuzz.case import Case, Node, child_names
 
 #: Node kinds built from a class of :mod:`fuzz.build`, and those classes' own dependencies.
 CLASSES = {"scale": ["Scale"], "mlp": ["MLP"], "attention": ["Attention"], "block": ["Block"],

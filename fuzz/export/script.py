@@ -9,13 +9,13 @@ import json
 import textwrap
 from dataclasses import dataclass
 
-from fuzz import dtypes
-from fuzz.case import Case
-from fuzz.export import checkpoint
-from fuzz.export.model import model_source
-from fuzz.oracle import FLOOR_ULPS, K
-from fuzz.verify import NOISE_SAMPLES
-from fuzz.show import describe_case
+from parityfuzz import dtypes
+from parityfuzz.case import Case
+from parityfuzz.export import checkpoint
+from parityfuzz.export.model import model_source
+from parityfuzz.oracle import FLOOR_ULPS, K
+from parityfuzz.verify import NOISE_SAMPLES
+from parityfuzz.show import describe_case
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ def constants(case: Case) -> str:
     promise = dtypes.promise(case)
     groups = [(tuple(g.paths), g.lr_scale, g.weight_decay) for g in t.groups]
     extra = {"momentum": t.momentum, "nesterov": t.nesterov} if t.optimizer == "sgd" else {}
-    from fuzz.expected import expectation
-    from fuzz.verify import tolerance
+    from parityfuzz.expected import expectation
+    from parityfuzz.verify import tolerance
 
     rows = [
         ("SEED", case.seed, "initial weights; inputs and dropout masks are keyed by it too"),
@@ -159,7 +159,7 @@ def _uses_math(case: Case) -> bool:
 
 def _wrapper_helpers() -> str:
     """The harness's own helpers for case paths through wrappers (checkpoint wrappers, FSDP1 instances)."""
-    from fuzz.systems import base
+    from parityfuzz.systems import base
 
     return "\n\n".join([f"WRAPPER_ATTRS = {base.WRAPPER_ATTRS!r}"] + [
         inspect.getsource(f) for f in (base.case_name, base.resolve, base.holder, base._wrapped, base.unwrap)])

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import inspect
 
-from fuzz.case import Case
-from fuzz.export.fsdp2 import function
-from fuzz.export.script import Parts
-from fuzz.families.zero import ZeroPlan
-from fuzz.systems import zero as system
+from parityfuzz.case import Case
+from parityfuzz.export.fsdp2 import function
+from parityfuzz.export.script import Parts
+from parityfuzz.families.zero import ZeroPlan
+from parityfuzz.systems import zero as system
 
 IMPORTS = "import functools\nfrom torch.distributed.optim import ZeroRedundancyOptimizer\n"
 

@@ -15,12 +15,12 @@ from typing import Callable
 
 #: Family name -> its module in this package.
 REGISTRY = {
-    "fsdp2": "fuzz.families.fsdp2",
-    "fsdp2_tp": "fuzz.families.fsdp2_tp",
-    "fsdp1": "fuzz.families.fsdp1",
-    "fsdp1_tp": "fuzz.families.fsdp1_tp",
-    "zero": "fuzz.families.zero",
-    "composable": "fuzz.families.composable",
+    "fsdp2": "parityfuzz.families.fsdp2",
+    "fsdp2_tp": "parityfuzz.families.fsdp2_tp",
+    "fsdp1": "parityfuzz.families.fsdp1",
+    "fsdp1_tp": "parityfuzz.families.fsdp1_tp",
+    "zero": "parityfuzz.families.zero",
+    "composable": "parityfuzz.families.composable",
 }
 
 

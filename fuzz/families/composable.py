@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuzz.case.core import Case, ExpectedError, Plan
-from fuzz.case.errors import check
-from fuzz.case.model import under
-from fuzz.families import Family
+from parityfuzz.case.core import Case, ExpectedError, Plan
+from parityfuzz.case.errors import check
+from parityfuzz.case.model import under
+from parityfuzz.families import Family
 
 #: The APIs a plan applies: ``replicate`` is the DDP-based one, ``replicate_fsdp`` the FSDP-based one.
 APIS = ("fully_shard", "replicate", "replicate_fsdp", "checkpoint")
@@ -181,5 +181,5 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
 
 
 FAMILY = Family(name="composable", plan_type=ComposablePlan, meshes=MESHES, system="composable",
-                strategy="strategies.composable", reference=reference, validate=validate, features=features,
+                strategy="parityfuzz.strategies.composable", reference=reference, validate=validate, features=features,
                 describe=describe, expected_error=expected_error)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from fuzz import dtypes
-from fuzz.case.core import Case, ExpectedError, Plan
-from fuzz.case.errors import check
-from fuzz.case.model import check_paths, under
-from fuzz.families import Family
-from fuzz.families.fsdp2 import Checkpoint
+from parityfuzz import dtypes
+from parityfuzz.case.core import Case, ExpectedError, Plan
+from parityfuzz.case.errors import check
+from parityfuzz.case.model import check_paths, under
+from parityfuzz.families import Family
+from parityfuzz.families.fsdp2 import Checkpoint
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 HYBRID = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -371,6 +371,6 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
-FAMILY = Family(name="fsdp1", plan_type=FSDP1Plan, meshes=MESHES, system="fsdp1", strategy="strategies.fsdp1",
+FAMILY = Family(name="fsdp1", plan_type=FSDP1Plan, meshes=MESHES, system="fsdp1", strategy="parityfuzz.strategies.fsdp1",
                 reference=reference, validate=validate, features=features, describe=describe, promise=promise,
                 precision=precision, expected_error=expected_error)

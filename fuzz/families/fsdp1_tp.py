@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuzz.case.core import Case
-from fuzz.case.errors import check
-from fuzz.families import Family
-from fuzz.families import fsdp1, fsdp2_tp
-from fuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.case.core import Case
+from parityfuzz.case.errors import check
+from parityfuzz.families import Family
+from parityfuzz.families import fsdp1, fsdp2_tp
+from parityfuzz.families.fsdp2_tp import Parallelize
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 MESHES = (("dp_shard", "tp"),)
@@ -87,5 +87,5 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
 
 
 FAMILY = Family(name="fsdp1_tp", plan_type=FSDP1TPPlan, meshes=MESHES, system="fsdp1_tp",
-                strategy="strategies.fsdp1_tp", reference=reference, validate=validate, features=features,
+                strategy="parityfuzz.strategies.fsdp1_tp", reference=reference, validate=validate, features=features,
                 describe=describe, expected_error=fsdp1.expected_error)

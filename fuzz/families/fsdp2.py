@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from fuzz import dtypes
-from fuzz.case.core import Case, Plan
-from fuzz.case.errors import CaseError, check
-from fuzz.case.model import check_paths
-from fuzz.dtypes import MP_DTYPES
-from fuzz.families import Family
+from parityfuzz import dtypes
+from parityfuzz.case.core import Case, Plan
+from parityfuzz.case.errors import CaseError, check
+from parityfuzz.case.model import check_paths
+from parityfuzz.dtypes import MP_DTYPES
+from parityfuzz.families import Family
 
 
 @dataclass(frozen=True)
@@ -284,5 +284,5 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
 
 
 FAMILY = Family(name="fsdp2", plan_type=FSDP2Plan, meshes=MESHES, system="fsdp2",
-                strategy="strategies.fsdp2", reference=reference,
+                strategy="parityfuzz.strategies.fsdp2", reference=reference,
                 validate=validate, features=features, describe=describe)

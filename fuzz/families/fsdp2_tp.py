@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuzz.case.core import Case
-from fuzz.case.errors import check
-from fuzz.case.model import check_paths, under
-from fuzz.families import Family
-from fuzz.families import fsdp2
+from parityfuzz.case.core import Case
+from parityfuzz.case.errors import check
+from parityfuzz.case.model import check_paths, under
+from parityfuzz.families import Family
+from parityfuzz.families import fsdp2
 
 STYLES = ("colwise", "rowwise", "sequence", "prepare_input", "prepare_output")
 #: Styles that only convert a module's inputs or outputs: such an entry may share its path with one other.
@@ -241,5 +241,5 @@ def describe_styles(case: Case) -> tuple[dict[str, str], list[str]]:
 
 
 FAMILY = Family(name="fsdp2_tp", plan_type=FSDP2TPPlan, meshes=MESHES, system="fsdp2_tp",
-                strategy="strategies.fsdp2_tp", reference=reference,
+                strategy="parityfuzz.strategies.fsdp2_tp", reference=reference,
                 validate=validate, features=features, describe=describe)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuzz.case.core import Case, ExpectedError, Plan
-from fuzz.case.errors import check
-from fuzz.families import Family
+from parityfuzz.case.core import Case, ExpectedError, Plan
+from parityfuzz.case.errors import check
+from parityfuzz.families import Family
 
 OVERLAPS = ("", "hook", "interleaved")
 
@@ -139,6 +139,6 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
-FAMILY = Family(name="zero", plan_type=ZeroPlan, meshes=MESHES, system="zero", strategy="strategies.zero",
+FAMILY = Family(name="zero", plan_type=ZeroPlan, meshes=MESHES, system="zero", strategy="parityfuzz.strategies.zero",
                 reference=reference, validate=validate, features=features, describe=describe,
                 expected_error=expected_error)

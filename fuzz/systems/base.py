@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fuzz.case import Case, TrainSpec
+from parityfuzz.case import Case, TrainSpec
 
 
 @dataclass

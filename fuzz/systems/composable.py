@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from fuzz.families.composable import ComposablePlan
-from fuzz.systems.base import System, optimizer_parts, resolve
-from fuzz.systems.fsdp2 import InvariantViolation
+from parityfuzz.families.composable import ComposablePlan
+from parityfuzz.systems.base import System, optimizer_parts, resolve
+from parityfuzz.systems.fsdp2 import InvariantViolation
 
 
 def _kind(t: torch.Tensor):

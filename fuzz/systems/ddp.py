@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from fuzz.systems.base import System, resolve
+from parityfuzz.systems.base import System, resolve
 
 
 class DDPSystem(System):

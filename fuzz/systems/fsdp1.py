@@ -27,11 +27,11 @@ from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDa
                                     MixedPrecision, ShardingStrategy)
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
 
-from fuzz import build
-from fuzz.families.fsdp1 import HYBRID
-from fuzz.systems.base import System, case_name, holder, resolve
-from fuzz.systems.ddp import DDPSystem
-from fuzz.systems.fsdp2 import apply_checkpoint, dtype
+from parityfuzz import build
+from parityfuzz.families.fsdp1 import HYBRID
+from parityfuzz.systems.base import System, case_name, holder, resolve
+from parityfuzz.systems.ddp import DDPSystem
+from parityfuzz.systems.fsdp2 import apply_checkpoint, dtype
 
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``fuzz.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,

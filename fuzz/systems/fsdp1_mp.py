@@ -48,12 +48,12 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_map
 
-from fuzz.systems.base import System, make_optimizer, make_scheduler
-from fuzz.families.fsdp1 import HYBRID
-from fuzz.systems.fsdp1 import KIND_CLASSES
-from fuzz.systems.masters import MasterCopies
-from fuzz.systems.fsdp2 import dtype
-from fuzz.systems.mp_reference import _cast, divide_factors
+from parityfuzz.systems.base import System, make_optimizer, make_scheduler
+from parityfuzz.families.fsdp1 import HYBRID
+from parityfuzz.systems.fsdp1 import KIND_CLASSES
+from parityfuzz.systems.masters import MasterCopies
+from parityfuzz.systems.fsdp2 import dtype
+from parityfuzz.systems.mp_reference import _cast, divide_factors
 
 
 def units(model: nn.Module, plan) -> set[str]:

@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-from fuzz.systems.base import case_name
-from fuzz.systems.fsdp1 import FSDP1System
-from fuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel
+from parityfuzz.systems.base import case_name
+from parityfuzz.systems.fsdp1 import FSDP1System
+from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel
 
 
 class FSDP1TPSystem(TensorParallel, FSDP1System):

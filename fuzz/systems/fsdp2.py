@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from fuzz.families.fsdp2 import Checkpoint, Wrap
-from fuzz.systems.base import System, resolve
+from parityfuzz.families.fsdp2 import Checkpoint, Wrap
+from parityfuzz.systems.base import System, resolve
 
 
 def apply_checkpoint(model: nn.Module, c: Checkpoint, **kwargs) -> None:

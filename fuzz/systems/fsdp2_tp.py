@@ -17,10 +17,10 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                                                RowwiseParallel, SequenceParallel, loss_parallel, parallelize_module)
 
-from fuzz.families.fsdp2_tp import PREPARE, Parallelize
-from fuzz.systems.base import resolve
-from fuzz.systems.fsdp2 import FSDP2System, InvariantViolation
-from fuzz.systems.mp_reference import MixedPrecisionReference
+from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
+from parityfuzz.systems.base import resolve
+from parityfuzz.systems.fsdp2 import FSDP2System, InvariantViolation
+from parityfuzz.systems.mp_reference import MixedPrecisionReference
 
 LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
 

@@ -40,10 +40,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from fuzz.families.fsdp2 import Wrap
-from fuzz.systems.base import System, make_optimizer, make_scheduler, resolve
-from fuzz.systems.masters import MasterCopies
-from fuzz.systems.fsdp2 import dtype
+from parityfuzz.families.fsdp2 import Wrap
+from parityfuzz.systems.base import System, make_optimizer, make_scheduler, resolve
+from parityfuzz.systems.masters import MasterCopies
+from parityfuzz.systems.fsdp2 import dtype
 
 
 def _cast(to: torch.dtype):

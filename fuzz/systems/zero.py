@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from fuzz.systems.base import make_scheduler, optimizer_parts
-from fuzz.systems.ddp import DDPSystem
-from fuzz.systems.fsdp2 import InvariantViolation
+from parityfuzz.systems.base import make_scheduler, optimizer_parts
+from parityfuzz.systems.ddp import DDPSystem
+from parityfuzz.systems.fsdp2 import InvariantViolation
 
 
 class _ZeroTraining(DDPSystem):

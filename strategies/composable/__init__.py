@@ -15,13 +15,13 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import under
-from strategies.cases import finish
-from strategies.composable.plans import plans
-from strategies.fsdp2.meshes import meshes
-from strategies.meshes import world_sizes
-from strategies.models import models
-from strategies.training import training
+from parityfuzz.case import under
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.composable.plans import plans
+from parityfuzz.strategies.fsdp2.meshes import meshes
+from parityfuzz.strategies.meshes import world_sizes
+from parityfuzz.strategies.models import models
+from parityfuzz.strategies.training import training
 
 
 @st.composite

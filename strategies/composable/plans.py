@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import ModelSpec
-from fuzz.families.composable import EAGER, ComposablePlan, Compose
-from strategies.coins import RARE
+from parityfuzz.case import ModelSpec
+from parityfuzz.families.composable import EAGER, ComposablePlan, Compose
+from parityfuzz.strategies.coins import RARE
 
 #: Which replicate APIs a case may use, in shrinking order.
 REPLICATES = (("replicate_fsdp",), ("replicate",), ("replicate", "replicate_fsdp"))

@@ -28,16 +28,16 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import Case, MeshSpec, ModelSpec, under
-from fuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan, rank_flow_problem
-from fuzz.families.fsdp2 import Checkpoint
-from strategies.cases import finish
-from strategies.coins import RARE
-from strategies.fsdp1.precision import precisions
-from strategies.fsdp2.wrapping import wrappable_paths
-from strategies.meshes import world_sizes
-from strategies.models import models
-from strategies.training import training
+from parityfuzz.case import Case, MeshSpec, ModelSpec, under
+from parityfuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan, rank_flow_problem
+from parityfuzz.families.fsdp2 import Checkpoint
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.coins import RARE
+from parityfuzz.strategies.fsdp1.precision import precisions
+from parityfuzz.strategies.fsdp2.wrapping import wrappable_paths
+from parityfuzz.strategies.meshes import world_sizes
+from parityfuzz.strategies.models import models
+from parityfuzz.strategies.training import training
 
 HSDP = ("dp_replicate", "dp_shard")
 

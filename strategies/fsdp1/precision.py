@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import ModelSpec, TrainSpec
-from fuzz.families.fsdp1 import Precision
+from parityfuzz.case import ModelSpec, TrainSpec
+from parityfuzz.families.fsdp1 import Precision
 
 
 @st.composite

@@ -23,15 +23,15 @@ import dataclasses
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from fuzz.case import Case, MeshSpec
-from fuzz.families.fsdp1 import WRAPPINGS
-from fuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
-from strategies.cases import finish
-from strategies.fsdp1 import call_options, wrapping
-from strategies.fsdp2_tp import transformer_models
-from strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
-from strategies.models import LEAVES, models
-from strategies.training import training
+from parityfuzz.case import Case, MeshSpec
+from parityfuzz.families.fsdp1 import WRAPPINGS
+from parityfuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.fsdp1 import call_options, wrapping
+from parityfuzz.strategies.fsdp2_tp import transformer_models
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
+from parityfuzz.strategies.models import LEAVES, models
+from parityfuzz.strategies.training import training
 
 
 @st.composite

@@ -14,16 +14,16 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import Case
-from strategies.cases import finish
-from strategies.coins import RARE
-from strategies.fsdp2.accumulation import accumulation
-from strategies.fsdp2.meshes import meshes
-from strategies.fsdp2.precision import precision_policies
-from strategies.fsdp2.wrapping import plans
-from strategies.meshes import world_sizes
-from strategies.models import models
-from strategies.training import training
+from parityfuzz.case import Case
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.coins import RARE
+from parityfuzz.strategies.fsdp2.accumulation import accumulation
+from parityfuzz.strategies.fsdp2.meshes import meshes
+from parityfuzz.strategies.fsdp2.precision import precision_policies
+from parityfuzz.strategies.fsdp2.wrapping import plans
+from parityfuzz.strategies.meshes import world_sizes
+from parityfuzz.strategies.models import models
+from parityfuzz.strategies.training import training
 
 
 @st.composite

@@ -15,9 +15,9 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import MeshSpec, TrainSpec
-from fuzz.families.fsdp2 import FSDP2Plan
-from strategies.coins import RARE
+from parityfuzz.case import MeshSpec, TrainSpec
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.strategies.coins import RARE
 
 
 @st.composite

@@ -24,8 +24,8 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import ModelSpec, TrainSpec
-from fuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.case import ModelSpec, TrainSpec
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 
 LOW = ("bfloat16", "float16", "float32")
 

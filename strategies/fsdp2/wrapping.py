@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import MeshSpec, ModelSpec
-from fuzz.families.fsdp2 import CHECKPOINT_APIS, Checkpoint, FSDP2Plan, Prefetch, Wrap
-from strategies.coins import RARE
+from parityfuzz.case import MeshSpec, ModelSpec
+from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, Checkpoint, FSDP2Plan, Prefetch, Wrap
+from parityfuzz.strategies.coins import RARE
 
 
 def reshard_choices(shard_size: int) -> list:

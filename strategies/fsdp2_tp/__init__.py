@@ -21,18 +21,18 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import Case, ModelSpec, Node, TrainSpec
-from fuzz.families.fsdp2_tp import PREPARE, FSDP2TPPlan, nonroot_paths
-from strategies.cases import finish
-from strategies.coins import RARE
-from strategies.fsdp2.accumulation import accumulation
-from strategies.fsdp2.precision import precision_policies
-from strategies.fsdp2.wrapping import plans
-from strategies.fsdp2_tp.meshes import meshes
-from strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
-from strategies.meshes import world_sizes
-from strategies.models import LEAVES, VOCABS, WIDTHS, models
-from strategies.training import training
+from parityfuzz.case import Case, ModelSpec, Node, TrainSpec
+from parityfuzz.families.fsdp2_tp import PREPARE, FSDP2TPPlan, nonroot_paths
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.coins import RARE
+from parityfuzz.strategies.fsdp2.accumulation import accumulation
+from parityfuzz.strategies.fsdp2.precision import precision_policies
+from parityfuzz.strategies.fsdp2.wrapping import plans
+from parityfuzz.strategies.fsdp2_tp.meshes import meshes
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
+from parityfuzz.strategies.meshes import world_sizes
+from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, models
+from parityfuzz.strategies.training import training
 
 
 @st.composite

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzz.case import MeshSpec
-from strategies.meshes import weighted
+from parityfuzz.case import MeshSpec
+from parityfuzz.strategies.meshes import weighted
 
 
 def _divisors(n: int) -> list[int]:

@@ -26,9 +26,9 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import ModelSpec, Node, child_names
-from fuzz.families.fsdp2_tp import PREPARE, Parallelize
-from strategies.coins import RARE
+from parityfuzz.case import ModelSpec, Node, child_names
+from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
+from parityfuzz.strategies.coins import RARE
 
 NORMS = ("layernorm", "rmsnorm")
 #: Parallelize a candidate: two times in three, shrinking toward not.

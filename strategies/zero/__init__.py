@@ -18,13 +18,13 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from fuzz.case import Case, MeshSpec
-from fuzz.families.zero import ZeroPlan
-from strategies.cases import finish
-from strategies.coins import RARE
-from strategies.meshes import world_sizes
-from strategies.models import models
-from strategies.training import training
+from parityfuzz.case import Case, MeshSpec
+from parityfuzz.families.zero import ZeroPlan
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.coins import RARE
+from parityfuzz.strategies.meshes import world_sizes
+from parityfuzz.strategies.models import models
+from parityfuzz.strategies.training import training
 
 
 @st.composite
