@@ -78,6 +78,11 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     assert origin["what"] == "grad" and origin["tensor"].startswith(origin["module"] + "."), origin
     assert "the mismatch begins at step" in out
     assert corpus.load(files[0]).verdict.origin.module == origin["module"]
+    from parityfuzz.report import main as render_report  # the page of this very run
+
+    assert render_report([str(report), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert f"parityfuzz repro {files[0]}" in page and data["failures"][0]["case_tree"].splitlines()[0] in page
 
     assert len(data["failures"]) == 1
     assert data["failures"][0]["bug_signature"] == look_alike.bug_signature()  # it did look alike

@@ -113,6 +113,7 @@ class Fuzzer:
         self.log = log
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
         self.targets: dict[str, TargetStats] = {}
+        self.started = time.monotonic()  # the timeline's zero
 
     def fuzz(self, name: str, strategy: st.SearchStrategy[Case], budget_s: float) -> TargetStats:
         """Fuzz one target for ``budget_s`` seconds of generation.
@@ -182,7 +183,7 @@ class Fuzzer:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
                     best.update(case=case, verdict=verdict)
-                stats.count(case, verdict)
+                stats.count(case, verdict, time.monotonic() - self.started)
                 if found:
                     stats.shrink_runs += 1
                 if verdict.note and verdict.ok:

@@ -13,6 +13,8 @@ except NameError:  # Python 3.10: the backport Hypothesis depends on
 
 from parityfuzz.case import Case
 from parityfuzz.engine.reduce import Reduction
+from parityfuzz.export import refusal
+from parityfuzz.show import describe_case
 from parityfuzz.verdict import Verdict
 
 
@@ -82,6 +84,10 @@ class Failure:
             "reduce_seconds": round(self.reduction.seconds, 2) if self.reduction else 0.0,
             "reduce_steps": list(self.reduction.steps) if self.reduction else [],
             "one_minimal": bool(self.reduction and self.reduction.minimal),
+            "origin_description": None if self.verdict.origin is None else self.verdict.origin.describe(),
+            "world_size": self.case.world_size,
+            "case_tree": describe_case(self.case),
+            "exportable": refusal(self.case) is None,
         }
 
 

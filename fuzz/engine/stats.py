@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from parityfuzz import seedgrids
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
 from parityfuzz.verdict import Verdict
@@ -27,9 +28,12 @@ class TargetStats:
     failures: list[Failure] = field(default_factory=list)
     #: Passing cases whose comparison was cut short, by reason.
     notes: Counter = field(default_factory=Counter)
+    #: ``(seconds since the run began, verdict kind)`` of every case, in order.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
 
-    def count(self, case: Case, verdict: Verdict) -> None:
+    def count(self, case: Case, verdict: Verdict, at: float = 0.0) -> None:
         self.cases += 1
+        self.timeline.append((round(at, 2), verdict.kind))
         self.verdicts[verdict.kind] += 1
         feats = case.features()
         self.features.update(feats)
@@ -42,6 +46,13 @@ class TargetStats:
             return {}
         keys = sorted(k for k in self.features if k.startswith(("ws=", "mesh="))) + ["unsharded", "offload"]
         return {k: self.features[k] / self.cases for k in keys}
+
+    def seed_grids(self) -> dict[str, dict]:
+        """How much of each seed test's grid about this target's families the run covered
+        (:mod:`parityfuzz.seedgrids`)."""
+        combos = list(self.combinations.items())
+        return {g.source: seedgrids.coverage(g, combos) for g in seedgrids.GRIDS
+                if f"family={g.family}" in self.features}
 
     def summary_line(self) -> str:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
@@ -65,6 +76,8 @@ class TargetStats:
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
             "feature_counts": dict(sorted(self.features.items())),
             "pair_counts": dict(sorted(self.pairs.items())),
+            "timeline": [list(x) for x in self.timeline],
+            "seed_grids": self.seed_grids(),
             "failures": [f.to_dict() for f in self.failures],
         }
 

@@ -1,0 +1,89 @@
+"""The HTML report of a run (parityfuzz.report) and the seed tests' grids it shows (parityfuzz.seedgrids)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from parityfuzz import report, seedgrids
+from parityfuzz.case import Delay, MeshSpec
+from parityfuzz.engine.stats import TargetStats
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.verdict import Divergence, Verdict
+from tests.test_case import simple
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI_GROUP = next(g for g in seedgrids.GRIDS if g.source.endswith("test_train_parity_multi_group"))
+
+
+def fsdp2(reshard, *delays: str):
+    plan = FSDP2Plan(wraps=(Wrap("body.0", reshard_after_forward=reshard), Wrap("")))
+    return simple(world_size=4, mesh=MeshSpec((4,)), plan=plan,
+                  delays=tuple(Delay(rank=0, where=w, ms=5) for w in delays)).validate()
+
+
+def test_a_case_lands_on_the_grid_points_its_features_name():
+    cases = [fsdp2(True), fsdp2(2, "all_gather"), fsdp2(2, "all_gather")]
+    cov = seedgrids.coverage(MULTI_GROUP, [(c.features(), 1) for c in cases])
+    assert cov["points"] == 48 and cov["covered"] == 3  # the root's wrap is True too: (True, ...) twice
+    counts = cov["counts"]
+    plain = ("delay_after_forward=False, delay_before_all_gather={}, delay_before_reduce_scatter=False, "
+             "delay_before_optim=False")
+    assert counts["reshard_after_forward=True, " + plain.format(False)] == 1
+    assert counts["reshard_after_forward=2, " + plain.format(True)] == 2
+    assert counts["reshard_after_forward=True, " + plain.format(True)] == 2  # the root of both resharding-2 cases
+    assert "reshard_after_forward=False, " + plain.format(False) in cov["missing"]
+    other_family = simple(plan=FSDP2Plan(wraps=(Wrap(""),))).features() - {"family=fsdp2"} | {"family=fsdp1"}
+    assert seedgrids.coverage(MULTI_GROUP, [(frozenset(other_family), 5)])["covered"] == 0
+
+
+def test_tag_patterns_prefixes_and_conjunctions():
+    assert seedgrids._has(frozenset({"ckpt=composable/before"}), "ckpt=composable/*")
+    assert not seedgrids._has(frozenset({"ckpt_rank0_only"}), "ckpt_rank0_only&ckpt_cpu_offload")
+    assert seedgrids._values(frozenset({"x"}), (("True", "y"), ("False", ""))) == ["False"]
+    assert seedgrids._values(frozenset({"x"}), (("only", "y"),)) == []  # not on this grid at all
+
+
+def run_report(tmp_path) -> dict:
+    stats = TargetStats("fsdp2")
+    for i, case in enumerate([fsdp2(True), fsdp2(False, "before_step"), fsdp2(2)]):
+        stats.count(case, Verdict("pass") if i else Verdict("mismatch", Divergence(step=0, what="grad",
+                                                                                  tensor="body.0.weight", max_abs=1, max_rel=1)), at=i * 2.5)
+    finding = {"target": "fsdp2", "verdict_kind": "mismatch", "case_id": "abc123", "description": "a <bad> grad",
+               "corpus_file": str(tmp_path / "corpus/fsdp2/abc123.json"), "world_size": 2, "exportable": True,
+               "case_tree": "model <- fully_shard", "origin_description": "begins at step 0 in body.0",
+               "first_divergence": {"tensor": "body.0.weight"}, "cases_to_find": 1, "seconds_to_find": 0.5}
+    return {"parityfuzz_version": "0", "torch_version": "2", "fuzz_seed": 7, "world_sizes": [2], "cases_run": 3,
+            "verdicts": {"pass": 2, "mismatch": 1}, "targets": {"fsdp2": stats.to_dict()}, "failures": [finding]}
+
+
+def test_the_page_shows_targets_timeline_grids_heatmap_and_findings(tmp_path):
+    data = run_report(tmp_path)
+    assert data["targets"]["fsdp2"]["timeline"] == [[0.0, "mismatch"], [2.5, "pass"], [5.0, "pass"]]
+    page = report.render(data)
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page  # self-contained
+    assert page.count("<svg") == 2  # the timeline and the heatmap
+    # (True), (False and the root True, each with before_step), (2 and the root True): 4 points
+    assert re.search(r"test_train_parity_multi_group</td><td>4 / 48", page)
+    assert "a &lt;bad&gt; grad" in page and "begins at step 0 in body.0" in page  # escaped text
+    assert f"parityfuzz export {tmp_path}/corpus/fsdp2/abc123.json -o repro.py &amp;&amp; torchrun " \
+           "--nproc-per-node=2 repro.py" in page
+    # one red bar segment for the mismatch, in the first slice of the timeline
+    assert re.search(r'<rect x="34.0" [^>]*fill="#e53935"><title>1 mismatch</title>', page)
+
+
+def test_the_command_writes_the_page_and_names_a_bad_file_and_field(tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(run_report(tmp_path)))
+    out = tmp_path / "report.html"
+    ok = subprocess.run([sys.executable, "-m", "parityfuzz.report", str(run), "-o", str(out)], capture_output=True,
+                        text=True, timeout=60)
+    assert ok.returncode == 0 and out.read_text().count("<svg") == 2, ok.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"targets": {}, "failures": [], "verdicts": {}}))
+    result = subprocess.run([sys.executable, "-m", "parityfuzz.report", str(bad), "-o", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "bad.json" in result.stderr and "'cases_run'" in result.stderr
