@@ -1,8 +1,12 @@
 """pytest integration: options, Hypothesis profiles, the fuzz session, the summary and the report.
 
-Loaded by the repository's ``conftest.py``.  Options (see DESIGN.md's contract):
+Loaded by its ``pytest11`` entry point wherever parityfuzz is installed.  Options (see DESIGN.md's contract):
 ``--fuzz-budget``, ``--shrink-budget``, ``--reduce-budget``, ``--corpus-dir``, ``--world-sizes``,
-``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``.
+``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``, ``--fuzz-db``.
+
+Under pytest-xdist (``pytest -n 4 fuzz/``) each worker fuzzes its share of the targets on its own ranks, every
+target getting the share of ``--fuzz-budget`` it would get if the targets were spread evenly over the workers (the
+budget stays wall-clock); the workers' reports come back to the controller, which prints and writes one.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fuzz-report", metavar="PATH", default=None, help="write a JSON summary of the run here")
     g.addoption("--case-timeout", metavar="SECONDS", default=None,
                 help="per-case timeout (default: scaled with the case's steps and world size)")
+    g.addoption("--fuzz-db", metavar="DIR|redis://HOST:PORT", default=None,
+                help="Hypothesis's example database shared with other fuzzers (a directory every one of them sees, "
+                     "or Redis): a failure one found replays first in the others")
     g.addoption("--fuzz-max-cases", metavar="N", default=None,
                 help="stop each target after N cases whatever the budget says (with --fuzz-seed: the same run on "
                      "any machine)")
@@ -88,8 +95,17 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
     corpus_dir = Path(corpus_raw) if corpus_raw else Path(config.rootpath) / "corpus"
     if corpus_raw and not corpus_dir.is_dir():
         raise pytest.UsageError(f"--corpus-dir: {corpus_raw!r} is not a directory")
+    database = get("fuzz_db") or ""
+    if database:
+        from parityfuzz.engine.database import DatabaseError, open_database
+
+        try:
+            open_database(database)
+        except (DatabaseError, OSError) as e:
+            raise pytest.UsageError(f"--fuzz-db: {e}") from None
     return FuzzOptions(budget_s=budget, shrink_budget_s=shrink, corpus_dir=corpus_dir, world_sizes=world_sizes,
-                       seed=seed, case_timeout_s=timeout, max_cases=max_cases, reduce_budget_s=reduce)
+                       seed=seed, case_timeout_s=timeout, max_cases=max_cases, reduce_budget_s=reduce,
+                       database=database)
 
 
 class FuzzSession:
@@ -132,7 +148,10 @@ class FuzzSession:
             reporter.write_line(f"[parityfuzz] {message}")
 
     def next_budget(self) -> float:
-        """An even share of what is left of the generation budget for the next target."""
+        """An even share of what is left of the generation budget for the next target (under xdist, of the
+        budget times the workers: they run side by side)."""
+        if _xdist_worker():
+            return min(self.options.budget_s, self.options.budget_s * _xdist_workers() / max(1, self.targets_total))
         left_targets = max(1, self.targets_total - self.targets_done)
         return max(0.0, (self.options.budget_s - self.budget_used) / left_targets)
 
@@ -184,6 +203,29 @@ def format_failure(f) -> str:
 
 
 _SESSION = pytest.StashKey[FuzzSession]()
+#: Under xdist, on the controller: each worker's run report, by worker id.
+_WORKER_REPORTS = pytest.StashKey[dict]()
+
+
+def _xdist_worker() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _xdist_workers() -> int:
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+
+
+class _XdistController:
+    """On the xdist controller: collects each worker's report as the worker shuts down."""
+
+    def __init__(self, reports: dict):
+        self.reports = reports
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        report = getattr(node, "workeroutput", {}).get("parityfuzz_report")
+        if report:
+            self.reports[node.gateway.id] = json.loads(report)
 
 
 def _interrupt(signum, frame):
@@ -203,6 +245,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config.stash[_SESSION] = FuzzSession(config)
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.stash[_WORKER_REPORTS] = {}
+        config.pluginmanager.register(_XdistController(config.stash[_WORKER_REPORTS]), "parityfuzz-xdist")
+
+
+def pytest_sessionfinish(session) -> None:
+    """An xdist worker hands its run report to the controller."""
+    fuzz = session.config.stash.get(_SESSION, None)
+    if hasattr(session.config, "workeroutput") and fuzz is not None and fuzz._fuzzer is not None:
+        session.config.workeroutput["parityfuzz_report"] = json.dumps(fuzz.fuzzer.report())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items) -> None:
@@ -227,6 +279,10 @@ def fuzz_session(request) -> FuzzSession:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    workers = config.stash.get(_WORKER_REPORTS, None)
+    if workers:
+        _summarize_workers(terminalreporter, config, workers)
+        return
     session = config.stash.get(_SESSION, None)
     if session is None or (session._fuzzer is None and not config.getoption("fuzz_report")):
         return
@@ -254,4 +310,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if report_path:
         Path(report_path).parent.mkdir(parents=True, exist_ok=True)
         Path(report_path).write_text(json.dumps(fuzzer.report(), indent=2) + "\n")
+        tr.write_line(f"report written to {report_path}")
+
+
+def _summarize_workers(tr, config, reports: dict) -> None:
+    """The controller's summary of an xdist run: each target's figures and the merged report."""
+    from parityfuzz.engine.merge import merge_reports
+
+    merged = merge_reports(reports)
+    tr.section("parityfuzz")
+    seeds = ", ".join(f"{w} {s}" for w, s in merged["worker_seeds"].items())
+    tr.write_line(f"{len(reports)} workers, fuzz seeds {seeds} (a target's run depends on its seed alone: rerun "
+                  "one with --fuzz-seed=N -k TARGET)")
+    for name, t in merged["targets"].items():
+        verdicts = ", ".join(f"{n} {k}" for k, n in sorted(t["verdicts"].items())) or "none"
+        tr.write_line(f"{name}: {t['cases']} cases ({verdicts}), {t['generate_seconds']:.1f}s generating")
+    for f in merged["failures"]:
+        tr.write_line(f"  FAILURE {f['description']}", red=True)
+        tr.write_line(f"    corpus file: {f['corpus_file']}  (replay: parityfuzz repro {f['corpus_file']})")
+    report_path = config.getoption("fuzz_report")
+    if report_path:
+        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(report_path).write_text(json.dumps(merged, indent=2) + "\n")
         tr.write_line(f"report written to {report_path}")

@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 
 from parityfuzz import corpus
 from parityfuzz.case import Case
+from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
 from parityfuzz.engine.reduce import Reduction, reduce_failure
 from parityfuzz.engine.soak import Found, already_found, precondition, simplest_features
@@ -79,6 +80,9 @@ class FuzzOptions:
     max_reduce_runs: int | None = None
     #: Say where each recorded mismatch begins (:func:`fuzz.verify.locate`: one probed re-run per failure).
     locate: bool = True
+    #: Hypothesis's example database shared with other fuzzers (:mod:`parityfuzz.engine.database`): a directory
+    #: or a ``redis://`` URL; "" for none.
+    database: str = ""
 
 
 #: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
@@ -89,17 +93,18 @@ class FuzzOptions:
 ROUND_CASES = 250
 
 
-def hypothesis_settings() -> settings:
+def hypothesis_settings(database=None) -> settings:
     """The current Hypothesis profile (its verbosity, ``report_multiple_bugs``, ...), opened up for budgeted
-    fuzzing in rounds of :data:`ROUND_CASES`."""
+    fuzzing in rounds of :data:`ROUND_CASES`; with a shared ``database`` each round first replays what it holds."""
     parent = settings()
     return settings(
         parent,
         max_examples=ROUND_CASES,
         deadline=None,
-        database=None,
+        database=database,
         derandomize=False,
-        phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
+        phases=((Phase.reuse,) if database is not None else ()) + (Phase.explicit, Phase.generate, Phase.target,
+                                                                   Phase.shrink),
         suppress_health_check=list(HealthCheck),
     )
 
@@ -114,6 +119,7 @@ class Fuzzer:
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
         self.targets: dict[str, TargetStats] = {}
         self.started = time.monotonic()  # the timeline's zero
+        self.database = open_database(options.database) if options.database else None
 
     def fuzz(self, name: str, strategy: st.SearchStrategy[Case], budget_s: float) -> TargetStats:
         """Fuzz one target for ``budget_s`` seconds of generation.
@@ -207,8 +213,10 @@ class Fuzzer:
             if not verdict.ok:
                 raise FAILURE_TYPES[verdict.kind](case, verdict)
 
-        test = hypothesis_settings()(given(strategy)(prop))
-        test = hypothesis_seed(seed)(test)
+        prop._hypothesis_internal_add_digest = f"parityfuzz target {name}".encode()  # its own database key
+        # The seed first: Hypothesis's @seed turns the database off, and our settings, applied over it, turn the
+        # shared one back on (a seeded run then also replays what the other fuzzers found).
+        test = hypothesis_settings(self.database)(hypothesis_seed(seed)(given(strategy)(prop)))
         failures: list[CaseFailed] = []
         exhausted = False
         try:
