@@ -10,13 +10,13 @@ from __future__ import annotations
 import tempfile
 
 from parityfuzz.case import Case
+from parityfuzz.executor.devices import local_placement
 from parityfuzz.executor.pool import PoolStartError, RankOutcome, RankPool
 
 
 def auto_backend(world_size: int) -> str:
-    import torch
-
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+    """The backend a pool of this size gets here (:mod:`parityfuzz.executor.devices`)."""
+    return local_placement(world_size).backend
 
 
 def default_timeout(case: Case) -> float:
@@ -50,14 +50,13 @@ class Executor:
             self.restarts += 1
             pool = None
         if pool is None:
-            backend = auto_backend(world_size) if self.backend == "auto" else self.backend
-            pool = self.pools[world_size] = RankPool(world_size, backend)
+            placement = local_placement(world_size, self.backend)
+            pool = self.pools[world_size] = RankPool(world_size, placement.backend, devices=placement.devices)
         return pool
 
     def device_type(self, world_size: int) -> str:
         """The kind of device the ranks of a pool of this size run on: ``cuda`` under NCCL, else ``cpu``."""
-        backend = auto_backend(world_size) if self.backend == "auto" else self.backend
-        return "cuda" if backend == "nccl" else "cpu"
+        return local_placement(world_size, self.backend).device_type
 
     def run(self, case: Case, timeout_s: float | None = None,
             roles: tuple[str, ...] = ("reference", "system")) -> list[RankOutcome]:

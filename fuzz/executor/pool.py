@@ -86,9 +86,11 @@ class RankPool:
     respawn costs (shrinking an error runs dozens of failing candidates).
     """
 
-    def __init__(self, world_size: int, backend: str, start_timeout_s: float = 120.0, pg_timeout_s: float = 300.0):
+    def __init__(self, world_size: int, backend: str, start_timeout_s: float = 120.0, pg_timeout_s: float = 300.0,
+                 devices: tuple[int, ...] = ()):
         self.world_size = world_size
         self.backend = backend
+        self.devices = devices or tuple(range(world_size))  # each rank's CUDA device under NCCL
         self.broken = False
         self.busy = False  # a case is in flight (an interrupt may land mid-case)
         self.dir = tempfile.mkdtemp(prefix=f"parityfuzz-ws{world_size}-")
@@ -100,7 +102,8 @@ class RankPool:
                 parent, child = ctx.Pipe()
                 log = os.path.join(self.dir, f"rank{r}.log")
                 p = ctx.Process(target=worker_main, name=f"parityfuzz-rank{r}", daemon=True,
-                                args=(r, world_size, store, child, backend, log, os.getpid(), pg_timeout_s))
+                                args=(r, world_size, store, child, backend, log, os.getpid(), pg_timeout_s,
+                                      self.devices[r]))
                 p.start()
                 child.close()
                 self.conns.append(parent)

@@ -84,7 +84,7 @@ def _collective_state(ctx) -> dict | None:
 
 
 def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
-                parent_pid: int, pg_timeout_s: float) -> None:
+                parent_pid: int, pg_timeout_s: float, device_index: int = -1) -> None:
     # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
@@ -101,9 +101,11 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
     # FSDP2 warns for every wrapped module whose output is a view; our models never modify outputs in place,
     # and the noise would bury a crashed or hung rank's last words.
     warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+    if backend == "nccl":  # its own GPU (parityfuzz.executor.devices), deterministic kernels
+        torch.cuda.set_device(device_index)
+        device = torch.device("cuda", device_index)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     else:
         device = torch.device("cpu")
     store = dist.FileStore(store_path, world_size)
