@@ -145,11 +145,17 @@ def _fsdp1_no_shard_unit_unused(case: Case) -> bool:
 
 
 def _fsdp1_frozen_instance_unused_in_a_step(case: Case) -> bool:
-    """A gate FSDP1 makes an instance of (or may: a size-based policy), frozen as a whole."""
+    """A gate FSDP1 makes an instance of (or may: a size-based policy), frozen as a whole: the gate itself, or
+    every module with parameters under it."""
     found = units(case)
     frozen = [f.path for f in case.train.frozen]
+
+    def all_frozen(path: str) -> bool:
+        held = [m for m in case.model.param_modules() if under(m, (path,))]
+        return under(path, frozen) or (bool(held) and all(under(m, frozen) for m in held))
+
     return case.plan.use_orig_params and any(
-        n.kind == "gate" and (found is None or p in found) and under(p, frozen) for p, n in case.model.body.walk("body"))
+        n.kind == "gate" and (found is None or p in found) and all_frozen(p) for p, n in case.model.body.walk("body"))
 
 
 def _fsdp1_frozen_tied_weights(case: Case) -> bool:
@@ -221,6 +227,16 @@ def _fully_shard_between_fsdp_replicates(case: Case) -> bool:
     inside = lambda p, q: p != q and under(p, (q,))  # noqa: E731
     return any(a == "replicate_fsdp" and b == "fully_shard" and c == "replicate_fsdp" and inside(p, q) and inside(q, r)
                for p, a in managed.items() for q, b in managed.items() for r, c in managed.items())
+
+
+def _fully_shard_below_a_replicate_root_unused_in_a_later_backward(case: Case) -> bool:
+    """A replicate_with_fsdp root over a fully_shard module that keeps its parameters unsharded after forward and
+    sits out some forwards (a gate at, above or below it), with several microbatches a step."""
+    applies = case.plan.applies
+    gates = [p for p, n in case.model.body.walk("body") if n.kind == "gate"]
+    return (case.train.microbatches > 1 and any(c.path == "" and c.api == "replicate_fsdp" for c in applies)
+            and any(c.api == "fully_shard" and c.path and c.reshard_after_forward is not True
+                    and any(under(c.path, (g,)) or under(g, (c.path,)) for g in gates) for c in applies))
 
 
 def _foreach_zeroing_of_plain_and_dtensor_gradients(case: Case) -> bool:
@@ -402,7 +418,7 @@ KNOWN_BUGS = (
     # next backward fails FSDP1's own check, "expected to be in states [IDLE] but current state is
     # FORWARD_BACKWARD" (standalone: an Embedding, then FSDP(Gate(Linear)) with the Linear frozen, 2 ranks).
     KnownBug("FSDP1 instance with all parameters frozen and unused in a step fails its training-state check",
-             ("corpus/fsdp1/c6461880e9e42683.json",),
+             ("corpus/fsdp1/c6461880e9e42683.json", "corpus/fsdp1/26f293fa4b33b78a.json"),
              _fsdp1_frozen_instance_unused_in_a_step,
              ("error:system:ValueError:torch/distributed/fsdp/_common_utils.py:_assert_in_training_states",),
              families=("fsdp1",)),
@@ -548,6 +564,17 @@ KNOWN_BUGS = (
              ("corpus/composable/0096254cd1970f39.json",),
              _fully_shard_between_fsdp_replicates,
              ("error:system:RuntimeError:torch/distributed/fsdp/_fully_shard/_fsdp_state.py:_lazy_init",),
+             families=("composable",)),
+    # The same root of its own, another symptom (found by a 10-minute soak run, 2026-11-23): a fully_shard
+    # module with reshard_after_forward=False below a replicate_with_fsdp root, used in a step's first backward
+    # and not in a later one (a gate), ends the step with no gradient at all: the later backward sets its
+    # parameters' .grad to None (standalone, one rank: Sequential(Gate(Linear), Linear), fully_shard(model[0],
+    # reshard_after_forward=False), replicate(model), two backwards, the second skipping model[0]).  With
+    # reshard_after_forward=True, or fully_shard at the root, the gradient is kept.
+    KnownBug("replicate_with_fsdp root drops the gradient of a fully_shard module unused in a later backward",
+             ("corpus/composable/84f5e34030cc184f.json",),
+             _fully_shard_below_a_replicate_root_unused_in_a_later_backward,
+             ("mismatch:missing_grad:grad",),
              families=("composable",)),
     # Optimizer.zero_grad(set_to_none=False) with foreach groups the gradients of all parameter groups by device
     # and dtype only (_group_tensors_by_device_and_dtype), so plain and DTensor gradients meet in one
