@@ -3,6 +3,7 @@
     python -m fuzz.bench [--cases N] [--world-sizes 2,4] [--json]
     python -m fuzz.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
     python -m fuzz.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults.py)
+    python -m fuzz.bench --attached [--cases N] [--world-sizes 2] [--json]
 
 The same generated cases (fixed seed) run twice per world size:
 
@@ -25,6 +26,10 @@ open file descriptors after the first case and at the end: they must stay flat.
 rank raising where the model has a LayerNorm) twice with one seed: with pools replaced after every failing
 case, and kept where the ranks' process groups are in step (the default); it prints the shrink time, runs and
 pool restarts of each, and their ratio.
+
+``--attached`` runs the same cases through the local pool and through ranks launched by torchrun on this machine
+and attached to the driver (:mod:`parityfuzz.executor.attach`), pool start-up excluded from both, and prints
+the throughput of each and their ratio.
 """
 
 from __future__ import annotations
@@ -115,6 +120,42 @@ def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
         return time.perf_counter() - start, verdicts
 
 
+def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
+    """:func:`executor_seconds` on ranks launched by one torchrun job on this machine, attached to the driver."""
+    import socket
+    import subprocess
+
+    from parityfuzz.executor import Executor
+    from parityfuzz.verify import check
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    driver = f"127.0.0.1:{port()}"
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc-per-node={world_size}", "-m", "parityfuzz.executor.attach", driver],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    verdicts: dict[str, int] = {}
+    try:
+        with Executor(attach=driver) as ex:
+            ex.pool(world_size)  # start-up excluded
+            start = time.perf_counter()
+            for case in cases:
+                v = check(case, ex)
+                verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
+            seconds = time.perf_counter() - start
+    finally:
+        try:
+            job.wait(60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+    return seconds, verdicts
+
+
 def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
     from parityfuzz.executor import Executor
     from parityfuzz.verify import check
@@ -178,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="check per-rank memory, threads and descriptors stay flat over many cases")
     parser.add_argument("--shrink-errors", action="store_true",
                         help="shrink an error-verdict fault with pools respawned, then kept, after errors")
+    parser.add_argument("--attached", action="store_true",
+                        help="the same cases on the local pool and on torchrun-launched ranks attached to the driver")
     args = parser.parse_args(argv)
     if args.shrink_errors:
         result = shrink_errors(args.seed)
@@ -211,6 +254,23 @@ def main(argv: list[str] | None = None) -> int:
             for r, (b, a) in enumerate(zip(result["before"], result["after"])):
                 print(f"{r:>4} {b['rss_mib']:>15} {a['rss_mib']:>7} {b['threads']:>15} {a['threads']:>6} "
                       f"{b['fds']:>11} {a['fds']:>6}")
+        return 0
+    if args.attached:
+        rows = []
+        for ws in sizes:
+            cases = generate(args.cases, (ws,), args.seed)
+            local_s, local_v = executor_seconds(cases, ws)
+            attached_s, attached_v = attached_seconds(cases, ws)
+            rows.append({"world_size": ws, "cases": len(cases), "local_cases_per_min": 60 * len(cases) / local_s,
+                         "attached_cases_per_min": 60 * len(cases) / attached_s, "ratio": local_s / attached_s,
+                         "same_verdicts": local_v == attached_v, "verdicts": local_v})
+        if args.json:
+            print(json.dumps({"rows": rows}))
+        else:
+            print(f"{'world size':>10} {'cases':>6} {'local/min':>10} {'attached/min':>13} {'ratio':>6} same verdicts")
+            for r in rows:
+                print(f"{r['world_size']:>10} {r['cases']:>6} {r['local_cases_per_min']:>10.1f} "
+                      f"{r['attached_cases_per_min']:>13.1f} {r['ratio']:>6.2f} {r['same_verdicts']}")
         return 0
     rows = []
     for ws in sizes:

@@ -2,7 +2,7 @@
 
 Loaded by its ``pytest11`` entry point wherever parityfuzz is installed.  Options (see DESIGN.md's contract):
 ``--fuzz-budget``, ``--shrink-budget``, ``--reduce-budget``, ``--corpus-dir``, ``--world-sizes``,
-``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``, ``--fuzz-db``.
+``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``, ``--fuzz-db``, ``--fuzz-attach``.
 
 Under pytest-xdist (``pytest -n 4 fuzz/``) each worker fuzzes its share of the targets on its own ranks, every
 target getting the share of ``--fuzz-budget`` it would get if the targets were spread evenly over the workers (the
@@ -53,6 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fuzz-db", metavar="DIR|redis://HOST:PORT", default=None,
                 help="Hypothesis's example database shared with other fuzzers (a directory every one of them sees, "
                      "or Redis): a failure one found replays first in the others")
+    g.addoption("--fuzz-attach", metavar="HOST:PORT", default=None,
+                help="run cases on ranks launched by torchrun (`torchrun ... -m parityfuzz.executor.attach HOST:PORT` "
+                     "on every node) instead of spawning them here; --world-sizes must be torchrun's world size")
     g.addoption("--fuzz-max-cases", metavar="N", default=None,
                 help="stop each target after N cases whatever the budget says (with --fuzz-seed: the same run on "
                      "any machine)")
@@ -95,6 +98,16 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
     corpus_dir = Path(corpus_raw) if corpus_raw else Path(config.rootpath) / "corpus"
     if corpus_raw and not corpus_dir.is_dir():
         raise pytest.UsageError(f"--corpus-dir: {corpus_raw!r} is not a directory")
+    attach = get("fuzz_attach")
+    if attach:
+        from parityfuzz.executor.attach import parse_address
+
+        try:
+            parse_address(attach)
+        except ValueError as e:
+            raise pytest.UsageError(f"--fuzz-attach: {e}") from None
+        if ws_raw is None or len(world_sizes) != 1:
+            raise pytest.UsageError("--fuzz-attach: give --world-sizes=N, the world size of the torchrun job")
     database = get("fuzz_db") or ""
     if database:
         from parityfuzz.engine.database import DatabaseError, open_database
@@ -125,7 +138,8 @@ class FuzzSession:
         if self._executor is None:
             from parityfuzz.executor import Executor
 
-            self._executor = Executor(timeout_s=self.options.case_timeout_s)
+            self._executor = Executor(timeout_s=self.options.case_timeout_s,
+                                      attach=self.config.getoption("fuzz_attach") or "")
         return self._executor
 
     @property

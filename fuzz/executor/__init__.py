@@ -32,8 +32,15 @@ RESOURCE_CEILING = {"threads": 160, "fds": 320, "rss_mib": 2048}
 
 class Executor:
     def __init__(self, backend: str = "auto", timeout_s: float | None = None,
-                 ceiling: dict | None = None, reuse_after_errors: bool = True):
+                 ceiling: dict | None = None, reuse_after_errors: bool = True, attach: str = ""):
         self.backend = backend
+        #: Where ranks launched by torchrun attach (``HOST:PORT``, :mod:`parityfuzz.executor.attach`): then every
+        #: pool is the torchrun job's ranks, never spawned here.
+        self.attachment = None
+        if attach:
+            from parityfuzz.executor.attach import Attachment
+
+            self.attachment = Attachment(attach)
         self.timeout_s = timeout_s
         self.ceiling = dict(RESOURCE_CEILING if ceiling is None else ceiling)
         #: Keep a pool whose ranks all raised errors in step (:class:`RankPool`); False: replace it after any.
@@ -49,13 +56,20 @@ class Executor:
             pool.close()
             self.restarts += 1
             pool = None
+        if pool is None and self.attachment is not None:
+            from parityfuzz.executor.attach import AttachedPool
+
+            pool = self.pools[world_size] = AttachedPool(self.attachment, world_size)
         if pool is None:
             placement = local_placement(world_size, self.backend)
             pool = self.pools[world_size] = RankPool(world_size, placement.backend, devices=placement.devices)
         return pool
 
     def device_type(self, world_size: int) -> str:
-        """The kind of device the ranks of a pool of this size run on: ``cuda`` under NCCL, else ``cpu``."""
+        """The kind of device the ranks of a pool of this size run on: ``cuda`` under NCCL, else ``cpu`` (attached
+        ranks: what they chose on their nodes)."""
+        if self.attachment is not None:
+            return "cuda" if self.pool(world_size).hello[0]["backend"] == "nccl" else "cpu"
         return local_placement(world_size, self.backend).device_type
 
     def run(self, case: Case, timeout_s: float | None = None,
@@ -97,7 +111,7 @@ class Executor:
             else:
                 pool.broken = True
         if not pool.broken and self._over_ceiling(pool):
-            pool.close()
+            pool.recycle()
             del self.pools[world_size]
             self.recycles += 1
         return outcomes
@@ -109,6 +123,8 @@ class Executor:
         for pool in self.pools.values():
             pool.close()
         self.pools.clear()
+        if self.attachment is not None:
+            self.attachment.close()
 
     def __enter__(self) -> Executor:
         return self

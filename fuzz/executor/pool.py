@@ -152,8 +152,7 @@ class RankPool:
         first_failure_at = None
         while pending:
             limit = deadline if first_failure_at is None else min(deadline, first_failure_at + ERROR_GRACE_S)
-            handles = {self.conns[r]: r for r in pending}
-            handles.update({self.procs[r].sentinel: r for r in pending})
+            handles = {h: r for r in pending for h in self._handles(r)}
             ready = wait(list(handles), timeout=max(0.0, limit - time.monotonic()))
             if not ready:
                 break
@@ -175,8 +174,16 @@ class RankPool:
             self._dump_stacks(pending)
             for o in outcomes.values():
                 if o.status in ("crash", "hang"):
-                    o.log = _tail(self.logs[o.rank])
+                    o.log = self._log(o.rank)
         return [outcomes[r] for r in range(self.world_size)]
+
+    def _handles(self, r: int) -> list:
+        """What to wait on for rank ``r``'s answer or death: its connection and its process."""
+        return [self.conns[r], self.procs[r].sentinel]
+
+    def _log(self, r: int) -> str:
+        """The tail of rank ``r``'s output (its stacks, after :meth:`_dump_stacks`)."""
+        return _tail(self.logs[r])
 
     def _collect(self, r: int) -> RankOutcome | None:
         conn, proc = self.conns[r], self.procs[r]
@@ -201,6 +208,10 @@ class RankPool:
                     pass
         if ranks:
             time.sleep(0.3)
+
+    def recycle(self) -> None:
+        """Replace healthy ranks grown past the resource ceiling (:class:`parityfuzz.executor.Executor`)."""
+        self.close()
 
     def close(self, graceful: bool = True) -> None:
         """Stop every rank: ask politely when healthy, then SIGTERM, then SIGKILL."""

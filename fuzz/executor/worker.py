@@ -83,44 +83,39 @@ def _collective_state(ctx) -> dict | None:
         return None
 
 
-def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
-                parent_pid: int, pg_timeout_s: float, device_index: int = -1) -> None:
-    # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent(parent_pid)
-    _redirect_output(log_path)
+def prepare(backend: str, device_index: int):
+    """This process as a rank: one CPU thread, quiet warnings, its device (under NCCL its own GPU,
+    :mod:`parityfuzz.executor.devices`, with deterministic kernels).  Returns the device."""
     import torch
-    import torch.distributed as dist
-
-    from parityfuzz.case import Case
-    from parityfuzz.executor.isolation import Snapshot
-    from parityfuzz.systems import RankContext
-    from parityfuzz.train import run_system
 
     torch.set_num_threads(1)
     # FSDP2 warns for every wrapped module whose output is a view; our models never modify outputs in place,
     # and the noise would bury a crashed or hung rank's last words.
     warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")
-    if backend == "nccl":  # its own GPU (parityfuzz.executor.devices), deterministic kernels
-        torch.cuda.set_device(device_index)
-        device = torch.device("cuda", device_index)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-    else:
-        device = torch.device("cpu")
-    store = dist.FileStore(store_path, world_size)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=pg_timeout_s))
-    ctx = RankContext(rank=rank, world_size=world_size, device=device)
+    if backend != "nccl":
+        return torch.device("cpu")
+    torch.cuda.set_device(device_index)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    return torch.device("cuda", device_index)
+
+
+def serve(conn, ctx, log_path: str) -> bool:
+    """Run the cases the driver sends over ``conn`` until it says stop (returns True) or goes away (False):
+    ``("run", case JSON, roles, job)`` is answered ``("ok", traces)`` or ``("error", details)``.  The protocol of
+    the local pool's ranks and of ranks attached from torchrun (:mod:`parityfuzz.executor.attach`)."""
+    from parityfuzz.case import Case
+    from parityfuzz.executor.isolation import Snapshot
+    from parityfuzz.train import run_system
+
     clean = Snapshot.take()
-    conn.send(("ready", os.getpid()))
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            break
+            return False
         if msg[0] == "stop":
-            break
+            return True
         os.truncate(log_path, 0)
         case, roles = Case.from_json(msg[1]), msg[2]
         job = msg[3] if len(msg) > 3 else {}  # a checkpoint event's segment and scratch directory; probe
@@ -142,9 +137,35 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
             continue
         ctx.release_groups()
         conn.send(("ok", traces))
+
+
+def leave(code: int = 0) -> None:
+    """Leave the process group and exit, skipping the interpreter's teardown (gloo threads can abort it)."""
+    import torch.distributed as dist
+
     try:
         dist.destroy_process_group()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)  # skip interpreter teardown (gloo threads can abort it)
+        os._exit(code)
+
+
+def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
+                parent_pid: int, pg_timeout_s: float, device_index: int = -1) -> None:
+    # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+    _redirect_output(log_path)
+    import torch.distributed as dist
+
+    from parityfuzz.systems import RankContext
+
+    device = prepare(backend, device_index)
+    store = dist.FileStore(store_path, world_size)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=pg_timeout_s))
+    ctx = RankContext(rank=rank, world_size=world_size, device=device)
+    conn.send(("ready", os.getpid()))
+    serve(conn, ctx, log_path)
+    leave(0)
