@@ -209,6 +209,24 @@ def shrink_errors(seed: int, max_shrink_runs: int = 40) -> dict:
     return rows
 
 
+def side_by_side(sizes: list[int], n: int, seed: int, ways) -> list[dict]:
+    """Per world size, the same ``n`` generated cases run both ways (``(name, seconds(cases, world_size) ->
+    (seconds, verdicts))``): each way's cases per minute and seconds, the first's throughput over the second's,
+    and the first way's verdicts (or a note where the two ways' verdicts differ)."""
+    rows = []
+    for ws in sizes:
+        cases = generate(n, (ws,), seed)
+        row = {"world_size": ws, "cases": len(cases)}
+        figures = [(name, *measure(cases, ws)) for name, measure in ways]
+        for name, seconds, _ in figures:
+            row[f"{name}_cases_per_min"], row[f"{name}_seconds"] = 60 * len(cases) / seconds, seconds
+        (_, first_s, first_v), (_, second_s, second_v) = figures
+        row["ratio"] = second_s / first_s
+        row["verdicts"] = first_v if second_v in (None, first_v) else f"differ: {first_v} vs {second_v}"
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=60, help="cases per world size (default 60)")
@@ -255,38 +273,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r:>4} {b['rss_mib']:>15} {a['rss_mib']:>7} {b['threads']:>15} {a['threads']:>6} "
                       f"{b['fds']:>11} {a['fds']:>6}")
         return 0
-    if args.attached:
-        rows = []
-        for ws in sizes:
-            cases = generate(args.cases, (ws,), args.seed)
-            local_s, local_v = executor_seconds(cases, ws)
-            attached_s, attached_v = attached_seconds(cases, ws)
-            rows.append({"world_size": ws, "cases": len(cases), "local_cases_per_min": 60 * len(cases) / local_s,
-                         "attached_cases_per_min": 60 * len(cases) / attached_s, "ratio": local_s / attached_s,
-                         "same_verdicts": local_v == attached_v, "verdicts": local_v})
-        if args.json:
-            print(json.dumps({"rows": rows}))
-        else:
-            print(f"{'world size':>10} {'cases':>6} {'local/min':>10} {'attached/min':>13} {'ratio':>6} same verdicts")
-            for r in rows:
-                print(f"{r['world_size']:>10} {r['cases']:>6} {r['local_cases_per_min']:>10.1f} "
-                      f"{r['attached_cases_per_min']:>13.1f} {r['ratio']:>6.2f} {r['same_verdicts']}")
-        return 0
-    rows = []
-    for ws in sizes:
-        cases = generate(args.cases, (ws,), args.seed)
-        ex_s, verdicts = executor_seconds(cases, ws)
-        bare_s = bare_seconds(cases, ws)
-        rows.append({"world_size": ws, "cases": len(cases), "executor_cases_per_min": 60 * len(cases) / ex_s,
-                     "bare_cases_per_min": 60 * len(cases) / bare_s, "ratio": bare_s / ex_s,
-                     "executor_seconds": ex_s, "bare_seconds": bare_s, "verdicts": verdicts})
+    if args.attached:  # attached throughput / local
+        ways = (("attached", attached_seconds), ("local", executor_seconds))
+    else:  # the share of the bare loop's throughput the harness keeps
+        ways = (("executor", executor_seconds), ("bare", lambda cases, ws: (bare_seconds(cases, ws), None)))
+    rows = side_by_side(sizes, args.cases, args.seed, ways)
     if args.json:
         print(json.dumps({"rows": rows}))
     else:
-        print(f"{'world size':>10} {'cases':>6} {'executor/min':>13} {'bare/min':>9} {'ratio':>6}")
+        (a, _), (b, _) = ways
+        print(f"{'world size':>10} {'cases':>6} {a + '/min':>13} {b + '/min':>13} {'ratio':>6} verdicts")
         for r in rows:
-            print(f"{r['world_size']:>10} {r['cases']:>6} {r['executor_cases_per_min']:>13.1f} "
-                  f"{r['bare_cases_per_min']:>9.1f} {r['ratio']:>6.2f}")
+            print(f"{r['world_size']:>10} {r['cases']:>6} {r[a + '_cases_per_min']:>13.1f} "
+                  f"{r[b + '_cases_per_min']:>13.1f} {r['ratio']:>6.2f} {r['verdicts']}")
     return 0
 
 

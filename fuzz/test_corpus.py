@@ -27,6 +27,11 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("corpus_file", files, ids=[str(p.relative_to(root)) for p in files])
 
 
+#: A known hang is replayed with this timeout (unless --case-timeout says otherwise): a corpus case trains in a
+#: second or two, and waiting out the default timeout (scaled for fuzzed cases) proves nothing more.
+HANG_REPLAY_TIMEOUT_S = 10.0
+
+
 def test_corpus_case(corpus_file, fuzz_session, request):
     try:
         entry = corpus.load(corpus_file)
@@ -36,7 +41,10 @@ def test_corpus_case(corpus_file, fuzz_session, request):
     if case.world_size not in fuzz_session.options.world_sizes:
         pytest.fail(f"{corpus_file}: case needs world size {case.world_size}, outside --world-sizes "
                     f"{','.join(map(str, fuzz_session.options.world_sizes))}", pytrace=False)
-    verdict = check(case, fuzz_session.executor, fuzz_session.options.case_timeout_s)
+    timeout = fuzz_session.options.case_timeout_s
+    if timeout is None and entry.expect == "fail" and entry.verdict is not None and entry.verdict.kind == "hang":
+        timeout = HANG_REPLAY_TIMEOUT_S
+    verdict = check(case, fuzz_session.executor, timeout)
     if entry.expect == "pass":
         if not verdict.ok:
             pytest.fail(f"{corpus_file}: {verdict.describe()}\n\n{describe_case(case)}", pytrace=False)

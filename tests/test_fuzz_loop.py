@@ -117,6 +117,7 @@ def load_profile():
     settings.load_profile(before)
 
 
+@pytest.mark.long  # 56 s (CI time); CI keeps the baseline's determinism (below) and known-bug masking
 def test_soak_profile_goes_on_after_a_failure_and_reports_another_bug(executor, tmp_path, load_profile):
     """Under ``report_multiple_bugs`` (the soak profile) a shrunk failure starts a new round with a fresh
     seed, in which a failure of the same kind (bug signature) in a case meeting the earlier failure's
