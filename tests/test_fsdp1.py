@@ -167,8 +167,12 @@ def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
 
 @pytest.mark.parametrize("fault, shows", [
     ("NoShardOrigParamsGradUnreduced", lambda c: c.plan.sharding == "NO_SHARD" and c.plan.use_orig_params),
-    ("ReducesInParamDtype",
-     lambda c: c.plan.precision.reduce_dtype not in ("", c.plan.precision.compute(dtypes.model_dtype(c)))),
+    # Long form, and an open harness defect: with seed 1 this shrinks to 4 modules in 20 runs alone or after any
+    # other test file, but to 7 modules (every candidate failing, 111 s) after tests/test_cli.py in one session,
+    # in CI twice and here: the same seed shrinking two ways is a nondeterminism still to be found.
+    pytest.param("ReducesInParamDtype",
+                 lambda c: c.plan.precision.reduce_dtype not in ("", c.plan.precision.compute(dtypes.model_dtype(c))),
+                 marks=pytest.mark.long),
     ("HybridSkipsInterAllReduce",
      lambda c: c.plan.sharding == "HYBRID_SHARD" and c.mesh.axis_size("dp_replicate") > 1
      and c.mesh.axis_size("dp_shard") > 1),
