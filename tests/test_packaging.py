@@ -61,7 +61,9 @@ def test_the_console_command_explains_exports_and_replays_a_case(tmp_path):
 
 
 def test_parityfuzz_fuzz_runs_the_shipped_targets_from_any_directory(tmp_path):
+    # a budget the case count, not the clock, bounds (the default 30 s is shared by all seven targets)
     result = parityfuzz("fuzz", "-k", "zero", "--world-sizes=2", "--fuzz-seed=1", "--fuzz-max-cases=2", "-q",
+                        "--fuzz-budget=600",
                         "-p", "no:cacheprovider", cwd=tmp_path, timeout=600)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
