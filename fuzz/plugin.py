@@ -22,6 +22,7 @@ from hypothesis import Verbosity, settings
 
 from parityfuzz import engine
 from parityfuzz.engine import Fuzzer, FuzzOptions
+from parityfuzz.executor.devices import fuzzer_share
 
 DEFAULT_BUDGET_S = 30.0
 DEFAULT_WORLD_SIZES = (1, 2, 4)
@@ -164,8 +165,9 @@ class FuzzSession:
     def next_budget(self) -> float:
         """An even share of what is left of the generation budget for the next target (under xdist, of the
         budget times the workers: they run side by side)."""
-        if _xdist_worker():
-            return min(self.options.budget_s, self.options.budget_s * _xdist_workers() / max(1, self.targets_total))
+        _, workers = fuzzer_share()  # pytest-xdist's workers (1 without xdist)
+        if workers > 1:
+            return min(self.options.budget_s, self.options.budget_s * workers / max(1, self.targets_total))
         left_targets = max(1, self.targets_total - self.targets_done)
         return max(0.0, (self.options.budget_s - self.budget_used) / left_targets)
 
@@ -219,14 +221,6 @@ def format_failure(f) -> str:
 _SESSION = pytest.StashKey[FuzzSession]()
 #: Under xdist, on the controller: each worker's run report, by worker id.
 _WORKER_REPORTS = pytest.StashKey[dict]()
-
-
-def _xdist_worker() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER", "")
-
-
-def _xdist_workers() -> int:
-    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
 
 
 class _XdistController:
