@@ -39,6 +39,9 @@ reference models FSDP1's:
 
 The sharded parameters and the optimizer stay in the model's dtype (masters here); the compute copies are
 re-cast from them after every step, as FSDP1 casts at every all-gather.
+
+The emulation, :class:`FSDP1Precision`, knows nothing of cases (:func:`arguments` derives its arguments from
+one): an exported script copies it by source.
 """
 
 from __future__ import annotations
@@ -48,11 +51,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_map
 
-from parityfuzz.systems.base import System, make_optimizer, make_scheduler
 from parityfuzz.families.fsdp1 import HYBRID
 from parityfuzz.systems.fsdp1 import KIND_CLASSES
-from parityfuzz.systems.masters import MasterCopies
 from parityfuzz.systems.fsdp2 import dtype
+from parityfuzz.systems.masters import EmulatedReference, Masters
 from parityfuzz.systems.mp_reference import _cast, divide_factors
 
 
@@ -97,50 +99,48 @@ class _Unit:
         self.numel = total
 
 
-class FSDP1MixedPrecisionReference(MasterCopies, System):
-    name = "ddp_mp_fsdp1"
+class FSDP1Precision(Masters):
+    """Replicated data parallelism doing what FSDP1's ``MixedPrecision`` promises (the module docstring).
 
-    def setup(self, model: nn.Module) -> None:
-        model = model.to(self.ctx.device)
-        mp = self.case.plan.precision
-        master_dtype = next(model.parameters()).dtype
-        self.compute_dtype = dtype(mp.param_dtype) or master_dtype
-        self.reduce_dtype = dtype(mp.reduce(str(master_dtype).removeprefix("torch.")))
-        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-        self.shard_group = mesh.get_group("dp_shard")
-        self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
-        # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns "switching to
-        # use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a known bug of their own.
-        self.sharded = self.case.plan.sharding != "NO_SHARD" and (
-            dist.get_world_size(self.shard_group) > 1 or self.case.plan.sharding in HYBRID)
-        self.make_copies(model, lambda name: self.compute_dtype)
-        if mp.keep_low_precision_grads or not self.sharded:
+    ``units``: the paths of FSDP1's instances (:func:`units`; ``""`` the root); ``compute_dtype``: the
+    parameters' (``param_dtype``, else the model's); ``reduce_dtype``: the reduction's, resolved
+    (``reduce_dtype``, else ``param_dtype``, else the model's); ``buffer_dtype``: None leaves buffers alone;
+    ``cast_root_inputs``: the root casts its floating-point inputs to ``compute_dtype``; ``sharded``: a sharded
+    strategy over more than one rank (else ``NO_SHARD``'s one gradient); ``align_bytes``: 16 under
+    ``use_orig_params=True`` (each parameter's offset in the flat buffer), else 0; ``no_sync``: the non-last
+    microbatches run under ``no_sync()`` (else every backward reduces).
+    """
+
+    def __init__(self, module: nn.Module, units: list[str], compute_dtype: torch.dtype, reduce_dtype: torch.dtype,
+                 shard_group, replicate_group=None, *, buffer_dtype: torch.dtype | None = None,
+                 cast_root_inputs: bool = False, keep_low_precision_grads: bool = False, sharded: bool = True,
+                 align_bytes: int = 0, no_sync: bool = False):
+        super().__init__(module, lambda name: compute_dtype)
+        self.compute_dtype, self.reduce_dtype = compute_dtype, reduce_dtype
+        self.shard_group, self.replicate_group = shard_group, replicate_group
+        self.keep_low, self.sharded, self.accumulates = keep_low_precision_grads, sharded, no_sync
+        if keep_low_precision_grads or not sharded:
             for master in self.masters.values():
                 master.grad_dtype = None  # a low-precision gradient is kept (or accumulated) there
-        if mp.buffer_dtype:
-            for module in model.modules():
-                for key, b in list(module._buffers.items()):
+        if buffer_dtype:
+            for m in module.modules():
+                for key, b in list(m._buffers.items()):
                     if b is not None and b.is_floating_point():
-                        module._buffers[key] = b.to(dtype(mp.buffer_dtype))
-        if mp.param_dtype and mp.cast_root_forward_inputs:
-            cast = _cast(self.compute_dtype)
-            model.register_forward_pre_hook(lambda m, args: tree_map(cast, args))
-        self.units = self._layout(model)
+                        m._buffers[key] = b.to(buffer_dtype)
+        if cast_root_inputs:
+            cast = _cast(compute_dtype)
+            module.register_forward_pre_hook(lambda m, args: tree_map(cast, args))
+        self.units = self._layout(units, align_bytes // compute_dtype.itemsize)
         self.unsharded: dict[str, torch.Tensor] = {}  # sharded strategies: the accumulated unsharded gradients
-        self._per_call_leaves(model)
-        self.model = model
-        self.optim = make_optimizer(self.case.train, self.masters.items())
-        self.scheduler = make_scheduler(self.case.train, self.optim)
+        self._per_call_leaves(module)
 
-    def _layout(self, model: nn.Module) -> list[_Unit]:
+    def _layout(self, paths: list[str], align: int) -> list[_Unit]:
         """Each instance's flat layout (see the module docstring); instances without parameters left out."""
-        paths = units(model, self.case.plan)
         owned: dict[str, list[str]] = {p: [] for p in sorted(paths)}  # the same order on every rank
         for name in self.compute:  # named_parameters order: module by module, as FSDP1 flattens
             module = name.rpartition(".")[0]
             owner = max((p for p in paths if not p or module == p or module.startswith(p + ".")), key=len)
             owned[owner].append(name)
-        align = 16 // self.compute_dtype.itemsize if self.case.plan.use_orig_params else 0
         shard = dist.get_world_size(self.shard_group)
         return [_Unit(path, names, [self.compute[n].numel() for n in names], align, shard)
                 for path, names in owned.items() if names]
@@ -172,7 +172,7 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
         """Add one call's gradient where FSDP1 accumulates it: the unsharded gradient (sharded strategies), or
         the one gradient ``NO_SHARD`` keeps."""
         if grad.numel():
-            self._local_scales[name] = max(self._local_scales.get(name, 0.0), float(grad.abs().max()))
+            self.local_scales[name] = max(self.local_scales.get(name, 0.0), float(grad.abs().max()))
         if self.sharded:
             held = self.unsharded.get(name)
             self.unsharded[name] = grad.clone() if held is None else held.add_(grad)
@@ -180,11 +180,9 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
             master = self.masters[name]
             master.grad = grad.clone() if master.grad is None else master.grad.add_(grad)
 
-    def forward_backward(self, batch, target, path=None):
-        loss = super().forward_backward(batch, target, path)
-        if self.last or not self.case.plan.no_sync:
+    def finish_backward(self) -> None:
+        if self.syncing or not self.accumulates:
             self._reduce()
-        return loss
 
     def _reduce(self) -> None:
         """Reduce each instance's accumulated gradients where some rank has one of them (zeros for its
@@ -197,7 +195,6 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
         dist.all_reduce(shown)
         shown_names = {n for n, s in zip(names, shown.tolist()) if s}
         pre, post, _ = divide_factors(torch.float16, dist.get_world_size())  # FSDP1 divides so for every dtype
-        keep_low = self.case.plan.precision.keep_low_precision_grads
         for unit in self.units:
             if not shown_names.intersection(unit.names):
                 continue
@@ -212,11 +209,11 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
                 master = self.masters[n]
                 piece = full[offset:offset + master.numel()].view(master.shape)
                 if not self.sharded:  # the reduced gradient is the gradient; upcast unless kept low
-                    master.grad = piece.clone() if keep_low else piece.to(master.dtype)
+                    master.grad = piece.clone() if self.keep_low else piece.to(master.dtype)
                     continue
                 piece = piece.to(master.dtype)
                 master.grad = piece if master.grad is None else master.grad.to(master.dtype).add_(piece)
-                if keep_low:
+                if self.keep_low:
                     master.grad = master.grad.to(self.reduce_dtype)
         self.unsharded.clear()
 
@@ -243,5 +240,27 @@ class FSDP1MixedPrecisionReference(MasterCopies, System):
             out = full
         return out
 
-    def _watch_local_gradients(self) -> None:
-        """Local gradient scales are taken in :meth:`_reduce` (the masters get no autograd gradient)."""
+
+def arguments(case, model: nn.Module) -> dict:
+    """The emulation's arguments for ``case`` (but the module and the process groups), ``model`` built from it."""
+    plan = case.plan
+    mp = plan.precision
+    master_dtype = next(model.parameters()).dtype
+    shard_size = case.mesh.shape[case.mesh.names.index("dp_shard")]
+    return dict(units=sorted(units(model, plan)), compute_dtype=dtype(mp.param_dtype) or master_dtype,
+                reduce_dtype=dtype(mp.reduce(str(master_dtype).removeprefix("torch."))),
+                buffer_dtype=dtype(mp.buffer_dtype), cast_root_inputs=bool(mp.param_dtype and mp.cast_root_forward_inputs),
+                keep_low_precision_grads=mp.keep_low_precision_grads,
+                # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns
+                # "switching to use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a
+                # known bug of their own.
+                sharded=plan.sharding != "NO_SHARD" and (shard_size > 1 or plan.sharding in HYBRID),
+                align_bytes=16 if plan.use_orig_params else 0, no_sync=plan.no_sync)
+
+
+class FSDP1MixedPrecisionReference(EmulatedReference):
+    name = "ddp_mp_fsdp1"
+
+    def emulate(self, model: nn.Module) -> FSDP1Precision:
+        shard, replicate = self.mesh_groups()
+        return FSDP1Precision(model, shard_group=shard, replicate_group=replicate, **arguments(self.case, model))

@@ -20,7 +20,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
 from parityfuzz.systems.base import resolve
 from parityfuzz.systems.fsdp2 import FSDP2System, InvariantViolation
-from parityfuzz.systems.mp_reference import MixedPrecisionReference
+from parityfuzz.systems.mp_reference import FSDP2Precision, MixedPrecisionReference
 
 LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
 
@@ -114,17 +114,10 @@ class FSDP2TPSystem(TensorParallel, FSDP2System):
             raise InvariantViolation("tensor-parallel placements differ from the plan: " + "; ".join(wrong[:5]))
 
 
-class MixedPrecisionTPReference(TensorParallel, MixedPrecisionReference):
-    """The mixed-precision reference of a tensor-parallel case: the same tensor-parallel model (TP is checked
-    against DDP without mixed precision), with FSDP2's policy emulated over the data-parallel ranks.  Each
-    parameter is a DTensor on ``tp``; its compute copy is cast, and its gradient reduced, as its tp-local
-    tensor (as FSDP2 reduces it), then put back on ``tp`` with the parameter's placements."""
-
-    name = "ddp_mp_tp"
-
-    def setup(self, model: nn.Module) -> None:
-        apply_tensor_parallel(model, self.tp_mesh(), self.case.plan.tp)
-        super().setup(model)
+class FSDP2PrecisionTP(FSDP2Precision):
+    """FSDP2's policy emulated over the data-parallel ranks of a tensor-parallel model: each parameter is a
+    DTensor on ``tp``; its compute copy is cast, and its gradient reduced, as its tp-local tensor (as FSDP2
+    reduces it), then put back on ``tp`` with the parameter's placements."""
 
     def local_gradient(self, name: str, grad):
         if not isinstance(grad, DTensor):
@@ -140,6 +133,19 @@ class MixedPrecisionTPReference(TensorParallel, MixedPrecisionReference):
             return local
         return DTensor.from_local(local, master.device_mesh, master.placements, run_check=False,
                                   shape=master.shape, stride=master.stride())
+
+
+class MixedPrecisionTPReference(TensorParallel, MixedPrecisionReference):
+    """The mixed-precision reference of a tensor-parallel case: the same tensor-parallel model (TP is checked
+    against DDP without mixed precision), with FSDP2's policy emulated over the data-parallel ranks
+    (:class:`FSDP2PrecisionTP`)."""
+
+    name = "ddp_mp_tp"
+    emulation = FSDP2PrecisionTP
+
+    def setup(self, model: nn.Module) -> None:
+        apply_tensor_parallel(model, self.tp_mesh(), self.case.plan.tp)
+        super().setup(model)
 
 
 def _expected_placement(style: str, kind: str, name: str):

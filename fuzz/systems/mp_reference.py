@@ -5,8 +5,8 @@ A plain fp32 DDP run is no reference for a bf16 run: the two differ by bf16
 rounding everywhere.  This reference keeps every parameter whole on every rank
 and reproduces the policy's arithmetic, not FSDP2's code:
 
-- Parameter groups are the plan's: a parameter belongs to the deepest wrapped
-  module above it.  Each group has a compute copy of its parameters in its
+- Parameter groups are the ``fully_shard`` calls': a parameter belongs to the deepest
+  wrapped module above it.  Each group has a compute copy of its parameters in its
   ``param_dtype`` and master copies in the model's dtype; the optimizer steps
   the masters and the compute copies are re-cast from them after every step.
 - Forward hooks on each wrapped module cast floating-point inputs to
@@ -26,6 +26,10 @@ and reproduces the policy's arithmetic, not FSDP2's code:
   when that is set (the first unsynchronised gradient is cast up, later ones
   are added to it), else in the compute dtype where autograd accumulates it.
 
+The emulation, :class:`FSDP2Precision`, is a module that knows nothing of cases (the policies are its
+arguments): an exported script copies it by source (:mod:`fuzz.export.precision`).
+:class:`MixedPrecisionReference` trains a case through it.
+
 What remains between this and FSDP2 is summation order inside the collectives
 (reduce-scatter against all-reduce at world size >= 3) and BLAS rounding; the
 oracle's tolerance for the case's least precise dtype covers that.
@@ -40,10 +44,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from parityfuzz.families.fsdp2 import Wrap
-from parityfuzz.systems.base import System, make_optimizer, make_scheduler, resolve
-from parityfuzz.systems.masters import MasterCopies
 from parityfuzz.systems.fsdp2 import dtype
+from parityfuzz.systems.masters import EmulatedReference, Masters
 
 
 def _cast(to: torch.dtype):
@@ -88,49 +90,63 @@ def _register_post_backward(args, kwargs, callback):
 
 
 class _Group:
-    """One wrapped module's parameters: compute copies, masters, policy."""
+    """One ``fully_shard`` call's parameters and policy, as FSDP2 resolves it against the master dtype."""
 
-    def __init__(self, wrap: Wrap, master_dtype: torch.dtype):
-        self.wrap = wrap
+    def __init__(self, policy: dict, master_dtype: torch.dtype):
+        self.path = policy["path"]
         self.names: list[str] = []
-        param = dtype(wrap.param_dtype)
+        self.policy_param_dtype = param = policy.get("param_dtype")
         self.param_dtype = param if param not in (None, master_dtype) else master_dtype
         # FSDP2 drops reduce_dtype when it equals param_dtype (the policy's, before param_dtype is clamped).
-        self.reduce_dtype = None if wrap.reduce_dtype == wrap.param_dtype else dtype(wrap.reduce_dtype)
+        reduce = policy.get("reduce_dtype")
+        self.reduce_dtype = None if reduce == param else reduce
+        self.output_dtype = policy.get("output_dtype")
+        self.cast_forward_inputs = policy.get("cast_forward_inputs", True)
         #: Reduce-scattered local pieces not yet all-reduced (HSDP), by parameter name.
         self.partial: dict[str, torch.Tensor] = {}
 
 
-class MixedPrecisionReference(MasterCopies, System):
-    name = "ddp_mp"
+class FSDP2Precision(Masters):
+    """Replicated data parallelism doing what FSDP2's ``MixedPrecisionPolicy`` promises (the module docstring).
 
-    def setup(self, model: nn.Module) -> None:
-        model = model.to(self.ctx.device)
-        master_dtype = next(model.parameters()).dtype
-        mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-        self.shard_group = mesh.get_group("dp_shard")
-        self.replicate_group = mesh.get_group("dp_replicate") if "dp_replicate" in self.case.mesh.names else None
-        self.groups = [_Group(w, master_dtype) for w in self.case.plan.wraps]
-        by_path = {g.wrap.path: g for g in self.groups}
-        for name, _ in model.named_parameters():
-            by_path[self.case.plan.owner(name.rpartition(".")[0])].names.append(name)
-        self.make_copies(model, lambda name: by_path[self.case.plan.owner(name.rpartition(".")[0])].param_dtype)
+    ``policies``: one dict per ``fully_shard`` call, ``path`` (``""``: the root, always one) and the policy's
+    ``param_dtype``, ``reduce_dtype``, ``output_dtype`` (torch dtypes or None) and ``cast_forward_inputs``.
+    ``unsynced``: the paths whose gradient sync is off on a step's non-last microbatches
+    (``set_requires_gradient_sync(False)``); ``reduce_scatter_unused``: ``set_reduce_scatter_unused_params(True)``;
+    ``no_all_reduce``: HSDP's ``set_requires_all_reduce(False)`` on the non-last microbatches.
+    """
+
+    def __init__(self, module: nn.Module, policies: list[dict], shard_group, replicate_group=None,
+                 unsynced=(), reduce_scatter_unused: bool = False, no_all_reduce: bool = False):
+        master_dtype = next(module.parameters()).dtype
+        self.groups = [_Group(policy, master_dtype) for policy in policies]
+        by_path = {g.path: g for g in self.groups}
+
+        def owner(name):  # the group of the deepest fully_shard'ed module above the parameter
+            path = name.rpartition(".")[0]
+            while path and path not in by_path:
+                path = path.rpartition(".")[0]
+            return by_path[path]
+
+        super().__init__(module, lambda name: owner(name).param_dtype)
+        for name in self.masters:
+            owner(name).names.append(name)
+        self.shard_group, self.replicate_group = shard_group, replicate_group
+        self.unsynced, self.reduce_scatter_unused, self.no_all_reduce = set(unsynced), reduce_scatter_unused, \
+            no_all_reduce
         for g in self.groups:
-            module = resolve(model, g.wrap.path)
+            target = module.get_submodule(g.path)
             # FSDP2 prepends its pre-forward hook: the policy casts inputs before any other pre-hook (a TP style's
             # input preparation), so that style's collectives run in the cast dtype, forward and backward.
-            module.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True, prepend=True)
-            module.register_forward_hook(self._post_forward_hook(g))
+            target.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True, prepend=True)
+            target.register_forward_hook(self._post_forward_hook(g))
         self.accumulated: dict[str, torch.Tensor] = {}
-        self.model = model
-        self.optim = make_optimizer(self.case.train, self.masters.items())
-        self.scheduler = make_scheduler(self.case.train, self.optim)
         self._state: dict[int, str] = {}  # group -> "pre-backward" / "post-backward" in the current backward
 
     def _post_forward_hook(self, g: _Group):
         """Cast outputs to ``output_dtype``; a gradient reaching an output puts the group in pre-backward (as
         FSDP2's pre-backward hook does), so the final callback runs its post-backward again if needed."""
-        cast = _cast(dtype(g.wrap.output_dtype)) if g.wrap.output_dtype else None
+        cast = _cast(g.output_dtype) if g.output_dtype else None
 
         def pre_backward(grad):
             self._state[id(g)] = "pre-backward"
@@ -146,7 +162,7 @@ class MixedPrecisionReference(MasterCopies, System):
         return hook
 
     def _pre_forward_hook(self, g: _Group):
-        cast = _cast(dtype(g.wrap.param_dtype)) if g.wrap.cast_forward_inputs and g.wrap.param_dtype else None
+        cast = _cast(g.policy_param_dtype) if g.cast_forward_inputs and g.policy_param_dtype else None
 
         def hook(module, args, kwargs):
             if cast is not None:
@@ -156,20 +172,17 @@ class MixedPrecisionReference(MasterCopies, System):
             return _register_post_backward(args, kwargs, lambda: self._post_backward(g))
         return hook
 
-    def forward_backward(self, batch, target, path=None):
-        self._state.clear()
-        loss = super().forward_backward(batch, target, path)
-        # FSDP2's final callback: the post-backward of every group not in post-backward (inputs that needed no
-        # gradient; a gradient that reached one of its outputs after its last post-backward).
+    def finish_backward(self) -> None:
+        """FSDP2's final callback: the post-backward of every group not in post-backward (inputs that needed no
+        gradient; a gradient that reached one of its outputs after its last post-backward)."""
         for g in self.groups:
             if self._state.get(id(g)) != "post-backward":
                 self._post_backward(g)
-        return loss
+        self._state.clear()
 
     def _post_backward(self, g: _Group) -> None:
         self._state[id(g)] = "post-backward"
-        plan = self.case.plan
-        sync = self.last or self.case.train.microbatches == 1 or g.wrap.path not in plan.no_sync
+        sync = self.syncing or g.path not in self.unsynced
         acc = self.accumulated
         for name in g.names:
             p = self.compute[name]
@@ -183,8 +196,8 @@ class MixedPrecisionReference(MasterCopies, System):
             return
         # With set_reduce_scatter_unused_params, FSDP2 reduces a zero gradient for every trainable parameter
         # that got none on this rank, so that every rank's reduce-scatter has the same layout.
-        unused = plan.reduce_scatter_unused
-        all_reduce = self.last or not plan.no_all_reduce
+        unused = self.reduce_scatter_unused
+        all_reduce = self.syncing or not self.no_all_reduce
         # A parameter with a held partial sum and no gradient now is reduced with a zero one, so that its sum
         # reaches the all-reduce (what set_requires_all_reduce(False) promises; FSDP2 itself fails there).
         names = [n for n in g.names if n in acc or self.compute[n].grad is not None
@@ -255,3 +268,21 @@ class MixedPrecisionReference(MasterCopies, System):
         dist.all_gather_into_tensor(full, out, group=self.shard_group)
         pieces = full.reshape(n, -1).split(widths, dim=1)
         return [p.reshape(-1)[:x.numel()].reshape(x.shape) for p, x in zip(pieces, grads)]
+
+
+def policies(case) -> list[dict]:
+    """The emulation's ``policies`` argument: the case's ``fully_shard`` calls."""
+    return [{"path": w.path, "param_dtype": dtype(w.param_dtype), "reduce_dtype": dtype(w.reduce_dtype),
+             "output_dtype": dtype(w.output_dtype), "cast_forward_inputs": w.cast_forward_inputs}
+            for w in case.plan.wraps]
+
+
+class MixedPrecisionReference(EmulatedReference):
+    name = "ddp_mp"
+    emulation = FSDP2Precision
+
+    def emulate(self, model: nn.Module) -> FSDP2Precision:
+        plan = self.case.plan
+        shard, replicate = self.mesh_groups()
+        return self.emulation(model, policies(self.case), shard, replicate, unsynced=plan.no_sync,
+                              reduce_scatter_unused=plan.reduce_scatter_unused, no_all_reduce=plan.no_all_reduce)
