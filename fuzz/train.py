@@ -30,17 +30,30 @@ def perturb_gradients(named_params, seed: int, ulps: float = 2.0) -> None:
     """Move every element of every gradient by ``+- ulps * eps`` at its module's scale (the largest gradient
     magnitude among the module's parameters): what another order of summation does.  Unlike the weight
     perturbation it reaches the rounding residue of cancelled elements (an analytically zero gradient, a
-    near-zero one), which Adam's ``eps`` term can amplify to a sizable update."""
+    near-zero one), which Adam's ``eps`` term can amplify to a sizable update.
+
+    A DTensor gradient (a tensor-parallel reference's) is perturbed as the whole tensor it stands for: the signs
+    are drawn for its global shape, alike on every rank, and each rank adds its own placement's part."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    def magnitude(grad):
+        top = grad.abs().max()
+        return top.full_tensor() if isinstance(top, DTensor) else top
+
     grads = [(name, p.grad) for name, p in named_params if p.grad is not None and p.grad.numel()]
     scales: dict[str, torch.Tensor] = {}
     for name, grad in grads:
         key = module_of(name)
-        scales[key] = torch.maximum(scales[key], grad.abs().max()) if key in scales else grad.abs().max()
+        scales[key] = torch.maximum(scales[key], magnitude(grad)) if key in scales else magnitude(grad)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, grad in grads:
             sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
-            grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * scales[module_of(name)].to(grad.dtype))
+            step = sign * (ulps * torch.finfo(grad.dtype).eps) * scales[module_of(name)].to(grad.dtype).cpu()
+            if isinstance(grad, DTensor):
+                grad.add_(distribute_tensor(step.to(grad.device), grad.device_mesh, grad.placements))
+            else:
+                grad.add_(step.to(grad.device))
 
 
 def _counts(comms: CollectiveCounter | None) -> dict:

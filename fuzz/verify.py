@@ -77,7 +77,7 @@ def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Ver
         return verdict
     again = executor.run_segments(case, timeout_s, roles=("perturbed_reference",))
     if len(again) != len(segments) or any(failure_verdict(o) is not None for o in again):
-        return verdict
+        return _unmeasured(verdict, again)
     noise = [[traces(o, "perturbed_reference")] for o in again]
     verdict = verdict_of_segments(case, segments, noise)
     if not _near_miss(verdict):
@@ -85,9 +85,19 @@ def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Ver
     roles = tuple(f"perturbed_reference/{i}" for i in range(1, NOISE_SAMPLES))
     more = executor.run_segments(case, timeout_s, roles=roles)
     if len(more) != len(segments) or any(failure_verdict(o) is not None for o in more):
-        return verdict
+        return _unmeasured(verdict, more)
     return verdict_of_segments(case, segments, [n + [traces(o, role) for role in roles]
                                                 for n, o in zip(noise, more)])
+
+
+def _unmeasured(verdict: Verdict, runs: list[list[RankOutcome]]) -> Verdict:
+    """``verdict``, noting that its noise was not (fully) measured: a perturbed reference run failed (a harness
+    defect: the verdict stands on the rounding floor, or on fewer noise samples, and may be a false alarm)."""
+    failures = [failure_verdict(o) for o in runs]
+    failure = next((f for f in failures if f is not None), None)
+    why = "it did not run on every part" if failure is None else failure.describe().splitlines()[0]
+    note = f"noise not measured: a perturbed reference run failed ({why})"
+    return dataclasses.replace(verdict, note="; ".join(n for n in (verdict.note, note) if n))
 
 
 def verdict_of_segments(case: Case, segments: list[list[RankOutcome]], noises: list | None = None) -> Verdict:

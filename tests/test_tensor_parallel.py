@@ -6,7 +6,7 @@ import pytest
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from parityfuzz.verify import check, verdict_from_outcomes
+from parityfuzz.verify import check, traces, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
@@ -70,6 +70,31 @@ def test_mixed_precision_under_tensor_parallelism_is_emulated_bit_for_bit(execut
     assert check(dataclasses.replace(case, reference="ddp"), executor).kind == "mismatch"
     verdict = check(dataclasses.replace(case, system="tests.faults:ReducesInBf16UnderTP"), executor)
     assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
+
+
+def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executor):
+    """The perturbed reference of an MP case under TP perturbs DTensor gradients (signs drawn for the whole
+    tensor, each rank adding its part): it ran into "mixed torch.Tensor and DTensor" before, and a near miss of
+    such a case was then judged on the rounding floor alone."""
+    import dataclasses
+
+    from parityfuzz import dtypes
+    from parityfuzz.oracle import compare
+    from parityfuzz.verify import tolerance
+
+    case = tp_case(MESHES["dp_shard x tp"], SP)
+    policy = dict(param_dtype="bfloat16", reduce_dtype="float32")
+    case = dataclasses.replace(case, plan=dataclasses.replace(
+        case.plan, wraps=(Wrap("body.4", **policy), Wrap("", **policy)))).validate()
+    outcomes = executor.run(case, roles=("reference", "perturbed_reference"))
+    assert all(o.status == "ok" for o in outcomes), [o.error for o in outcomes if o.status != "ok"]
+    ref, noise = traces(outcomes, "reference"), traces(outcomes, "perturbed_reference")
+    i = ref.index(1)
+    moved = [name for name in ref.names(i, "param")
+             if not (ref.full(i, "param", name).value == noise.full(i, "param", name).value).all()]
+    assert {"body.0.weight", "body.4.fc2.bias"} <= set(moved), moved  # a tp-sharded and a tp-replicated parameter
+    # The perturbed run is itself consistent: every replica's copy perturbed alike (the oracle's replica check).
+    assert compare(noise, noise, dtypes.promise(case), tolerance(case)).ok
 
 
 def test_the_policys_input_cast_comes_before_the_tp_styles_input_hooks(executor):
