@@ -4,7 +4,8 @@ fuzzer's rank does before it sets the faulty system up:
     torchrun --nproc-per-node=N tests/inject_fault.py FAULT CASE.json SCRIPT
 
 Only faults that patch torch itself (``_Injected`` subclasses acting inside FSDP2 or the TP styles) mean
-anything here: the script is plain torch, and the reference it also trains (DDP) goes through none of that code.
+anything here: the script is plain torch, and the reference it also trains (DDP, or the emulation of a
+mixed-precision policy) goes through none of that code.
 """
 
 import os

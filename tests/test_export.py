@@ -2,8 +2,8 @@
 verdict, for the corpus's files and for faults injected inside torch; and a clear refusal for what it cannot
 write out yet.
 
-Each torchrun job costs ~6-9 s on a 2-core machine: CI runs one corpus file and one fault on its hand-written
-case; ``--export-all`` runs every corpus file the export covers (51) and every fault, fuzz-found cases included
+Each torchrun job costs ~6-9 s on a 2-core machine: CI runs three corpus files and one fault on its hand-written
+case; ``--export-all`` runs every corpus file the export covers (79) and every fault, fuzz-found cases included
 (the figures are in the issue notes)."""
 
 from __future__ import annotations
@@ -45,23 +45,32 @@ def exported_corpus() -> list[Path]:
 
 
 def sample(files: list[Path]) -> list[Path]:
-    """CI's share (time): the first fsdp2 mismatch (the script's oracle at work on a real torch bug) and the first
-    mismatch of a checkpoint event (the harness's invariants of a save and load, copied into the script)."""
-    def mismatch(p, checkpointed):
-        entry = corpus.load(p)
-        return entry.verdict.kind == "mismatch" and bool(entry.case.checkpoint) == checkpointed
+    """CI's share (time): the first fsdp2 mismatch without mixed precision (the script's oracle at work on a real
+    torch bug), the first mismatch of a checkpoint event (the harness's invariants of a save and load, copied into
+    the script) and the first FSDP1 file with mixed precision that passes (its reference, the harness's emulation
+    of FSDP1's policy, copied: a plain DDP reference would fail it)."""
+    def entry(p):
+        return corpus.load(p)
 
-    return [next(p for p in files if p.parent.name == "fsdp2" and mismatch(p, False)),
-            next(p for p in files if mismatch(p, True))]
+    def mismatch(p, checkpointed):
+        return entry(p).verdict.kind == "mismatch" and bool(entry(p).case.checkpoint) == checkpointed
+
+    return [next(p for p in files if p.parent.name == "fsdp2" and mismatch(p, False)
+                 and not entry(p).case.mixed_precision()),
+            next(p for p in files if mismatch(p, True)),
+            next(p for p in files if p.parent.name == "fsdp1" and entry(p).case.mixed_precision()
+                 and entry(p).verdict.kind == "pass")]
 
 
 #: Faults inside torch whose fuzz-found case the script must show: (family, fault, world sizes, CI runs it); CI
 #: runs the fault on its hand-written case instead (a fuzz run and two torchrun jobs cost ~15 s each).
-INSIDE_TORCH = [("fsdp2", "UnevenShardGradOff", (2,), False), ("fsdp2_tp", "RowwiseOutputNotReduced", (2,), False),
+INSIDE_TORCH = [("fsdp2", "UnevenShardGradOff", (2,), False), ("fsdp2", "ReducesInBf16", (2,), False),
+                ("fsdp2_tp", "RowwiseOutputNotReduced", (2,), False),
                 ("fsdp1", "NoShardOrigParamsGradUnreduced", (2,), False), ("zero", "ZeroBucketFromWrongRank", (2, 3), False)]
 #: The same on hand-written cases (tests/test_faults_in_fsdp2.FAULTS, tests/test_checkpoint.FAULTS: faults in the
 #: state-dict code, acting at a checkpoint event's load): (fault, CI runs it).
-HAND_WRITTEN = [("UnevenShardGradOff", True), ("ReplicaNotAllReduced", False), ("ShortShardLoadedAtWrongOffset", False),
+HAND_WRITTEN = [("ReducesInBf16", True), ("UnevenShardGradOff", False), ("ReplicaNotAllReduced", False),
+                ("OutputLeftInBf16", False), ("ShortShardLoadedAtWrongOffset", False),
                 ("OptimizerStateOfRenamedParamSwapped", False)]
 
 
@@ -94,8 +103,11 @@ def check_outcome(result: subprocess.CompletedProcess, verdict) -> None:
         assert first["type"] in out and message in out and f", in {function}\n" in out, (first, out[-3000:])
 
 
-def test_the_script_imports_only_torch_and_the_standard_library():
-    path = next(p for p in exported_corpus() if p.parent.name == "fsdp2_tp")
+@pytest.mark.parametrize("kind", ["fsdp2_tp", "fsdp2 mixed precision", "fsdp1 mixed precision"])
+def test_the_script_imports_only_torch_and_the_standard_library(kind):
+    family, _, mixed = kind.partition(" ")
+    path = next(p for p in exported_corpus()
+                if p.parent.name == family and corpus.load(p).case.mixed_precision() == bool(mixed))
     tree = ast.parse(export(corpus.load(path).case))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
@@ -112,14 +124,18 @@ def test_the_plan_is_written_out_as_torch_calls():
 
 
 def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
-    mixed = simple(plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),)), reference="ddp_mp").validate()
-    with pytest.raises(ExportError, match="mixed precision"):
+    from tests.test_tensor_parallel import MESHES, SP, tp_case
+
+    mixed = tp_case(MESHES["dp_shard x tp"], SP)
+    mixed = dataclasses.replace(mixed, plan=dataclasses.replace(
+        mixed.plan, wraps=tuple(dataclasses.replace(w, param_dtype="bfloat16") for w in mixed.plan.wraps))).validate()
+    with pytest.raises(ExportError, match="mixed precision under tensor parallelism"):
         export(mixed)
     path = tmp_path / "case.json"
     path.write_text(mixed.to_json())
     result = subprocess.run([sys.executable, "-m", "fuzz.repro", str(path), "--export", str(tmp_path / "r.py")],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "mixed precision" in result.stderr and not (tmp_path / "r.py").exists()
+    assert result.returncode == 2 and "mixed precision under" in result.stderr and not (tmp_path / "r.py").exists()
     assert "not the fsdp2 family's" in refusal(simple(system="tests.faults:OddLinearGradDrop"))
     resharded = simple(world_size=2, train=TrainSpec(steps=2), checkpoint=Checkpoint(step=1, world_size=1, mesh=MeshSpec((1,))))
     assert "a checkpoint loaded into another world size" in refusal(resharded.validate())

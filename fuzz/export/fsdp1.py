@@ -17,7 +17,7 @@ from parityfuzz.systems import fsdp1 as system
 
 IMPORTS = ("import functools\n"
            "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"
-           "                                    ShardingStrategy)\n"
+           "                                    MixedPrecision, ShardingStrategy)\n"
            "from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, "
            "size_based_auto_wrap_policy\n"
            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
@@ -59,6 +59,8 @@ def kwargs_lines(case: Case, mesh: str = "") -> list[str]:
             f"limit_all_gathers={plan.limit_all_gathers}", f"sync_module_states={plan.sync_module_states}"]
     if plan.offload:
         args.append("cpu_offload=CPUOffload(offload_params=True)")
+    if plan.precision.active():
+        args.append(f"mixed_precision={mixed_precision(plan.precision)}")
     if mesh:
         args.append(f"device_mesh={mesh}")
     elif plan.sharding in HYBRID and plan.hybrid_via == "mesh":
@@ -66,6 +68,15 @@ def kwargs_lines(case: Case, mesh: str = "") -> list[str]:
     elif plan.sharding in HYBRID and plan.hybrid_via == "groups":
         args.append('process_group=(mesh.get_group("dp_shard"), mesh.get_group("dp_replicate"))')
     return ["kwargs = dict(" + ",\n              ".join(args) + ")"]
+
+
+def mixed_precision(mp) -> str:
+    """FSDP1's ``MixedPrecision`` call: the fields that differ from its defaults."""
+    default = type(mp)()
+    fields = [f"{k}=torch.{getattr(mp, k)}" for k in ("param_dtype", "reduce_dtype", "buffer_dtype") if getattr(mp, k)]
+    fields += [f"{k}={getattr(mp, k)}" for k in ("keep_low_precision_grads", "cast_forward_inputs",
+                                                 "cast_root_forward_inputs") if getattr(mp, k) != getattr(default, k)]
+    return f"MixedPrecision({', '.join(fields)})"
 
 
 START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must broadcast rank 0's weights over these

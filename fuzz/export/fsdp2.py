@@ -7,7 +7,7 @@ from parityfuzz.case import Case
 from parityfuzz.export.script import Parts
 from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
 
-IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard\n"
+IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
            "from torch.distributed._composable import checkpoint\n"
            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
            "    apply_activation_checkpointing, checkpoint_wrapper)\n")
@@ -37,7 +37,17 @@ def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:
     kwargs = [f"mesh={mesh}", f"reshard_after_forward={w.reshard_after_forward!r}"]
     if w.offload:
         kwargs.append("offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available())")
+    if w.mixed_precision():
+        kwargs.append(f"mp_policy={mp_policy(w)}")
     return f"fully_shard({_at(w.path)}, {', '.join(kwargs)})"
+
+
+def mp_policy(w: Wrap) -> str:
+    """The policy's constructor call: the fields that differ from its defaults."""
+    fields = [f"{k}=torch.{getattr(w, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(w, k)]
+    if not w.cast_forward_inputs:
+        fields.append("cast_forward_inputs=False")
+    return f"MixedPrecisionPolicy({', '.join(fields)})"
 
 
 def plan_lines(plan: FSDP2Plan, mesh: str = "mesh") -> list[str]:

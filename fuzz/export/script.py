@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from parityfuzz import dtypes
 from parityfuzz.case import Case
-from parityfuzz.export import checkpoint
+from parityfuzz.export import checkpoint, reference
 from parityfuzz.export.model import model_source
 from parityfuzz.oracle import FLOOR_ULPS, K
 from parityfuzz.verify import NOISE_SAMPLES
@@ -43,11 +43,8 @@ class Parts:
 
 
 def refusal(case: Case) -> str | None:
-    """What of the training spec the export does not write out yet, or None."""
-    t = case.train
-    if case.mixed_precision():
-        return "it uses mixed precision (its reference emulates the policy), which the export does not write out yet"
-    return checkpoint.refusal(case)
+    """What of the training spec or the reference the export does not write out yet, or None."""
+    return reference.refusal(case) or checkpoint.refusal(case)
 
 
 def _py(value) -> str:
@@ -121,9 +118,9 @@ def render(case: Case, parts: Parts, source: str = "") -> str:
 
     torchrun --nproc-per-node={case.world_size} {{this file}}
 
-CPU ranks over gloo, or CUDA ranks over NCCL where {case.world_size} GPUs are present.  It trains the reference (DDP),
-the system under test and the reference again from weights perturbed by 2 ulps (NOISE_SAMPLES times: the
-rounding noise), then
+CPU ranks over gloo, or CUDA ranks over NCCL where {case.world_size} GPUs are present.  It trains the reference
+({reference.title(case)}), the system under test and the reference again from weights perturbed by 2 ulps
+(NOISE_SAMPLES times: the rounding noise), then
 compares every rank's loss, every gradient and parameter: present alike, in the promised dtype, equal across
 ranks bit for bit, within K * noise + FLOOR_ULPS * eps * scale of the reference.  Exit code 0: the system under
 test trains like the reference; 1: it does not (the first divergence is printed) or a rank failed.
@@ -134,19 +131,21 @@ The case:
 '''
     body = [
         header,
-        "import contextlib\nimport os\nimport re\nimport sys\nimport time\nfrom datetime import timedelta\n\nimport torch\n"
+        "from __future__ import annotations\n\nimport contextlib\nimport os\nimport re\nimport sys\nimport time\n"
+        "from datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.tensor import DTensor\n"
         "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
-        + parts.imports + checkpoint.imports(case),
+        + parts.imports + reference.imports(case) + checkpoint.imports(case),
         constants(case),
         model_source(case),
         RUNTIME_DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
             (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
              parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
+        reference.source(case),
         checkpoint.source(case),
-        RUNTIME_TRAIN,
+        RUNTIME_TRAIN.replace("$PERTURBATION", _perturbation()),
         RUNTIME_COMPARE,
         RUNTIME_MAIN,
     ]
@@ -154,7 +153,14 @@ The case:
 
 
 def _uses_math(case: Case) -> bool:
-    return any(node.kind == "attention" for _, node in case.model.body.walk("body"))
+    return any(node.kind == "attention" for _, node in case.model.body.walk("body")) or reference.uses_math(case)
+
+
+def _perturbation() -> str:
+    """The harness's perturbations of weights and gradients (what measures the rounding noise), copied."""
+    from parityfuzz import train, trace
+
+    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients))
 
 
 def _wrapper_helpers() -> str:
@@ -241,28 +247,7 @@ RUNTIME_TRAIN = '''
 # ---- training, as the fuzzer's loop does it
 
 
-def perturb(model, seed, ulps=2.0):
-    """Scale every weight by 1 +- ulps * eps: the size of difference two correct systems can make."""
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in model.parameters():
-            sign = torch.randint(0, 2, p.shape, generator=g).to(p.dtype) * 2 - 1
-            p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
-
-
-def perturb_gradients(named, seed, ulps=2.0):
-    """Move every gradient element by +- ulps * eps at its module's scale: another order of summation."""
-    grads = [(n, p.grad) for n, p in named if p.grad is not None and p.grad.numel()]
-    scales = {}
-    for name, grad in grads:
-        key = name.rpartition(".")[0]
-        scales[key] = torch.maximum(scales[key], grad.abs().max()) if key in scales else grad.abs().max()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, grad in grads:
-            sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
-            grad.add_(sign * (ulps * torch.finfo(grad.dtype).eps) * scales[name.rpartition(".")[0]].to(grad.dtype))
-
+$PERTURBATION
 
 def whole(t):
     """``(dtype, the whole tensor as float64 on the CPU)``; a DTensor is gathered (every rank takes part)."""
@@ -314,9 +299,11 @@ def build(role, dp, device, mesh, step=0):
             model = model.to(torch.float64)
         if role.startswith("perturbed"):
             perturb(model, SEED + 7919 * int(role.partition("/")[2]))
-        inner, model = model, ddp(model, device)
-    make = SYSTEM_OPTIMIZER if role == "system" else make_optimizer
-    optim, scheduler = make([(case_name(n), p) for n, p in inner.named_parameters()])
+        inner, model = model, reference(model, device, mesh)
+    if role == "system":
+        optim, scheduler = SYSTEM_OPTIMIZER([(case_name(n), p) for n, p in inner.named_parameters()])
+    else:
+        optim, scheduler = make_optimizer(reference_parameters(model, inner))
     if role == "system":
         delay_collectives()
     return model, inner, optim, scheduler
@@ -329,16 +316,23 @@ def ddp(module, device, **kwargs):
 
 
 def nonroot_backward(role, model, inner, x, y):
-    """A pass through only the module at NONROOT.  The reference (and a system under DDP) bypasses DDP: its
-    gradients are averaged by hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark
-    them used)."""
-    if role == "system" and not isinstance(model, DDP):
+    """A pass through only the module at NONROOT."""
+    if role != "system":
+        return reference_nonroot(model, inner, x, y)
+    if not isinstance(model, DDP):
         with loss_context():
             loss = loss_fn(resolve(model, NONROOT)(x), y)
             sleep("after_forward")
             loss.backward()
         after_backward(model, True)
         return loss.detach()
+    return averaged_nonroot(inner, x, y)
+
+
+def averaged_nonroot(inner, x, y):
+    """A pass through only the module at NONROOT that bypasses DDP (the reference's, a system under DDP's): its
+    gradients are averaged by hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark
+    them used)."""
     module = resolve(inner, NONROOT)
     loss = loss_fn(module(x), y)
     params = [p for p in module.parameters() if p.requires_grad]
@@ -359,6 +353,8 @@ def train(role, dp, device, mesh):
     local, watched = {}, set()
 
     def named():  # asked afresh each time, as a user would: FSDP2 swaps the registered parameters
+        if role != "system":
+            return reference_parameters(model, inner)
         return [(case_name(n), p) for n, p in inner.named_parameters()]
 
     def watch():  # the reference's local gradients: the terms a reduction sums (its rounding is proportional)
@@ -380,7 +376,8 @@ def train(role, dp, device, mesh):
         record = {"at": at_, "loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
                                       torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
                   "grad": gradients(model, named()) if role == "system" else
-                  {name: whole(p.grad) for name, p in named()}, "local": dict(local)}
+                  {name: whole(p.grad) for name, p in named()},
+                  "local": {**local, **(reference_local(model) if role != "system" else {})}}
         local.clear()
         if role.startswith("perturbed"):
             perturb_gradients(named(), SEED * 1009 + len(passes) + 1 + 7919 * int(role.partition("/")[2]))
@@ -393,6 +390,8 @@ def train(role, dp, device, mesh):
                 else:
                     torch.nn.utils.clip_grad_norm_([p for _, p in named() if p.grad is not None], CLIP)
             optim.step()
+        if role != "system":
+            reference_stepped(model)
         if scheduler is not None:
             scheduler.step()
         record["param"] = (parameters(model, named()) if role == "system" else
@@ -412,7 +411,7 @@ def train(role, dp, device, mesh):
             for p in thawed:
                 p.requires_grad_(True)
             if role != "system":
-                model = ddp(inner, device)
+                model = reference_thawed(model, inner, device, mesh)
             elif isinstance(model, DDP):  # a system under DDP (zero) likewise
                 model = apply_plan(inner, mesh, device)
             watch()
@@ -433,7 +432,7 @@ def train(role, dp, device, mesh):
             else:
                 with contextlib.nullcontext() if last else model.no_sync():
                     loss = loss_fn(model(x), y)
-                    loss.backward()
+                    reference_backward(model, loss)
             losses.append(plain(loss))
         finish(f"step {step}", losses, step)
         if NONROOT:
@@ -648,5 +647,5 @@ if __name__ == "__main__":
 
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (RUNTIME_DATA, RUNTIME_TRAIN, RUNTIME_COMPARE, RUNTIME_MAIN):
-    compile(_source.replace("$WRAPPER_HELPERS", ""), "<fuzz.export.script>", "exec")
+    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", ""), "<fuzz.export.script>", "exec")
 del _source
