@@ -197,3 +197,53 @@ def test_soak_masking_needs_the_same_kind_of_failure_and_a_non_empty_preconditio
     assert not already_found(case, mismatch, [anything]).ok  # an empty precondition masks nothing
     elsewhere = Found(frozenset({"has:gate"}), mismatch.bug_signature(), "corpus/z.json")
     assert not already_found(case, mismatch, [elsewhere]).ok
+
+
+def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_path, monkeypatch):
+    """Hypothesis draws now and then a constant from the source of the loaded local modules; the fuzzer empties
+    that pool (fuzz.engine.constants), so a module full of constants loaded between two runs of one seed changes
+    none of its cases (it did: a fixed-seed test shrank differently after another test file's imports).  The
+    control shows the check has teeth: without the fix the loaded constants do change the cases."""
+    import contextlib
+    import importlib
+    import sys
+
+    from parityfuzz.engine import fuzzer as engine
+    from parityfuzz.verdict import PASS
+
+    def drawn() -> list[str]:
+        ids = []
+
+        def judge(self, case, timeout):
+            ids.append(case.case_id())
+            return Verdict(PASS)
+
+        monkeypatch.setattr(engine.Fuzzer, "_judge", judge)
+        pools = type("Pools", (), {"pool": lambda self, ws: None})()
+        options = FuzzOptions(corpus_dir=tmp_path, seed=3, max_cases=40)
+        Fuzzer(options, pools, log=lambda *_: None).fuzz("fsdp2", cases(world_sizes=(2, 4)), budget_s=BUDGET_S)
+        return ids
+
+    loaded = []
+
+    def load_constants(name: str, step: int) -> None:  # integers Hypothesis collects (|v| >= 100) that a case's
+        values = range(100 + step, 5000, step)          # seed can take
+        (tmp_path / f"{name}.py").write_text(f"VALUES = ({', '.join(map(str, values))})\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        importlib.import_module(name)
+        loaded.append(name)
+
+    try:
+        first = drawn()
+        load_constants("parityfuzz_test_constants_a", 7)
+        assert drawn() == first and len(first) == 40
+        from hypothesis.internal.conjecture import providers
+
+        if hasattr(providers, "_get_local_constants"):  # the control: this Hypothesis has the pool
+            monkeypatch.setattr(engine, "without_local_constants", contextlib.nullcontext)
+            before = drawn()
+            load_constants("parityfuzz_test_constants_b", 11)
+            assert drawn() != before
+    finally:
+        for name in loaded:
+            sys.modules.pop(name, None)

@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 
 from parityfuzz import corpus
 from parityfuzz.case import Case
+from parityfuzz.engine.constants import without_local_constants
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
 from parityfuzz.engine.reduce import Reduction, reduce_failure
@@ -220,7 +221,8 @@ class Fuzzer:
         failures: list[CaseFailed] = []
         exhausted = False
         try:
-            test()
+            with without_local_constants():
+                test()
             exhausted = True
         except _BudgetSpent:
             pass
