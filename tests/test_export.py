@@ -64,8 +64,7 @@ def sample(files: list[Path]) -> list[Path]:
 
 #: Faults inside torch whose fuzz-found case the script must show: (family, fault, world sizes, CI runs it); CI
 #: runs the fault on its hand-written case instead (a fuzz run and two torchrun jobs cost ~15 s each).  Not here,
-#: by nature: ReducesInBf16UnderTP (mixed precision under TP is refused), ZeroOverlapOnGloo (overlap is
-#: refused), LateGradDrift and ReplicateUnderFullyShardUnaveraged (they read the step or the model from the
+#: by nature: ZeroOverlapOnGloo (overlap is refused), LateGradDrift and ReplicateUnderFullyShardUnaveraged (they read the step or the model from the
 #: harness's system), LayerNormOutputOff and GeluBackwardOff (they patch an op the script's reference runs in the
 #: same process).
 INSIDE_TORCH = [("fsdp2", "UnevenShardGradOff", (2,), False), ("fsdp2", "ReducesInBf16", (2,), False),
@@ -73,6 +72,7 @@ INSIDE_TORCH = [("fsdp2", "UnevenShardGradOff", (2,), False), ("fsdp2", "Reduces
                 ("fsdp2_tp", "SequenceParallelGradNotReduced", (2,), False),
                 ("fsdp1_tp", "TensorParallelShardNotReduced", (4,), False),
                 ("fsdp1", "HybridSkipsInterAllReduce", (4,), False),
+                ("fsdp2_tp", "ReducesInBf16UnderTP", (4,), False),
                 ("fsdp1", "NoShardOrigParamsGradUnreduced", (2,), False), ("zero", "ZeroBucketFromWrongRank", (2, 3), False)]
 #: The same on hand-written cases (tests/test_faults_in_fsdp2.FAULTS, tests/test_checkpoint.FAULTS: faults in the
 #: state-dict code, acting at a checkpoint event's load): (fault, CI runs it).
@@ -131,18 +131,16 @@ def test_the_plan_is_written_out_as_torch_calls():
 
 
 def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
-    from tests.test_tensor_parallel import MESHES, SP, tp_case
+    from tests.test_fsdp1 import fsdp1_case
 
-    mixed = tp_case(MESHES["dp_shard x tp"], SP)
-    mixed = dataclasses.replace(mixed, plan=dataclasses.replace(
-        mixed.plan, wraps=tuple(dataclasses.replace(w, param_dtype="bfloat16") for w in mixed.plan.wraps))).validate()
-    with pytest.raises(ExportError, match="mixed precision under tensor parallelism"):
-        export(mixed)
+    ignoring = fsdp1_case((2,), wraps=("body.2",), ignored=("body.0",))
+    with pytest.raises(ExportError, match="ignored modules"):
+        export(ignoring)
     path = tmp_path / "case.json"
-    path.write_text(mixed.to_json())
+    path.write_text(ignoring.to_json())
     result = subprocess.run([sys.executable, "-m", "fuzz.repro", str(path), "--export", str(tmp_path / "r.py")],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "mixed precision under" in result.stderr and not (tmp_path / "r.py").exists()
+    assert result.returncode == 2 and "ignored modules" in result.stderr and not (tmp_path / "r.py").exists()
     assert "not the fsdp2 family's" in refusal(simple(system="tests.faults:OddLinearGradDrop"))
     resharded = simple(world_size=2, train=TrainSpec(steps=2), checkpoint=Checkpoint(step=1, world_size=1, mesh=MeshSpec((1,))))
     assert "a checkpoint loaded into another world size" in refusal(resharded.validate())
@@ -181,7 +179,9 @@ def test_a_fault_inside_torch_shows_in_the_exported_script(executor, tmp_path, f
 
     shows = {"NoShardOrigParamsGradUnreduced": lambda c: c.plan.sharding == "NO_SHARD",
              "HybridSkipsInterAllReduce": lambda c: c.plan.sharding == "HYBRID_SHARD",
-             "SequenceParallelGradNotReduced": lambda c: "sequence_parallel" in c.features()}.get(fault, lambda c: True)
+             "SequenceParallelGradNotReduced": lambda c: "sequence_parallel" in c.features(),
+             "ReducesInBf16UnderTP": lambda c: any(w.param_dtype in ("bfloat16", "float16") and w.reduce_dtype == "float32"
+                                                   for w in c.plan.wraps)}.get(fault, lambda c: True)
     f, _ = found_and_shrunk(executor, tmp_path, family, fault, world_sizes,
                             where=lambda c: refusal(dataclasses.replace(c, system="")) is None and shows(c))
     script_shows_the_fault(tmp_path, fault, f.case, f.verdict, clean_too=False)

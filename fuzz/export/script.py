@@ -369,7 +369,7 @@ def train(role, dp, device, mesh):
                 p.register_hook(lambda grad, name=name: hook(grad, name))
 
     def zero_grad(step):
-        with step_context() if role == "system" else contextlib.nullcontext():
+        with step_context() if role == "system" else reference_step_context():
             optim.zero_grad(set_to_none=ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0))
 
     def finish(at_, losses, step):
@@ -383,7 +383,7 @@ def train(role, dp, device, mesh):
             perturb_gradients(named(), SEED * 1009 + len(passes) + 1 + 7919 * int(role.partition("/")[2]))
         if role == "system":
             sleep("before_step")
-        with step_context() if role == "system" else contextlib.nullcontext():
+        with step_context() if role == "system" else reference_step_context():
             if CLIP:
                 if role == "system":
                     clip(model, [p for _, p in named()], CLIP)
@@ -430,7 +430,7 @@ def train(role, dp, device, mesh):
                     loss.backward()
                 after_backward(model, last)
             else:
-                with contextlib.nullcontext() if last else model.no_sync():
+                with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
                     loss = loss_fn(model(x), y)
                     reference_backward(model, loss)
             losses.append(plain(loss))
@@ -446,7 +446,7 @@ def train(role, dp, device, mesh):
                 CLOCK.set(step, 0, MICROBATCHES)
             x, y = batch(dp, step, MICROBATCHES + 1).to(device), target(dp, step, MICROBATCHES + 1).to(device)
             model.eval()
-            with torch.no_grad(), (loss_context() if role == "system" else contextlib.nullcontext()):
+            with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()):
                 loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
             model.train()
             passes.append({"at": f"step {step} (eval pass)", "loss": (str(loss.dtype).removeprefix("torch."),
