@@ -302,10 +302,9 @@ def build(role, dp, device, mesh, step=0):
         inner, model = model, reference(model, device, mesh)
     if role == "system":
         optim, scheduler = SYSTEM_OPTIMIZER([(case_name(n), p) for n, p in inner.named_parameters()])
+        delay_collectives()
     else:
         optim, scheduler = make_optimizer(reference_parameters(model, inner))
-    if role == "system":
-        delay_collectives()
     return model, inner, optim, scheduler
 
 

@@ -116,7 +116,7 @@ class FSDP1Precision(Masters):
                  cast_root_inputs: bool = False, keep_low_precision_grads: bool = False, sharded: bool = True,
                  align_bytes: int = 0, no_sync: bool = False):
         super().__init__(module, lambda name: compute_dtype)
-        self.compute_dtype, self.reduce_dtype = compute_dtype, reduce_dtype
+        self.reduce_dtype = reduce_dtype
         self.shard_group, self.replicate_group = shard_group, replicate_group
         self.keep_low, self.sharded, self.accumulates = keep_low_precision_grads, sharded, no_sync
         if keep_low_precision_grads or not sharded:
