@@ -48,7 +48,7 @@ def sample(files: list[Path]) -> list[Path]:
     """CI's share (time): the first fsdp2 mismatch without mixed precision (the script's oracle at work on a real
     torch bug), the first mismatch of a checkpoint event (the harness's invariants of a save and load, copied into
     the script) and the first FSDP1 file with mixed precision that passes (its reference, the harness's emulation
-    of FSDP1's policy, copied: a plain DDP reference would fail it)."""
+    of FSDP1's policy, copied)."""
     def entry(p):
         return corpus.load(p)
 
