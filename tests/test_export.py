@@ -3,7 +3,7 @@ verdict, for the corpus's files and for faults injected inside torch; and a clea
 write out yet.
 
 Each torchrun job costs ~6-9 s on a 2-core machine: CI runs three corpus files and one fault on its hand-written
-case; ``--export-all`` runs every corpus file the export covers (79) and every fault, fuzz-found cases included
+case; ``--export-all`` runs every corpus file the export covers (all 81) and every fault, fuzz-found cases included
 (the figures are in the issue notes)."""
 
 from __future__ import annotations
