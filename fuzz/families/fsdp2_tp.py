@@ -35,6 +35,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, under
 from parityfuzz.families import Family
 from parityfuzz.families import fsdp2
+from parityfuzz.rules import tensor_parallel as tp_rules
 
 STYLES = ("colwise", "rowwise", "sequence", "prepare_input", "prepare_output")
 #: Styles that only convert a module's inputs or outputs: such an entry may share its path with one other.
@@ -144,6 +145,7 @@ def validate_styles(case: Case) -> None:
     for path, node in model.body.walk("body"):
         if node.kind == "attention" and f"{path}.q" in seen:
             check(node.heads % tp == 0, "plan.tp", f"attention at {path} splits {node.heads} heads over tp={tp}")
+    tp_rules.check(case)
     if plan.loss_parallel:
         head = next((p for p in plan.tp if p.path == "head"), None)
         check(model.input == "embedding" and head is not None and head.style == "colwise"
