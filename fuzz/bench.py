@@ -198,7 +198,7 @@ def shrink_errors(seed: int, max_shrink_runs: int = 40) -> dict:
         with tempfile.TemporaryDirectory() as tmp, Executor(reuse_after_errors=reuse) as ex:
             ex.pool(2)  # start-up excluded
             options = FuzzOptions(corpus_dir=Path(tmp), seed=seed, max_cases=80, shrink_budget_s=900,
-                                  max_shrink_runs=max_shrink_runs, max_reduce_runs=0)
+                                  max_shrink_runs=max_shrink_runs, max_reduce_runs=0, stop_after=1)
             stats = Fuzzer(options, ex, log=lambda m: None).fuzz(
                 "errors", cases(world_sizes=(2,), system="tests.faults:RaiseWithLayerNorm"), budget_s=900)
             f = stats.failures[0]

@@ -119,7 +119,7 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
             raise pytest.UsageError(f"--fuzz-db: {e}") from None
     return FuzzOptions(budget_s=budget, shrink_budget_s=shrink, corpus_dir=corpus_dir, world_sizes=world_sizes,
                        seed=seed, case_timeout_s=timeout, max_cases=max_cases, reduce_budget_s=reduce,
-                       database=database)
+                       database=database, stop_after=get("maxfail") or 0)
 
 
 class FuzzSession:
@@ -265,12 +265,14 @@ def pytest_sessionfinish(session) -> None:
         session.config.workeroutput["parityfuzz_report"] = json.dumps(fuzz.fuzzer.report())
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items) -> None:
-    session = config.stash[_SESSION]
-    targets = [i for i in items if i.get_closest_marker("fuzz_target")]
-    session.targets_total = len(targets)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The budget is split over the fuzz targets that will run: after ``-k``, ``-m`` and every other
+    deselection (``pytest_collection_modifyitems`` may see items that a later hook deselects)."""
+    fuzz = session.config.stash[_SESSION]
+    targets = [i for i in session.items if i.get_closest_marker("fuzz_target")]
+    fuzz.targets_total = len(targets)
     # A fuzz target runs for its budget plus shrinking: a global pytest-timeout must not cut it short.
-    limit = session.options.budget_s + session.options.shrink_budget_s + session.options.reduce_budget_s + 600
+    limit = fuzz.options.budget_s + fuzz.options.shrink_budget_s + fuzz.options.reduce_budget_s + 600
     for item in targets:
         item.add_marker(pytest.mark.timeout(limit))
 
@@ -314,6 +316,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
                 tr.write_line(f"    this very case is already in the corpus: {f.duplicate_of}"
                               + (f" (known issue: {f.known_issue})" if f.known_issue else " (not triaged yet)"))
             tr.write_line(f"    corpus file: {f.corpus_path}  (replay: parityfuzz repro {f.corpus_path})")
+    found = sum(len(stats.failures) for stats in fuzzer.targets.values())
+    tr.write_line(f"{found} distinct failure{'s' if found != 1 else ''} found"
+                  + (f" in {', '.join(n for n, s in fuzzer.targets.items() if s.failures)}" if found else ""),
+                  red=bool(found))
     report_path = config.getoption("fuzz_report")
     if report_path:
         Path(report_path).parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ def found_and_shrunk(executor, tmp_path, family: str, fault: str, world_sizes: t
     ``tests.faults:<fault>`` as the system under test (only its cases ``where`` holds, if given); asserts that it
     found exactly one failure.  ``reduce_runs``: runs of the 1-minimal reduction after the shrink (0: off)."""
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=20,
-                          max_reduce_runs=reduce_runs, locate=locate)
+                          max_reduce_runs=reduce_runs, locate=locate, stop_after=1)
     strategy = cases(family=family, world_sizes=world_sizes, system=f"tests.faults:{fault}")
     stats = Fuzzer(options, executor, log=print).fuzz(fault, strategy.filter(where) if where else strategy,
                                                       budget_s=300)

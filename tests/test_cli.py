@@ -61,7 +61,7 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     corpus.record(corpus_dir, simple(seed=6, system=system), look_alike, known_issue="pytorch/pytorch#1")
     seeded = set(corpus.discover(corpus_dir))
     report = tmp_path / "report.json"
-    result = pytest_run(str(tmp_path / "test_faulty.py"), "--fuzz-budget=60",
+    result = pytest_run(str(tmp_path / "test_faulty.py"), "-x", "--fuzz-budget=60",
                         "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=60",
                         "--reduce-budget=30", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
     out = result.stdout + result.stderr
@@ -101,6 +101,54 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     repro = subprocess.run([sys.executable, "-m", "fuzz.repro", str(files[0])], cwd=ROOT, env=ENV,
                            capture_output=True, text=True, timeout=120)
     assert repro.returncode == 1 and "verdict: mismatch" in repro.stdout and "Linear(" in repro.stdout
+
+
+def test_a_run_spends_its_budget_after_a_finding_and_x_stops_at_the_first(tmp_path):
+    """The contract: a finding is shrunk and written, then fuzzing goes on for the target's share (a failure of
+    the same kind and situation counts as already found); ``-x`` ends the target at its first finding.  Bounded
+    by a case count, so the same on any machine."""
+    (tmp_path / "test_faulty.py").write_text(FAULT_TARGET)
+    runs = {}
+    for mode, extra in (("goes on", ()), ("-x", ("-x",))):
+        corpus_dir, report = tmp_path / mode / "corpus", tmp_path / mode / "report.json"
+        corpus_dir.mkdir(parents=True)
+        result = pytest_run(str(tmp_path / "test_faulty.py"), *extra, "--fuzz-budget=120", "--fuzz-max-cases=30",
+                            "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=20",
+                            "--reduce-budget=0", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
+        assert result.returncode == 1, result.stdout + result.stderr
+        runs[mode] = json.loads(report.read_text()), result.stdout
+    (stopped, out_x), (went_on, out) = runs["-x"], runs["goes on"]
+    # cases count shrink runs too: -x ends with the first finding's shrink, the other run draws on to the cap
+    first = stopped["failures"][0]
+    assert stopped["targets"]["odd"]["cases"] == first["cases_to_find"] + first["shrink_runs"] < 30
+    assert went_on["targets"]["odd"]["cases"] >= 30 and "round 2" in out and "round 2" not in out_x
+    assert went_on["failures"][0]["cases_to_find"] == first["cases_to_find"]  # the same first finding
+
+
+TWO_TARGETS = textwrap.dedent("""
+    import pytest
+    from parityfuzz.strategies import cases
+
+    @pytest.mark.fuzz_target
+    def test_one(fuzz_session):
+        fuzz_session.run_target("one", lambda ws: cases(world_sizes=ws))
+
+    @pytest.mark.fuzz_target
+    def test_two(fuzz_session):
+        fuzz_session.run_target("two", lambda ws: cases(world_sizes=ws))
+""")
+
+
+def test_the_budget_goes_to_the_selected_targets(tmp_path):
+    """``-k one`` gives the one selected target the whole budget, not half of it (the split once counted the
+    targets ``-k`` deselected)."""
+    (tmp_path / "test_two_targets.py").write_text(TWO_TARGETS)
+    report = tmp_path / "report.json"
+    result = pytest_run(str(tmp_path / "test_two_targets.py"), "-k", "one", "--fuzz-budget=6", "--world-sizes=1",
+                        "--fuzz-seed=1", f"--corpus-dir={tmp_path}", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    targets = json.loads(report.read_text())["targets"]
+    assert list(targets) == ["one"] and targets["one"]["generate_seconds"] > 4.5, targets
 
 
 def test_replay_xpass_is_loud_and_bad_files_fail_alone(tmp_path):

@@ -2,7 +2,6 @@
 the same budget against correct FSDP2 reports nothing."""
 
 import pytest
-from hypothesis import settings
 
 from parityfuzz import corpus, known
 from parityfuzz.case import ModelSpec, Node
@@ -24,13 +23,14 @@ def body_modules(case) -> int:
 
 
 def fuzz(executor, tmp_path, system, seed=1, max_cases=80, max_shrink_runs=150, world_sizes=(2,), strategy=None,
-         budget_s=BUDGET_S, case_timeout_s=None, max_reduce_runs=0, locate=False):
-    """A short fuzz run; the reduction to a 1-minimal case and locating where a mismatch begins are off unless
-    asked (``max_reduce_runs``, ``locate``): the tests of what shrinking finds would pay for them (CI time), the
-    tests of each ask for it."""
+         budget_s=BUDGET_S, case_timeout_s=None, max_reduce_runs=0, locate=False, stop_after=1):
+    """A short fuzz run that stops at its first failure (``stop_after``, pytest's ``-x``: 0 goes on for the whole
+    budget, as a run does by default); the reduction to a 1-minimal case and locating where a mismatch begins
+    are off unless asked (``max_reduce_runs``, ``locate``): the tests of what shrinking finds would pay for them
+    (CI time), the tests of each ask for it."""
     options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=SHRINK_BUDGET_S, max_cases=max_cases,
                           max_shrink_runs=max_shrink_runs, case_timeout_s=case_timeout_s,
-                          max_reduce_runs=max_reduce_runs, locate=locate)
+                          max_reduce_runs=max_reduce_runs, locate=locate, stop_after=stop_after)
     fuzzer = Fuzzer(options, executor, log=print)
     return fuzzer.fuzz(system, strategy if strategy is not None else cases(world_sizes=world_sizes, system=system),
                        budget_s=budget_s)
@@ -109,24 +109,15 @@ def test_no_false_alarm_where_rounding_differs_most(executor, tmp_path, name, wo
     assert corpus.discover(tmp_path) == []
 
 
-@pytest.fixture
-def load_profile():
-    """``settings.load_profile``, with the profile in force before the test put back after it."""
-    before = settings.get_current_profile_name()
-    yield settings.load_profile
-    settings.load_profile(before)
-
-
 @pytest.mark.long  # 56 s (CI time); CI keeps the baseline's determinism (below) and known-bug masking
-def test_soak_profile_goes_on_after_a_failure_and_reports_another_bug(executor, tmp_path, load_profile):
-    """Under ``report_multiple_bugs`` (the soak profile) a shrunk failure starts a new round with a fresh
+def test_a_run_goes_on_after_a_failure_and_reports_another_bug(executor, tmp_path):
+    """Under every profile (here the default one) a shrunk failure starts a new round with a fresh
     seed, in which a failure of the same kind (bug signature) in a case meeting the earlier failure's
     precondition counts as passing: a system with two independent faults gets both reported, each shrunk to
     a case showing its own situation.  A fault that shows in several ways (the buffer fault as a loss or as
     a buffer mismatch) may be reported once per way: no failure is masked by one of another kind."""
-    load_profile("soak")
     system = "tests.faults:OffloadForgetsUpdateAndBufferReset"
-    stats = fuzz(executor, tmp_path, system, max_cases=140, max_shrink_runs=30)
+    stats = fuzz(executor, tmp_path, system, max_cases=140, max_shrink_runs=30, stop_after=0)
     for f in stats.failures:
         print(f"{f.verdict.bug_signature()}: found after {f.cases_to_find} cases, {body_modules(f.case)} modules, "
               f"needs {sorted(f.case.features())}")
@@ -149,10 +140,11 @@ def test_the_soak_baseline_is_the_same_on_every_call():
     assert len({simplest_features(strategy) for _ in range(2)}) == 1
 
 
-def test_dev_profile_stops_at_the_first_failure(executor, tmp_path, load_profile):
-    load_profile("dev")
+def test_stop_after_one_stops_at_the_first_failure(executor, tmp_path):
+    """pytest's ``-x`` (``stop_after=1``): the first shrunk failure ends the target (a run goes on otherwise:
+    test_a_run_goes_on_after_a_failure_and_reports_another_bug, and tests/test_cli.py for the command line)."""
     stats = fuzz(executor, tmp_path, "tests.faults:OffloadForgetsUpdateAndBufferReset", max_cases=200,
-                 max_shrink_runs=60)
+                 max_shrink_runs=60, stop_after=1)
     assert len(stats.failures) == 1 and stats.cases < 200
 
 

@@ -37,7 +37,7 @@ def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
     # A floor of 1 s let a slow passing candidate count as a hang on a loaded machine (a CI run shrank to a case
     # without the LayerNorm); the fuzzer's own floor is 5 s.
     options = FuzzOptions(corpus_dir=tmp_path, seed=2, shrink_budget_s=240, case_timeout_s=10,
-                          hang_shrink_timeout_s=3, max_shrink_runs=10, max_reduce_runs=0)
+                          hang_shrink_timeout_s=3, max_shrink_runs=10, max_reduce_runs=0, stop_after=1)
     fuzzer = Fuzzer(options, executor)
     stats = fuzzer.fuzz("hang", cases(world_sizes=(2,), system="tests.faults:HangWithLayerNorm", max_steps=3,
                                         max_depth=1), budget_s=60)

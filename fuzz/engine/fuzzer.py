@@ -84,6 +84,9 @@ class FuzzOptions:
     #: Hypothesis's example database shared with other fuzzers (:mod:`parityfuzz.engine.database`): a directory
     #: or a ``redis://`` URL; "" for none.
     database: str = ""
+    #: Stop a target after this many distinct failures (pytest's ``-x`` / ``--maxfail=N``); 0 goes on for the whole
+    #: budget, failures already found in this run counting as passing.
+    stop_after: int = 0
 
 
 #: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
@@ -126,19 +129,19 @@ class Fuzzer:
         """Fuzz one target for ``budget_s`` seconds of generation.
 
         A round is one Hypothesis run: it draws up to :data:`ROUND_CASES` cases until a failure is found (then
-        shrinks it) or the generation time is spent.  A round that drew all its cases is followed by another
-        with a fresh seed derived from the fuzz seed; so, under a profile with ``report_multiple_bugs``
-        (``soak``), is a round that found failures, until the generation time is spent.  In later rounds a
-        failing case counts as passing ("already found in this run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has
-        every feature that failure's case has beyond the simplest case's (its :func:`precondition`, never
-        empty): the same bug seen again, under another tensor name or step.  So each round looks for, and
-        shrinks toward, a failure that needs something else.
+        shrinks it) or the generation time is spent.  Another round follows, with a fresh seed derived from the
+        fuzz seed, until the generation time is spent, whatever the Hypothesis profile, unless
+        ``options.stop_after`` distinct failures were found (``-x``: the first).  In later rounds a failing case
+        counts as passing ("already found in this run") when it fails the same way
+        (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has every feature that failure's case
+        has beyond the simplest case's (its :func:`precondition`, never empty): the same bug seen again, under
+        another tensor name or step.  So each round looks for, and shrinks toward, a failure that needs
+        something else, and one finding (a false alarm among them) never hides the next.
         """
         stats = self.targets[name] = TargetStats(name)
         cache: dict[str, Verdict] = {}
         found_before: list[Found] = []
-        again = settings().report_multiple_bugs
-        baseline = simplest_features(strategy) if again else frozenset()
+        baseline = simplest_features(strategy)
         for number in itertools.count():
             seed = self.seed if number == 0 else random.Random(f"{self.seed}:{number}").randrange(2**32)
             if number and found_before:
@@ -149,7 +152,8 @@ class Fuzzer:
             found_before += [Found(precondition(f.case, baseline), f.verdict.bug_signature(), str(f.corpus_path))
                              for f in failures]
             more = stats.generate_seconds < budget_s and not _reached(stats.cases, self.options.max_cases)
-            if not (more and ((failures and again) or exhausted)):
+            enough = self.options.stop_after and len(stats.failures) >= self.options.stop_after
+            if not (more and ((failures and not enough) or exhausted)):
                 break
         self.log(stats.summary_line())
         return stats
