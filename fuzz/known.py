@@ -35,6 +35,17 @@ class KnownBug:
     signatures: tuple[str, ...]
     #: The families whose cases it can explain (``applies`` reads their plans).
     families: tuple[str, ...] = ("fsdp2",)
+    #: What torch promises that the bug breaks: the documentation or source line (file, API, quoted words).
+    violates: str = ""
+    #: The upstream report: ``pytorch/pytorch#N`` (or another repository's), or ``none found (searched: ...)``
+    #: with the search terms used.
+    upstream: str = ""
+    #: ``public`` or ``private: <why>`` (an underscore module such as ``torch.distributed._composable`` promises
+    #: less; the report says so).
+    api: str = "public"
+    #: ``wrong training`` (values, errors, hangs) or ``gradient presence`` (None against zeros where the
+    #: documentation leaves it open: reported apart, judged by whether it changes training).
+    kind: str = "wrong training"
 
     def explains(self, case: Case, verdict: Verdict) -> bool:
         """Whether this bug explains ``verdict`` on ``case``: on the case itself, or (a checkpoint event) on the
@@ -98,6 +109,29 @@ def _fsdp2_over_an_empty_tensor_parallel_shard(case: Case) -> bool:
     """FSDP2 over a parallelized module whose split dimension leaves some tp rank nothing."""
     tp = case.mesh.axis_size("tp")
     return bool(case.plan.wraps) and any(_empty_on_some_rank(n, tp) for n in _split_sizes(case))
+
+
+def _has_bias(case: Case, path: str) -> bool:
+    """Whether the Linear at ``path`` has a bias (the Linears inside MLP and attention blocks all do)."""
+    if path == "head":
+        return not case.model.tie_head
+    node = dict(case.model.body.walk("body")).get(path)
+    return node.bias if node is not None else True
+
+
+def _tp_replicated_gradient_under_a_reduce_dtype(case: Case) -> bool:
+    """A parameter that TP replicates (a SequenceParallel module's, a RowwiseParallel Linear's bias: its gradient
+    is Partial over tp) in an FSDP2 group whose reduce_dtype is not that gradient's dtype."""
+    plan = case.plan
+    wraps = {w.path: w for w in plan.wraps}
+    kinds = dict(case.model.module_paths())
+    for p in plan.tp:
+        replicated = p.style == "sequence" or (p.style == "rowwise" and kinds[p.path] == "linear"
+                                               and _has_bias(case, p.path))
+        w = wraps.get(plan.owner(p.path)) if replicated else None
+        if w is not None and w.reduce_dtype and w.reduce_dtype != (w.param_dtype or dtypes.model_dtype(case)):
+            return True
+    return False
 
 
 def _a_frozen_sequence_parallel_module(case: Case) -> bool:
@@ -328,6 +362,21 @@ KNOWN_BUGS = (
              _loss_parallel_with_a_rank_holding_no_vocabulary,
              ("error:system:RuntimeError:torch/distributed/tensor/parallel/loss.py:_nll_loss_forward", "hang"),
              families=("fsdp2_tp",)),
+    # MixedPrecisionPolicy's reduce_dtype "specifies the dtype for gradient reduction (i.e. reduce-scatter or
+    # all-reduce)"; under TP, FSDP2's post-backward first turns a TP-replicated parameter's Partial gradient into
+    # a Replicate one (an all-reduce over tp, _get_grad_inner_tensor in _fsdp_param.py) in the gradient's own
+    # dtype, param_dtype, and only the reduce-scatter over dp runs in reduce_dtype: a bf16 sum where fp32 was
+    # asked (0.2% on a sequence-parallel norm's weight gradient).  The fix proposed upstream casts first.
+    KnownBug("fsdp2 under TP sums a tensor-parallel-replicated gradient over tp in param_dtype, not reduce_dtype "
+             "(pytorch#190626)",
+             ("corpus/fsdp2_tp/f0ac61f150da3629.json",),
+             _tp_replicated_gradient_under_a_reduce_dtype,
+             ("mismatch:value:grad",),
+             families=("fsdp2_tp",),
+             violates="torch/distributed/fsdp/_fully_shard/_fsdp_api.py: MixedPrecisionPolicy: 'reduce_dtype "
+                      "(Optional[torch.dtype]): This specifies the dtype for gradient reduction (i.e. reduce-scatter "
+                      "or all-reduce)'",
+             upstream="pytorch/pytorch#190626 (open; fix proposed in pytorch/pytorch#190627)"),
     # SequenceParallel replicates a norm's parameters as new nn.Parameters without their requires_grad
     # (ColwiseParallel and RowwiseParallel keep it): a norm frozen before parallelize_module is trained.
     KnownBug("SequenceParallel unfreezes a frozen norm",

@@ -6,6 +6,7 @@ import pytest
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from parityfuzz.verdict import Verdict
 from parityfuzz.verify import check, traces, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
@@ -53,23 +54,49 @@ def test_prepare_module_input_and_output_train_like_ddp(executor, styles):
     assert verdict.ok, verdict.describe()
 
 
+def _with_policy(case, **policy):
+    import dataclasses
+
+    return dataclasses.replace(case, plan=dataclasses.replace(
+        case.plan, wraps=(Wrap("body.4", **policy), Wrap("", **policy)))).validate()
+
+
 @pytest.mark.parametrize("mesh", ["dp_shard x tp", "dp_replicate x dp_shard x tp"])
 def test_mixed_precision_under_tensor_parallelism_is_emulated_bit_for_bit(executor, mesh):
     """The reference of an MP case runs the same TP model, FSDP2's policy emulated over the dp ranks: nothing
     is left between the two (a plain DDP reference differs by bf16 rounding), so a float32 reduction done in
-    bfloat16 inside FSDP2 is caught."""
+    bfloat16 inside FSDP2 is caught.  No parameter here is replicated over tp (the rowwise Linear has no bias):
+    see the next test for those."""
     import dataclasses
 
-    case = tp_case(MESHES[mesh], SP)
-    policy = dict(param_dtype="bfloat16", reduce_dtype="float32")
-    case = dataclasses.replace(case, plan=dataclasses.replace(
-        case.plan, wraps=(Wrap("body.4", **policy), Wrap("", **policy)))).validate()
+    body = Node("seq", children=BODY.children[:2] + (Node("linear", out=4, bias=False),) + BODY.children[3:])
+    case = dataclasses.replace(tp_case(MESHES[mesh], PAIR), model=ModelSpec(body=body, in_dim=5))
+    case = _with_policy(case, param_dtype="bfloat16", reduce_dtype="float32")
     assert case.reference_name() == "ddp_mp_tp"
     verdict = check(case, executor)
     assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
     assert check(dataclasses.replace(case, reference="ddp"), executor).kind == "mismatch"
     verdict = check(dataclasses.replace(case, system="tests.faults:ReducesInBf16UnderTP"), executor)
     assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
+
+
+def test_a_tp_replicated_gradient_is_summed_over_tp_in_reduce_dtype_as_documented(executor):
+    """``reduce_dtype`` "specifies the dtype for gradient reduction (i.e. reduce-scatter or all-reduce)": the
+    reference sums a sequence-parallel norm's (or a rowwise bias's) Partial gradient over tp in float32.  FSDP2 on
+    torch 2.13 sums it in bf16 (pytorch#190626): a mismatch on such a gradient, which the known-bug entry
+    explains; with no reduce_dtype (bf16 throughout) the two agree bit for bit, so nothing else differs."""
+    from parityfuzz import known
+
+    case = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16", reduce_dtype="float32")
+    verdict = check(case, executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
+    assert verdict.divergence.tensor in ("body.2.bias", "body.3.weight", "body.3.bias", "body.4.fc2.bias")
+    bug = known.known_bug(case, verdict)
+    assert bug is not None and "190626" in bug.name
+    same = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16")
+    verdict = check(same, executor)
+    assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
+    assert known.known_bug(same, Verdict("mismatch", verdict.divergence)) is None  # not under its precondition
 
 
 def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executor):
@@ -82,10 +109,7 @@ def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executo
     from parityfuzz.oracle import compare
     from parityfuzz.verify import tolerance
 
-    case = tp_case(MESHES["dp_shard x tp"], SP)
-    policy = dict(param_dtype="bfloat16", reduce_dtype="float32")
-    case = dataclasses.replace(case, plan=dataclasses.replace(
-        case.plan, wraps=(Wrap("body.4", **policy), Wrap("", **policy)))).validate()
+    case = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16", reduce_dtype="float32")
     outcomes = executor.run(case, roles=("reference", "perturbed_reference"))
     assert all(o.status == "ok" for o in outcomes), [o.error for o in outcomes if o.status != "ok"]
     ref, noise = traces(outcomes, "reference"), traces(outcomes, "perturbed_reference")

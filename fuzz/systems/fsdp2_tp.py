@@ -116,14 +116,23 @@ class FSDP2TPSystem(TensorParallel, FSDP2System):
 
 class FSDP2PrecisionTP(FSDP2Precision):
     """FSDP2's policy emulated over the data-parallel ranks of a tensor-parallel model: each parameter is a
-    DTensor on ``tp``; its compute copy is cast, and its gradient reduced, as its tp-local tensor (as FSDP2
-    reduces it), then put back on ``tp`` with the parameter's placements."""
+    DTensor on ``tp``; its compute copy is cast, and its gradient reduced, as its tp-local tensor, then put back
+    on ``tp`` with the parameter's placements.
 
-    def local_gradient(self, name: str, grad):
+    A gradient that is still ``Partial`` over ``tp`` (a parameter that TP replicates: a sequence-parallel norm's
+    weight, a rowwise Linear's bias) is summed over the tp ranks first, in ``reduce_dtype``: the policy's
+    docstring (``torch/distributed/fsdp/_fully_shard/_fsdp_api.py``) says ``reduce_dtype`` "specifies the dtype
+    for gradient reduction (i.e. reduce-scatter or all-reduce)", and this all-reduce is a gradient reduction
+    FSDP2 issues.  FSDP2 on torch 2.13 runs it in the gradient's own dtype (``param_dtype``): pytorch#190626, a
+    known bug (``fuzz/known.py``), not something this reference copies."""
+
+    def local_gradient(self, name: str, grad, reduce_dtype=None):
         if not isinstance(grad, DTensor):
             return grad
         placements = self.masters[name].placements
-        if grad.placements != placements:  # e.g. a replicated parameter's Partial gradient
+        if grad.placements != placements:  # a replicated parameter's Partial gradient: an all-reduce over tp
+            if reduce_dtype is not None:
+                grad = grad.to(reduce_dtype)
             grad = grad.redistribute(placements=placements)
         return grad.to_local()
 

@@ -205,7 +205,8 @@ class FSDP2Precision(Masters):
         if not names:
             return
         grads = [self.local_gradient(n, acc.pop(n) if n in acc else self.compute[n].grad
-                                     if self.compute[n].grad is not None else torch.zeros_like(self.compute[n]))
+                                     if self.compute[n].grad is not None else torch.zeros_like(self.compute[n]),
+                                     g.reduce_dtype)
                  for n in names]
         for name in names:
             self.compute[name].grad = None
@@ -215,8 +216,9 @@ class FSDP2Precision(Masters):
             piece = self.distributed_gradient(name, piece.to(master.dtype))
             master.grad = piece if master.grad is None else master.grad.add_(piece)
 
-    def local_gradient(self, name: str, grad: torch.Tensor) -> torch.Tensor:
-        """The tensor of parameter ``name``'s gradient that this rank reduces (a subclass's hook: all of it)."""
+    def local_gradient(self, name: str, grad: torch.Tensor, reduce_dtype: torch.dtype | None) -> torch.Tensor:
+        """The tensor of parameter ``name``'s gradient that this rank reduces (a subclass's hook: all of it;
+        ``reduce_dtype``: the group's, for a subclass whose gradients need a reduction of their own first)."""
         return grad
 
     def distributed_gradient(self, name: str, local: torch.Tensor) -> torch.Tensor:
