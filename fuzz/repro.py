@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_report(args.file, entry, verdict, auto_backend(entry.case.world_size)))
     else:
         print(f"verdict: {verdict.describe()}")
+        for line in known_bug_lines(entry.case, verdict):
+            print(line)
         if verdict.origin is not None:
             print(f"the mismatch {verdict.origin.describe()}")
         for r in verdict.ranks:
@@ -114,6 +116,7 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
         lines.append(f"- where it {verdict.origin.describe()}")
     if entry.expect == "fail" and entry.known_issue:
         lines.append(f"- known issue: {entry.known_issue}")
+    lines += [f"- {line}" for line in known_bug_lines(case, verdict)]
     if entry.note:
         lines += ["", f"> {entry.note}"]
     from parityfuzz.export import refusal
@@ -132,6 +135,18 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
     lines += ["", "<details><summary>case JSON</summary>", "", "```json", case.to_json(indent=2), "```", "",
               "</details>"]
     return "\n".join(lines)
+
+
+def known_bug_lines(case, verdict) -> list[str]:
+    """What the known-bug record that explains ``verdict`` says of it (nothing where none does): its name, the
+    torch promise it breaks, its upstream report, whether the API is public, its kind."""
+    from parityfuzz.known import known_bug
+
+    bug = known_bug(case, verdict)
+    if bug is None:
+        return []
+    return [f"known torch bug: {bug.name} ({bug.kind}; API {bug.api})", f"torch promises: {bug.violates}",
+            f"upstream: {bug.upstream}"]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from parityfuzz import corpus
+from parityfuzz.case import Case
 from parityfuzz.verdict import Divergence, Verdict
 from tests.test_case import simple
 
@@ -127,3 +128,35 @@ def test_a_known_failure_replays_as_an_xfail_only_when_it_fails_as_recorded():
     elsewhere = dataclasses.replace(entry, path=Path("corpus/fsdp2/0123456789abcdef.json"))  # listed by no bug
     assert fails_as_recorded(elsewhere, entry.verdict)
     assert not fails_as_recorded(elsewhere, other_form)
+
+
+def test_every_known_bug_record_carries_its_triage():
+    """Each record cites what torch promises that it breaks, its upstream report or the searches that found none,
+    whether the API is public, and its kind (gradient presence is reported apart from wrong training)."""
+    import re
+
+    from parityfuzz.known import KNOWN_BUGS
+
+    for bug in KNOWN_BUGS:
+        assert bug.violates and re.search(r"torch/\S+\.py", bug.violates), bug.name
+        assert re.match(r"(pytorch/pytorch#\d+|related|none found|no bug report|none needed)", bug.upstream), \
+            (bug.name, bug.upstream)
+        if bug.upstream.startswith("none found"):
+            assert "searched" in bug.upstream, bug.name  # the search terms, so the next person can redo them
+        assert bug.api.startswith(("public", "private:")), bug.name
+        assert bug.kind in ("wrong training", "gradient presence"), bug.name
+
+
+def test_the_dcp_load_bug_covers_a_rank_that_torch_chunk_leaves_without_a_piece():
+    """A Linear of 5 outputs on 4 ranks: torch.chunk gives pieces of 2, 2, 1 and none to rank 3, whose dcp.load
+    fails as the recorded dim-0-below-the-group case does (a 25-minute soak reported it as new: the predicate
+    asked for a dim 0 below the shard count)."""
+    from parityfuzz.known import KNOWN_BUGS
+
+    bug = next(b for b in KNOWN_BUGS if b.name.startswith("dcp.load into FSDP1"))
+    case = Case.from_dict({"seed": 0, "world_size": 4, "mesh": {"shape": [4]},
+                           "model": {"body": {"kind": "linear", "out": 5}}, "plan": {"family": "fsdp1"},
+                           "train": {"steps": 2, "momentum": 0.9}, "checkpoint": {"step": 1}, "schema": 2}).validate()
+    assert bug.applies(case)
+    even = Case.from_dict({**case.to_dict(), "model": {"body": {"kind": "linear", "out": 4}}}).validate()
+    assert not bug.applies(even)  # 4 over 4: every rank holds a piece of every parameter (the bias: 1 each)

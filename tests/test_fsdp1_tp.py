@@ -45,7 +45,9 @@ def test_plans_fsdp1_tp_refuses_are_invalid_and_uneven_shards_are_named():
         tp_case(sharding="HYBRID_SHARD", hybrid_via="mesh")
     with pytest.raises(CaseError, match="plan.tp"):  # the fsdp2_tp family's style rules hold
         tp_case(tp=(Parallelize("body.1", "colwise"),))
-    uneven = dataclasses.replace(tp_case(), model=ModelSpec(body=Node("seq", children=(
+    # (the hidden activations of width 3 stay a DTensor: plain uneven shards break tp.even-local-shards)
+    dtensor_hidden = (dataclasses.replace(MLP[0], use_local_output=False), MLP[1])
+    uneven = dataclasses.replace(tp_case(tp=dtensor_hidden), model=ModelSpec(body=Node("seq", children=(
         Node("mlp", hidden=3), Node("layernorm"), Node("linear", out=8))), in_dim=8)).validate()
     assert uneven_shards(uneven) == ["body.0.fc1", "body.0.fc2"] and uneven_shards(tp_case()) == []
 

@@ -1,8 +1,7 @@
 """The composable family's plan written out: the ``fully_shard``, ``replicate`` (DDP-based),
 ``replicate_with_fsdp.replicate`` and ``checkpoint`` calls in the plan's order, ``set_requires_gradient_sync``
 per microbatch, its optimizer split by kind of tensor under ``foreach`` and its clipping over mixed kinds, and its
-invariants (parameters named as before, each the tensor type its manager makes it, the DDP-based ``replicate``
-holding the parameters the plan gives it) as :class:`fuzz.systems.composable.ComposableSystem` checks them."""
+invariants (parameters named as before, each parameter fully_shard manages a DTensor sharded on dim-0) as :class:`fuzz.systems.composable.ComposableSystem` checks them."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from parityfuzz.export.script import Parts
 from parityfuzz.families.composable import ComposablePlan
 
 IMPORTS = ("from torch.distributed._composable import checkpoint, replicate\n"
+           "from torch.distributed.tensor.experimental import implicit_replication\n"
            "from torch.distributed._composable.replicate_with_fsdp import replicate as replicate_fsdp\n"
            "from torch.distributed.fsdp import fully_shard\n"
            "from torch.distributed.tensor import Replicate, Shard\n")
@@ -32,34 +32,17 @@ def manager(path):
 
 
 def check_managed(model, when):
-    """Each parameter is the tensor type its manager makes it."""
+    """Each parameter fully_shard manages is a DTensor sharded on dim-0 (its docstring's promise; the private
+    replicate APIs promise no tensor type)."""
     wrong = []
     for name, p in model.named_parameters():
-        api = DATA_PARALLEL[manager(name.rpartition(".")[0])]
-        if api == "replicate":
-            ok = not isinstance(p, DTensor)
-        else:
-            ok = isinstance(p, DTensor) and (all(isinstance(x, Replicate) for x in p.placements)
-                                             if api == "replicate_fsdp" else isinstance(p.placements[-1], Shard))
-        if not ok:
-            kind = f"DTensor{tuple(p.placements)}" if isinstance(p, DTensor) else type(p).__name__
-            wrong.append(f"{name} ({api}) is {kind}")
-    if wrong:
-        raise InvariantViolation(f"{when}, parameters are not what their manager makes them: {'; '.join(wrong[:4])}")
-
-
-def check_replicated_names(model):
-    """The DDP-based replicate on each module holds the parameters the plan gives it (as PyTorch's own test of
-    the composition checks its _param_names; a tied weight counts under both of its names)."""
-    every = [n for n, _ in model.named_parameters(remove_duplicate=False)]
-    for path, api in DATA_PARALLEL.items():
-        if api != "replicate":
+        if DATA_PARALLEL[manager(name.rpartition(".")[0])] != "fully_shard":
             continue
-        prefix = f"{path}." if path else ""
-        expected = sorted(n[len(prefix):] for n in every if n.startswith(prefix) and manager(n.rpartition(".")[0]) == path)
-        held = sorted(replicate.state(resolve(model, path))._param_names)
-        if held != expected:
-            raise InvariantViolation(f"replicate on {path or '<root>'} holds {held[:6]}, the plan gives it {expected[:6]}")
+        if not (isinstance(p, DTensor) and isinstance(p.placements[-1], Shard)):
+            kind = f"DTensor{tuple(p.placements)}" if isinstance(p, DTensor) else type(p).__name__
+            wrong.append(f"{name} (fully_shard) is {kind}")
+    if wrong:
+        raise InvariantViolation(f"{when}, parameters are not what fully_shard makes them: {'; '.join(wrong[:4])}")
 
 
 def after_backward(model, last):
@@ -68,7 +51,6 @@ def after_backward(model, last):
     if not CHECKED:
         CHECKED.append(True)
         check_managed(model, "after the first backward")
-        check_replicated_names(model)
 '''
 
 OPTIMIZER = '''
@@ -149,4 +131,6 @@ def parts(case: Case) -> Parts:
             f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
             "CHECKED = []\n")
     return Parts(imports=IMPORTS, apply_plan=head + CHECKS + "\n\n" + apply_plan, accumulate=accumulate,
-                 after_backward="", clip=OPTIMIZER.strip() + "\n", optimizer="system_optimizer")
+                 after_backward="", clip=OPTIMIZER.strip() + "\n", optimizer="system_optimizer",
+                 contexts="step_context = implicit_replication  # plain (replicate) and DTensor gradients meet in "
+                          "foreach zeroing\nloss_context = contextlib.nullcontext\n")

@@ -284,7 +284,19 @@ class System:
         torch.nn.utils.clip_grad_norm_(grads, max_norm)
 
     def unfreeze(self, names: set[str]) -> None:
-        """Set ``requires_grad=True`` on the parameters with these case names (``train.frozen`` ends)."""
+        """Set ``requires_grad=True`` on the parameters with these case names (``train.frozen`` ends).
+
+        FSDP2 modules (``fully_shard``, ``replicate_with_fsdp``) are resharded first, as ``fully_shard``'s
+        docstring asks: "To modify the parameters between forward and backward, the registered parameters must be
+        the sharded parameters. For ``False`` or an ``int``, this can be done by manually resharding via
+        :meth:`reshard`" (an evaluation forward under ``no_grad`` leaves them unsharded: no backward reshards
+        them).  Without it the harness changed unsharded parameters that FSDP2 does not look at, outside the
+        documented use, and reported what followed as torch bugs."""
+        from torch.distributed.fsdp import FSDPModule
+
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
         for name, p in self.named_parameters():
             if name in names:
                 p.requires_grad_(True)
