@@ -185,3 +185,23 @@ def test_an_error_printout_keeps_the_lines_after_the_first():
     assert 'FullyShardedDataParallel: Missing key(s) in state_dict: "body.0.weight". Unexpected key(s)' in text
     long = Verdict("error", ranks=({"rank": 0, "message": "x" * 1000},)).describe()
     assert long.endswith("x...") and len(long) < 340
+
+
+def test_a_shrunk_hang_is_recorded_only_if_it_hangs_under_the_full_timeout(tmp_path):
+    """Shrinking a hang judges candidates under a short timeout, so the shrunk "hang" may only be slow: it is
+    judged again under the full case timeout, and where it ends there the case as found is recorded."""
+    from parityfuzz.engine.outcomes import CaseFailed
+    from parityfuzz.verdict import Verdict
+
+    first, shrunk = simple(seed=1), simple(seed=2)
+    hang = Verdict("hang")
+    asked = []
+    for again, expected in ((Verdict("pass"), first), (hang, shrunk)):
+        fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=1, case_timeout_s=30, locate=False), executor=None,
+                        log=lambda *_: None)
+        fuzzer._judge = lambda case, timeout, again=again: (asked.append((case, timeout)), again)[1]
+        kept = fuzzer._confirm_hang("t", CaseFailed(shrunk, hang), CaseFailed(first, hang))
+        assert kept.case == expected and kept.verdict.kind == "hang"
+        assert asked[-1] == (shrunk, 30)  # judged again, under the full timeout
+    mismatch = CaseFailed(shrunk, Verdict("mismatch"))
+    assert fuzzer._confirm_hang("t", mismatch, CaseFailed(first, Verdict("mismatch"))) is mismatch  # no hang

@@ -201,7 +201,8 @@ class Fuzzer:
                     for part in verdict.note.split("; "):  # "reason: details" (details may name a step)
                         stats.notes[part.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
-                    found.update(at=time.monotonic(), cases=stats.cases - cases_before, kind=verdict.kind)
+                    found.update(at=time.monotonic(), cases=stats.cases - cases_before, kind=verdict.kind,
+                                 first=CaseFailed(case, verdict))
                     self.log(f"{name}: {verdict.kind} found after {found['cases']} cases "
                              f"({found['at'] - start:.1f}s); shrinking (up to {opts.shrink_budget_s:.0f}s)")
                 if time.monotonic() - last_progress[0] >= opts.progress_every_s:
@@ -305,6 +306,8 @@ class Fuzzer:
         for f, r in itertools.zip_longest(failures, reductions):
             if r is not None:
                 f = CaseFailed(r.case, r.verdict)
+            if not interrupted:  # (an interrupt runs no more cases)
+                f = self._confirm_hang(name, f, found.get("first"))
             f = CaseFailed(f.case, self._locate(name, f))
             duplicate = corpus.existing(self.options.corpus_dir, f.case)
             path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
@@ -318,6 +321,19 @@ class Fuzzer:
                 reduction=r))
         stats.failures.extend(recorded)
         return recorded
+
+    def _confirm_hang(self, name: str, failure: CaseFailed, first: CaseFailed | None) -> CaseFailed:
+        """A hang is shrunk under a short timeout (a few times the slowest passing case), so a shrunk "hang" may
+        only be slow: it is recorded only if it hangs again under the full case timeout; otherwise the case as
+        first found (which hung under that timeout) is recorded instead."""
+        if failure.verdict.kind != "hang" or first is None or first.case == failure.case:
+            return failure
+        again = self._judge(failure.case, self.options.case_timeout_s)
+        if again.kind == "hang":
+            return failure
+        self.log(f"{name}: the shrunk hang ends under the full case timeout ({again.kind}): recording the case "
+                 "as found instead")
+        return first
 
     def _locate(self, name: str, failure: CaseFailed) -> Verdict:
         """The failure's verdict with where its mismatch begins (:func:`fuzz.verify.locate`); as it was where
