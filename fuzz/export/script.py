@@ -134,7 +134,8 @@ The case:
         "from __future__ import annotations\n\nimport contextlib\nimport os\nimport re\nimport sys\nimport time\n"
         "from datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
-        "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.tensor import DTensor\n"
+        "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.fsdp import FSDPModule\n"
+        "from torch.distributed.tensor import DTensor\n"
         "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
         + parts.imports + reference.imports(case) + checkpoint.imports(case),
         constants(case),
@@ -405,10 +406,15 @@ def train(role, dp, device, mesh):
     watch()
     passes = []
     for step in range(STEPS):
-        thawed = [p for name, p in named() if step and frozen_at(name, step - 1) and not frozen_at(name, step)]
+        thawed = [name for name, _ in named() if step and frozen_at(name, step - 1) and not frozen_at(name, step)]
         if thawed:  # unfrozen: DDP is built anew, as its documentation asks of a changed requires_grad
-            for p in thawed:
-                p.requires_grad_(True)
+            if role == "system":  # fully_shard: "the registered parameters must be the sharded parameters" first
+                for m in model.modules():
+                    if isinstance(m, FSDPModule):
+                        m.reshard()
+            for name, p in named():  # (after reshard(): the parameters registered now)
+                if name in thawed:
+                    p.requires_grad_(True)
             if role != "system":
                 model = reference_thawed(model, inner, device, mesh)
             elif isinstance(model, DDP):  # a system under DDP (zero) likewise
