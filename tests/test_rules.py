@@ -147,3 +147,56 @@ def test_strategies_draw_only_valid_plans(family):
 @pytest.mark.parametrize("family", sorted(families.REGISTRY))
 def test_strategies_draw_only_valid_plans_5000(family):
     _draws(family, 5000)
+
+
+def _composed(applies, body=None, **train):
+    body = body or [{"kind": "mlp", "hidden": 2}, LIN]
+    return {"seed": 0, "world_size": 2, "mesh": {"shape": [2]},
+            "model": {"body": {"kind": "seq", "children": body}},
+            "plan": {"family": "composable", "applies": [dict(zip(("api", "path"), a)) for a in applies]},
+            "train": train, "schema": 2}
+
+
+#: composable rule name -> a plan that breaks it alone, and the field the refusal names.
+COMPOSABLE_COUNTER_EXAMPLES = {
+    "composable.second-call": (_composed([("replicate_fsdp", "body.1"), ("fully_shard", "body.1"),
+                                          ("fully_shard", "")]), "plan.applies[1].api"),
+    "composable.bottom-up": (_composed([("fully_shard", ""), ("replicate", "body.1")]), "plan.applies[1].path"),
+    "composable.every-parameter-managed": (_composed([("fully_shard", "body.1")]), "plan.applies"),
+    "composable.replicate-has-parameters": (_composed([("replicate", "body.0"), ("fully_shard", "body.0.fc1"),
+                                                       ("fully_shard", "body.0.fc2"), ("fully_shard", "")]),
+                                            "plan.applies"),
+    "composable.replicate-parameters-fixed": (_composed([("replicate", "body.1"), ("fully_shard", "")],
+                                                        frozen=[{"path": "body.1", "until": 1}], steps=2),
+                                              "train.frozen"),
+    "composable.tied-weights-one-manager": (
+        {**_composed([("fully_shard", "inp"), ("fully_shard", "")], body=[{"kind": "linear", "out": 4}]),
+         "model": {"body": {"kind": "seq", "children": [{"kind": "linear", "out": 4}]}, "input": "embedding",
+                   "in_dim": 4, "vocab": 6, "tie_head": True}}, "plan.applies"),
+}
+
+
+def test_every_composable_rule_has_a_counter_example():
+    from parityfuzz.rules import composable
+
+    assert sorted(COMPOSABLE_COUNTER_EXAMPLES) == sorted(r.name for r in composable.RULES)
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSABLE_COUNTER_EXAMPLES))
+def test_a_composable_counter_example_is_refused_naming_its_rule(name):
+    data, field = COMPOSABLE_COUNTER_EXAMPLES[name]
+    with pytest.raises(RuleViolation) as caught:
+        Case.from_dict(data).validate()
+    assert caught.value.rule.name == name and caught.value.field == field, str(caught.value)
+    assert "torch documents" in str(caught.value)
+
+
+def test_documented_refusals_are_valid_plans_with_their_expected_error():
+    """The same API twice on a module, a replicate on a module fully_shard manages: torch documents the error,
+    so the plan is valid and the case expects it."""
+    for applies, error in (([("fully_shard", "body.1"), ("fully_shard", "body.1"), ("fully_shard", "")],
+                            "AssertionError"),
+                           ([("fully_shard", "body.1"), ("replicate", "body.1"), ("fully_shard", "")],
+                            "RuntimeError")):
+        case = Case.from_dict(_composed(applies)).validate()
+        assert case.plan.refusal().type == error

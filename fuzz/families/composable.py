@@ -26,12 +26,11 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import under
 from parityfuzz.families import Family
+from parityfuzz.rules import composable as rules
+from parityfuzz.rules.composable import DATA_PARALLEL, EAGER
 
 #: The APIs a plan applies: ``replicate`` is the DDP-based one, ``replicate_fsdp`` the FSDP-based one.
 APIS = ("fully_shard", "replicate", "replicate_fsdp", "checkpoint")
-DATA_PARALLEL = ("fully_shard", "replicate", "replicate_fsdp")
-#: The data-parallel APIs whose initialisation takes the parameters at once (bottom-up application).
-EAGER = ("fully_shard", "replicate_fsdp")
 
 
 @dataclass(frozen=True)
@@ -104,46 +103,20 @@ def expected_error(case: Case, device_type: str) -> ExpectedError | None:
 
 
 def validate(case: Case) -> None:
+    """The fields, then the validity rules of :mod:`fuzz.rules.composable` (the documented compositions)."""
     plan, model, t = case.plan, case.model, case.train
     kinds = dict(model.module_paths())
     check(bool(plan.applies), "plan.applies", "must apply at least one API")
-    applied: dict[str, list[str]] = {}
     for i, c in enumerate(plan.applies):
         where = f"plan.applies[{i}]"
         check(c.api in APIS, f"{where}.api", f"must be one of {APIS}, got {c.api!r}")
         check(c.path in kinds, f"{where}.path", f"no module at path {c.path!r}")
         check(c.reshard_after_forward or c.api == "fully_shard", f"{where}.reshard_after_forward",
               "is fully_shard's: keep it True for other APIs")
-        before = applied.setdefault(c.path, [])
-        parallel = [a for a in before if a in DATA_PARALLEL]
-        if c.api in DATA_PARALLEL and parallel:  # a second one on a module: only the refusals torch documents
-            documented = c.api in parallel or (c.api in ("replicate", "replicate_fsdp") and parallel == ["fully_shard"])
-            check(documented, f"{where}.api", f"{c.api} after {parallel} on {c.path!r} is no refusal torch "
-                  "documents (a second call on a module must repeat an API, or be a replicate after fully_shard)")
-        for j, earlier in enumerate(plan.applies[:i]):
-            if (c.api in DATA_PARALLEL and earlier.api in EAGER and earlier.path != c.path
-                    and under(c.path, (earlier.path,))):
-                check(False, f"{where}.path", f"{c.path!r} is inside {earlier.path!r}, which "
-                      f"plan.applies[{j}] already gave to {earlier.api} ({earlier.api} is applied bottom-up)")
-        before.append(c.api)
+    rules.check_calls(plan)
     if plan.refusal():
         return  # the case ends at the refused call: nothing trains
-    owners = model.param_modules()
-    for path in owners:
-        check(plan.manager(path) is not None, "plan.applies",
-              f"no data-parallel API reaches the parameters of {path!r} (its replicas would drift apart)")
-    managed = plan.data_parallel()
-    for path, api in managed.items():
-        mine = [m for m in owners if plan.manager(m) == path]
-        if api == "replicate":
-            check(bool(mine), "plan.applies", f"replicate on {path!r} would manage no parameter "
-                  "(DistributedDataParallel refuses a module without parameters that require gradients)")
-            check(not any(under(m, (f.path,)) or under(f.path, (m,)) for m in mine for f in t.frozen),
-                  "train.frozen", f"freezes parameters the DDP-based replicate on {path!r} manages (DDP takes the "
-                  "parameters that require gradients when it is built, at the first forward)")
-    if model.tie_head:
-        check(plan.manager("inp") == plan.manager("head"), "plan.applies",
-              "tied embedding/head weights must stay with one data-parallel API")
+    rules.check_training(case)
     check(not t.nonroot, "train.nonroot", "not drawn for the composable family")
     check(not model.per_rank_flow(), "model.body", "per-rank control flow is not drawn for the composable family")
     check(not (plan.no_sync and t.microbatches == 1), "plan.no_sync", "needs more than one microbatch")
