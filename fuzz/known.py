@@ -471,7 +471,7 @@ KNOWN_BUGS = (
     # NO_SHARD ... since the world size is 1"); for the hybrid strategies that group is the intra-node shard
     # group, and NO_SHARD reduces over it alone: gradients are never all-reduced across the replicas, which
     # silently train on their own (a device_mesh (n, 1); torch's own groups with one GPU per node, or on a
-    # CPU machine).  pytorch#154888, closed without a fix for FSDP1.
+    # CPU machine).  pytorch#154888 (shown open in the stored copy).
     KnownBug("FSDP1 hybrid sharding with shard groups of one rank never reduces across replicas (pytorch#154888)",
              ("corpus/fsdp1/81863a873dce0ef8.json", "corpus/fsdp1/19dfe7c15b568e2f.json"),
              _hybrid_fsdp1_with_shards_of_one,
@@ -484,8 +484,7 @@ KNOWN_BUGS = (
                       "equivalent' is not true for the hybrid strategies",
              upstream="pytorch/pytorch#154888 ('Potential Bug with HYBRID_SHARD and (n, 1) Device Mesh "
                       "Falling Back to NO_SHARD': same API, same silent divergence across replicas; shown "
-                      "open in the stored issue copy, while the record's comment says 'closed without a fix' "
-                      '- recheck the state)'),
+                      "open in the stored issue copy, reported closed elsewhere: recheck its state)"),
     # FullyShardedDataParallel.clip_grad_norm_ computes each gradient's norm with
     # torch.linalg.vector_norm(grad, dtype=torch.float32) "to handle low precision": a float64 gradient is
     # refused ("should be convertible without narrowing"), so FSDP1 cannot clip a float64 model at all
