@@ -294,6 +294,7 @@ class System:
         documented use, and reported what followed as torch bugs."""
         from torch.distributed.fsdp import FSDPModule
 
+        # FSDPModule.reshard: "This method is *not* recursive." (_fully_shard.py): every FSDPModule is resharded.
         for module in self.model.modules():
             if isinstance(module, FSDPModule):
                 module.reshard()

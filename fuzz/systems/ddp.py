@@ -17,7 +17,8 @@ class DDPSystem(System):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        # A gate leaves its child unused on some forwards (alike on every rank): DDP must be told.
+        # A gate leaves a child unused on some forwards (alike on every rank). find_unused_parameters: parameters
+        # that "don't receive gradients ... are preemptively marked as being ready to be reduced" (distributed.py).
         gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
         return DDP(model, device_ids=device_ids, find_unused_parameters=gated, **self.ddp_kwargs())
 
@@ -26,8 +27,11 @@ class DDPSystem(System):
         return {}
 
     def unfreeze(self, names: set[str]) -> None:
-        """DDP reduces only the parameters that required gradients when it was built: wrap the module anew,
-        as DDP's documentation asks of a user who changes ``requires_grad``."""
+        """DDP reduces only the parameters that required gradients when it was built: wrap the module anew.
+        DDP's docstring (``torch/nn/parallel/distributed.py``) says that its constructor registers "gradient
+        reduction functions on all the parameters of the model itself at the time of construction. If you change
+        the model's parameters afterwards, gradient reduction functions no longer match the correct set of
+        parameters" (it speaks of changing parameters; changing ``requires_grad`` is the nearest case)."""
         super().unfreeze(names)
         self.model = self.wrap(self.model.module)
 
@@ -47,6 +51,8 @@ class DDPSystem(System):
         module = resolve(self.inner(), path)
         loss = self.loss(self.forward(batch, module), target)
         params = [p for p in module.parameters() if p.requires_grad]
+        # DDP: "the gradients between different nodes are averaged" (torch/nn/parallel/distributed.py): a non-root
+        # pass, which DDP does not see, is averaged by hand and accumulated into .grad.
         for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
             if grad is not None:
                 # Dense, as AccumulateGrad would make it: the gradient of ``w.sum(0)`` is an expanded view

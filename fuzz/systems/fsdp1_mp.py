@@ -15,12 +15,14 @@ reference models FSDP1's:
 - **``NO_SHARD`` keeps one gradient, as DDP does**: the reduced gradient is the ``FlatParameter``'s ``.grad``,
   and a later backward (the next microbatch outside ``no_sync()``, a step after ``zero_grad(set_to_none=
   False)``) adds its local gradients to it, in its dtype, and reduces the sum again; the sharded strategies
-  reduce each backward's gradient alone and add it to a full-precision sharded gradient.
+  reduce each backward's gradient alone and add it to a full-precision sharded gradient.  (OPEN, issue 30
+  audit: FSDP1's documentation promises the sharded strategies' behaviour for ``NO_SHARD`` too; see ``_reduce``.)
 - **Division**: FSDP1 divides by a power of two near sqrt(N) before summing and by the rest after, for every
   dtype (N: all data-parallel ranks, replicas included); FSDP2 averages fp32/bf16 in the collective.
 - **``reduce_dtype`` left out follows ``param_dtype``** (FSDP2: the gradient's own dtype, the same thing).
 - **Buffers are cast to ``buffer_dtype``** and stay so (FSDP2 leaves buffers alone).
-- **No output cast**: FSDP1 has no ``output_dtype``; the loss is computed in ``param_dtype``.
+- **No output cast**: FSDP1 has no ``output_dtype``; the loss is computed in ``param_dtype``, "the dtype for
+  forward and backward computation" (``MixedPrecision``, ``torch/distributed/fsdp/api.py``), outputs included.
 - **Where summation order comes from**: gloo sums an element in an order that depends on its position in
   the buffer, so each FSDP1 instance's gradients are reduced as FSDP1 lays them out: its ``FlatParameter``
   (the parameters its auto-wrap policy or nesting leaves it, in module order; with ``use_orig_params=True``
@@ -35,7 +37,7 @@ reference models FSDP1's:
   one.
 - **``keep_low_precision_grads``**: the gradients the optimizer sees are in the reduction dtype (as FSDP1
   documents); they are accumulated in full precision between reductions (a low-precision gradient left by
-  the previous step is cast up first, as FSDP1 does).
+  the previous step is cast up first: both addends are ``reduce_dtype`` values, so no compared value changes).
 
 The sharded parameters and the optimizer stay in the model's dtype (masters here); the compute copies are
 re-cast from them after every step, as FSDP1 casts at every all-gather.
@@ -74,6 +76,8 @@ def units(model: nn.Module, plan) -> set[str]:
         """Parameters wrapped at or below ``module``."""
         wrapped = sum(visit(f"{path}.{name}" if path else name, child) for name, child in module.named_children())
         total = sum(p.numel() for p in module.parameters())
+        # size_based_auto_wrap_policy: "nonwrapped_numel" ("Parameter numel not yet wrapped") against min_num_params
+        # (wrap.py); the ModuleList/ModuleDict skip is wrap.py's EXCLUDE_WRAP_MODULES default (layout only).
         if path and total - wrapped >= plan.min_num_params and not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
             found.add(path)
             return total
@@ -122,11 +126,15 @@ class FSDP1Precision(Masters):
         if keep_low_precision_grads or not sharded:
             for master in self.masters.values():
                 master.grad_dtype = None  # a low-precision gradient is kept (or accumulated) there
+        # MixedPrecision.buffer_dtype: "FSDP casts them to buffer_dtype in the first forward pass and keeps them in
+        # that dtype thereafter"; "Only floating point tensors are cast" (fsdp/api.py).
         if buffer_dtype:
             for m in module.modules():
                 for key, b in list(m._buffers.items()):
                     if b is not None and b.is_floating_point():
                         m._buffers[key] = b.to(buffer_dtype)
+        # MixedPrecision.cast_root_forward_inputs: "the root FSDP module casts its forward args and kwargs to
+        # param_dtype, overriding the value of cast_forward_inputs" (fsdp/api.py); the harness passes no kwargs.
         if cast_root_inputs:
             cast = _cast(compute_dtype)
             module.register_forward_pre_hook(lambda m, args: tree_map(cast, args))
@@ -136,6 +144,9 @@ class FSDP1Precision(Masters):
 
     def _layout(self, paths: list[str], align: int) -> list[_Unit]:
         """Each instance's flat layout (see the module docstring); instances without parameters left out."""
+        # Order only: torch documents no summation order and disclaims this layout ("Users should not author programs
+        # relying on what data is present for a given original parameter in its sharded form", FSDP docstring); it
+        # is FSDP1's, so that the comparison can be bit for bit (no value the documentation promises depends on it).
         owned: dict[str, list[str]] = {p: [] for p in sorted(paths)}  # the same order on every rank
         for name in self.compute:  # named_parameters order: module by module, as FSDP1 flattens
             module = name.rpartition(".")[0]
@@ -165,6 +176,9 @@ class FSDP1Precision(Masters):
                         holder._parameters[key] = leaf
             return hook
 
+        # FSDP "replaces managed modules' parameters with torch.Tensor views during forward and backward computation"
+        # (fully_sharded_data_parallel.py). Order only: fresh views per call are FSDP1's summation order (torch
+        # documents none), so that the comparison can be bit for bit (no documented value depends on it).
         for unit in self.units:
             model.get_submodule(unit.path).register_forward_pre_hook(pre_forward(unit))
 
@@ -173,14 +187,18 @@ class FSDP1Precision(Masters):
         the one gradient ``NO_SHARD`` keeps."""
         if grad.numel():
             self.local_scales[name] = max(self.local_scales.get(name, 0.0), float(grad.abs().max()))
+        # no_sync: "gradients will be accumulated in module variables ... synchronized in the first forward-backward
+        # pass after exiting the context" (fully_sharded_data_parallel.py): in param_dtype (fsdp/api.py).
         if self.sharded:
             held = self.unsharded.get(name)
             self.unsharded[name] = grad.clone() if held is None else held.add_(grad)
-        else:
+        else:  # NO_SHARD's one gradient: FSDP1's implementation (OPEN, issue 30 audit: see _reduce)
             master = self.masters[name]
             master.grad = grad.clone() if master.grad is None else master.grad.add_(grad)
 
     def finish_backward(self) -> None:
+        # ShardingStrategy: gradients are synchronized "(via reduce-scatter) after the backward computation", NO_SHARD
+        # "(via all-reduce) after the backward computation" (fsdp/api.py): once per backward.
         if self.syncing or not self.accumulates:
             self._reduce()
 
@@ -190,11 +208,15 @@ class FSDP1Precision(Masters):
         (sharded strategies), or replacing the gradient (``NO_SHARD``); only for parameters some rank has a
         gradient for."""
         held = self.unsharded if self.sharded else {n: m.grad for n, m in self.masters.items() if m.grad is not None}
+        # As DDP (NO_SHARD: "similar to PyTorch's DistributedDataParallel"): a parameter unused on a rank is reduced
+        # as zeros ("marked as being ready to be reduced", distributed.py); unused everywhere, .grad stays None.
         names = list(self.compute)
         shown = torch.tensor([n in held for n in names], dtype=torch.float32)
         dist.all_reduce(shown)
         shown_names = {n for n, s in zip(names, shown.tolist()) if s}
-        pre, post, _ = divide_factors(torch.float16, dist.get_world_size())  # FSDP1 divides so for every dtype
+        # FSDP1 averages like DDP (DDP: "the gradients between different nodes are averaged", distributed.py); the
+        # pre/post split, for every dtype, is exact (power-of-two scaling): it changes no value.
+        pre, post, _ = divide_factors(torch.float16, dist.get_world_size())
         for unit in self.units:
             if not shown_names.intersection(unit.names):
                 continue
@@ -208,11 +230,18 @@ class FSDP1Precision(Masters):
                     continue
                 master = self.masters[n]
                 piece = full[offset:offset + master.numel()].view(master.shape)
+                # OPEN (issue 30 audit): FSDP1's documentation promises the sharded strategies' behaviour (below) here
+                # too; this follows FSDP1's NO_SHARD implementation. To be decided: follow the documentation and
+                # record the difference as a known bug.
                 if not self.sharded:  # the reduced gradient is the gradient; upcast unless kept low
                     master.grad = piece.clone() if self.keep_low else piece.to(master.dtype)
                     continue
+                # keep_low_precision_grads=False: "FSDP upcasts gradients to full precision after the backward pass"
+                # (fsdp/api.py); then accumulated "with any existing gradient" (fully_sharded_data_parallel.py).
                 piece = piece.to(master.dtype)
                 master.grad = piece if master.grad is None else master.grad.to(master.dtype).add_(piece)
+                # keep_low_precision_grads: "If True, then FSDP keeps the gradients in the dtype used for gradient
+                # reduction" (fsdp/api.py).
                 if self.keep_low:
                     master.grad = master.grad.to(self.reduce_dtype)
         self.unsharded.clear()
@@ -248,12 +277,14 @@ def arguments(case, model: nn.Module) -> dict:
     master_dtype = next(model.parameters()).dtype
     shard_size = case.mesh.shape[case.mesh.names.index("dp_shard")]
     return dict(units=sorted(units(model, plan)), compute_dtype=dtype(mp.param_dtype) or master_dtype,
+                # MixedPrecision.reduce_dtype: "If this is None but param_dtype is not None, then this takes on the
+                # param_dtype value" (fsdp/api.py).
                 reduce_dtype=dtype(mp.reduce(str(master_dtype).removeprefix("torch."))),
                 buffer_dtype=dtype(mp.buffer_dtype), cast_root_inputs=bool(mp.param_dtype and mp.cast_root_forward_inputs),
                 keep_low_precision_grads=mp.keep_low_precision_grads,
                 # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns
                 # "switching to use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a
-                # known bug of their own.
+                # known bug of their own.  NO_SHARD's gradient handling: OPEN (issue 30 audit), see _reduce.
                 sharded=plan.sharding != "NO_SHARD" and (shard_size > 1 or plan.sharding in HYBRID),
                 align_bytes=16 if plan.use_orig_params else 0, no_sync=plan.no_sync)
 

@@ -130,10 +130,17 @@ class FSDP2PrecisionTP(FSDP2Precision):
         if not isinstance(grad, DTensor):
             return grad
         placements = self.masters[name].placements
+        # Order only: the tp sum before the dp reduction (once, on a Partial gradient accumulated unsynced); torch
+        # documents no summation order; this one is FSDP2's, so that the comparison can be bit for bit (no value the
+        # documentation promises depends on it).
         if grad.placements != placements:  # a replicated parameter's Partial gradient: an all-reduce over tp
+            # reduce_dtype: "the dtype for gradient reduction (i.e. reduce-scatter or all-reduce)" (_fsdp_api.py);
+            # torch 2.13 runs this one in param_dtype (pytorch#190626, fuzz/known.py).
             if reduce_dtype is not None:
                 grad = grad.to(reduce_dtype)
             grad = grad.redistribute(placements=placements)
+        # fully_shard reduces "across data parallel workers" of its (data-parallel) mesh only (_fully_shard.py):
+        # each tp-local shard is averaged over dp; tp placements are the parameter's.
         return grad.to_local()
 
     def distributed_gradient(self, name: str, local):
@@ -147,7 +154,7 @@ class FSDP2PrecisionTP(FSDP2Precision):
 class MixedPrecisionTPReference(TensorParallel, MixedPrecisionReference):
     """The mixed-precision reference of a tensor-parallel case: the same tensor-parallel model (TP is checked
     against DDP without mixed precision), with FSDP2's policy emulated over the data-parallel ranks
-    (:class:`FSDP2PrecisionTP`)."""
+    (:class:`FSDP2PrecisionTP`).  TP itself is not emulated: the real styles run here, as in the system."""
 
     name = "ddp_mp_tp"
     emulation = FSDP2PrecisionTP

@@ -37,6 +37,8 @@ class Masters(nn.Module):
         #: False inside :meth:`no_sync`: the microbatch running is not its step's last.
         self.syncing = True
         by_id: dict[int, nn.Parameter] = {}
+        # FSDP2 param_dtype: "The optimizer step uses the sharded parameter in the original dtype" (_fsdp_api.py);
+        # FSDP1: "Outside forward and backward, the *sharded* parameters are kept in full precision" (fsdp/api.py).
         for name, p in module.named_parameters():
             self.masters[name] = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
             by_id[id(p)] = self.compute[name] = nn.Parameter(p.detach().to(compute_dtype(name)),
@@ -63,6 +65,8 @@ class Masters(nn.Module):
 
     def thaw(self) -> None:
         """The compute copies take their masters' ``requires_grad`` (after frozen parameters are unfrozen)."""
+        # requires_grad set on the masters (FSDP's sharded parameters, after reshard(): "the registered parameters
+        # must be the sharded parameters", _fully_shard.py) applies to what the forward uses.
         for name, master in self.masters.items():
             self.compute[name].requires_grad_(master.requires_grad)
 

@@ -30,9 +30,10 @@ The emulation, :class:`FSDP2Precision`, is a module that knows nothing of cases 
 arguments): an exported script copies it by source (:mod:`fuzz.export.precision`).
 :class:`MixedPrecisionReference` trains a case through it.
 
-What remains between this and FSDP2 is summation order inside the collectives
-(reduce-scatter against all-reduce at world size >= 3) and BLAS rounding; the
-oracle's tolerance for the case's least precise dtype covers that.
+What remains between this and FSDP2 is BLAS rounding, which the measured noise covers (the oracle's floor
+is the model dtype's: the tolerance of ``fuzz/verify.py``).  Torch documents no summation order; the
+emulation reproduces FSDP2's low-precision one (its collectives, buffer layout and autograd graph) so
+that a comparison can be bit for bit.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _cast(to: torch.dtype):
 
 
 def divide_factors(reduce_dtype: torch.dtype, n: int) -> tuple[float | None, float | None, dist.ReduceOp]:
-    """``(pre-divide, post-divide, op)`` for a gradient reduction over ``n`` ranks, as FSDP2 chooses them."""
+    """``(pre-divide, post-divide, op)`` for a gradient reduction over ``n`` ranks, as FSDP2 chooses them (the
+    pre-divisor is a power of two, so the split is exact: it changes no value short of fp16 overflow)."""
     if reduce_dtype in (torch.float32, torch.bfloat16):
         return None, None, (dist.ReduceOp.SUM if n == 1 else dist.ReduceOp.AVG)
     pre = 1
@@ -67,7 +69,10 @@ def divide_factors(reduce_dtype: torch.dtype, n: int) -> tuple[float | None, flo
 
 
 class _PostBackward(torch.autograd.Function):
-    """Identity on a module call's inputs whose backward runs the group's post-backward (as FSDP2 does)."""
+    """Identity on a module call's inputs whose backward runs the group's post-backward (as FSDP2 does).
+
+    One per call: fully_shard's "N chunk calls produce N reduce-scatters for that group" is worded for a grouped
+    ``fully_shard([a, b])``; a module called twice gets the same per-call hook, not a separate promise."""
 
     @staticmethod
     def forward(ctx, callback, *inputs):
@@ -95,9 +100,11 @@ class _Group:
     def __init__(self, policy: dict, master_dtype: torch.dtype):
         self.path = policy["path"]
         self.names: list[str] = []
+        # MixedPrecisionPolicy.param_dtype: "the dtype for forward/backward computation ... If this is None, then
+        # the unsharded parameter uses the original dtype." (_fsdp_api.py)
         self.policy_param_dtype = param = policy.get("param_dtype")
         self.param_dtype = param if param not in (None, master_dtype) else master_dtype
-        # FSDP2 drops reduce_dtype when it equals param_dtype (the policy's, before param_dtype is clamped).
+        # A reduce_dtype equal to param_dtype is the gradients' own (compute) dtype: None here changes no value.
         reduce = policy.get("reduce_dtype")
         self.reduce_dtype = None if reduce == param else reduce
         self.output_dtype = policy.get("output_dtype")
@@ -122,7 +129,9 @@ class FSDP2Precision(Masters):
         self.groups = [_Group(policy, master_dtype) for policy in policies]
         by_path = {g.path: g for g in self.groups}
 
-        def owner(name):  # the group of the deepest fully_shard'ed module above the parameter
+        # fully_shard makes "one group that includes the parameters ... except those already assigned to a group from
+        # an earlier call on a submodule" (_fully_shard.py): bottom-up, the deepest owns it (tied weights: one group).
+        def owner(name):
             path = name.rpartition(".")[0]
             while path and path not in by_path:
                 path = path.rpartition(".")[0]
@@ -136,8 +145,9 @@ class FSDP2Precision(Masters):
             no_all_reduce
         for g in self.groups:
             target = module.get_submodule(g.path)
-            # FSDP2 prepends its pre-forward hook: the policy casts inputs before any other pre-hook (a TP style's
-            # input preparation), so that style's collectives run in the cast dtype, forward and backward.
+            # prepend: param_dtype is "the dtype for forward/backward computation" (_fsdp_api.py), and a TP style's
+            # input collective is part of this module's forward (and backward) computation, so it runs in param_dtype
+            # (a cast after it once made a false alarm: tests/test_tensor_parallel.py).
             target.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True, prepend=True)
             target.register_forward_hook(self._post_forward_hook(g))
         self.accumulated: dict[str, torch.Tensor] = {}
@@ -146,6 +156,8 @@ class FSDP2Precision(Masters):
     def _post_forward_hook(self, g: _Group):
         """Cast outputs to ``output_dtype``; a gradient reaching an output puts the group in pre-backward (as
         FSDP2's pre-backward hook does), so the final callback runs its post-backward again if needed."""
+        # MixedPrecisionPolicy.output_dtype: "the dtype for casting floating-point forward outputs" (_fsdp_api.py);
+        # per invocation for grouped modules (_fully_shard.py).
         cast = _cast(g.output_dtype) if g.output_dtype else None
 
         def pre_backward(grad):
@@ -162,13 +174,20 @@ class FSDP2Precision(Masters):
         return hook
 
     def _pre_forward_hook(self, g: _Group):
+        # MixedPrecisionPolicy.cast_forward_inputs: "whether FSDP should cast the forward's floating-point input
+        # tensors to param_dtype ... the cast is applied per module, before each module's forward." (_fsdp_api.py)
         cast = _cast(g.policy_param_dtype) if g.cast_forward_inputs and g.policy_param_dtype else None
 
         def hook(module, args, kwargs):
             if cast is not None:
                 args, kwargs = tree_map(cast, args), tree_map(cast, kwargs)
-            if not g.names:  # FSDP2 makes no parameter group, so no post-backward node, for a module without
-                return args, kwargs  # parameters of its own (the node would change how gradients are summed)
+            # No post-backward node for a module without parameters: order only (the node would change only how
+            # autograd sums the input's gradient); torch documents no summation order; this one is FSDP2's, so
+            # that the comparison can be bit for bit (no value the documentation promises depends on it).
+            if not g.names:
+                return args, kwargs
+            # fully_shard: "After gradient computation, FSDP ... reduce-scatters the unsharded gradients"; "N chunk
+            # calls produce N reduce-scatters for that group" (_fully_shard.py): per call, leftovers at the end.
             return _register_post_backward(args, kwargs, lambda: self._post_backward(g))
         return hook
 
@@ -182,7 +201,11 @@ class FSDP2Precision(Masters):
 
     def _post_backward(self, g: _Group) -> None:
         self._state[id(g)] = "post-backward"
+        # FSDPModule.set_requires_gradient_sync: "gradient accumulation *without communication*. For HSDP, this
+        # controls both reduce-scatter and all-reduce together." (_fully_shard.py; each listed path, recurse=False)
         sync = self.syncing or g.path not in self.unsynced
+        # MixedPrecisionPolicy.reduce_dtype: "If also gradient reduction is disabled via set_requires_gradient_sync,
+        # then FSDP will accumulate gradients using reduce_dtype." (_fsdp_api.py); None: autograd's compute dtype.
         acc = self.accumulated
         for name in g.names:
             p = self.compute[name]
@@ -194,12 +217,12 @@ class FSDP2Precision(Masters):
                 p.grad = None
         if not sync:
             return
-        # With set_reduce_scatter_unused_params, FSDP2 reduces a zero gradient for every trainable parameter
-        # that got none on this rank, so that every rank's reduce-scatter has the same layout.
+        # FSDPModule.set_reduce_scatter_unused_params: "include zero gradients for parameters that did not receive a
+        # gradient in backward" (_fully_shard.py); without it such parameters are not reduced.
         unused = self.reduce_scatter_unused
         all_reduce = self.syncing or not self.no_all_reduce
-        # A parameter with a held partial sum and no gradient now is reduced with a zero one, so that its sum
-        # reaches the all-reduce (what set_requires_all_reduce(False) promises; FSDP2 itself fails there).
+        # FSDPModule.set_requires_all_reduce: "gradient accumulation with only reduce-scatter but not all-reduce for
+        # HSDP" (_fully_shard.py): a held sum with no new gradient is all-reduced too (FSDP2 fails: fuzz/known.py).
         names = [n for n in g.names if n in acc or self.compute[n].grad is not None
                  or (unused and self.compute[n].requires_grad) or (all_reduce and n in g.partial)]
         if not names:
@@ -210,7 +233,11 @@ class FSDP2Precision(Masters):
                  for n in names]
         for name in names:
             self.compute[name].grad = None
+        # reduce_dtype: "the dtype for gradient reduction (i.e. reduce-scatter or all-reduce). If this is None ...,
+        # then the reduction uses the compute dtype." (_fsdp_api.py)
         reduced = self._reduce(names, grads, g.reduce_dtype or grads[0].dtype, g, all_reduce)
+        # param_dtype: "The optimizer step uses the sharded parameter in the original dtype" (_fsdp_api.py): the
+        # reduced gradient is cast to it and, like any .grad, accumulated.
         for name, piece in zip(names, reduced):
             master = self.masters[name]
             piece = self.distributed_gradient(name, piece.to(master.dtype))
@@ -238,9 +265,15 @@ class FSDP2Precision(Masters):
         piece under its name: microbatches may reduce different parameters) and
         added before the next all-reduce; nothing reaches the masters until then.
         """
+        # HSDP (fully_shard mesh: "sharded across the 1st dim and replicated across the 0th dim"): reduce-scatter,
+        # then all-reduce: "gradient reduction (i.e. reduce-scatter or all-reduce)" in reduce_dtype (_fsdp_api.py).
         n = dist.get_world_size(self.shard_group)
         replicas = dist.get_world_size(self.replicate_group) if self.replicate_group is not None else 1
+        # Averaged over all data-parallel ranks (DDP: "the gradients between different nodes are averaged",
+        # distributed.py); the power-of-two pre/post split is exact (no value changes short of fp16 overflow).
         pre, post, op = divide_factors(reduce_dtype, n * replicas)
+        # Order only: torch documents no summation order (nor this buffer layout); the layout is FSDP2's, so that
+        # the comparison can be bit for bit (no value the documentation promises depends on it).
         rows, widths = [], []
         for x in grads:
             x = x.reshape(x.shape[0], math.prod(x.shape[1:])).to(reduce_dtype)  # (an empty TP shard too)
@@ -256,6 +289,8 @@ class FSDP2Precision(Masters):
         else:
             out = buf[0].clone()
         if self.replicate_group is not None:
+            # The held sums stay in reduce_dtype: it "specifies the dtype for gradient reduction" (_fsdp_api.py), and
+            # they are partial results of that reduction, still to be all-reduced.
             for name, piece in zip(names, out.split(widths)):
                 if not all_reduce:
                     g.partial[name] = piece.clone() if name not in g.partial else g.partial[name].add_(piece)
