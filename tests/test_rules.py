@@ -200,3 +200,80 @@ def test_documented_refusals_are_valid_plans_with_their_expected_error():
                             "RuntimeError")):
         case = Case.from_dict(_composed(applies)).validate()
         assert case.plan.refusal().type == error
+
+
+#: Two cases of the 2026-11-24 fuzz run on unmodified torch (a crash, a hang) that the rule on per-rank control
+#: flow let through: an FSDP1 instance whose only parameters are frozen on the first steps (its pre-backward
+#: all-gather runs only on the ranks whose input needs a gradient), and a root whose only managed parameters sit in
+#: a per-rank gate (the other module is ignored: the root reduce-scatters on some ranks only).  FSDP1 documents no
+#: per-rank control flow; the harness's rule now counts frozen and ignored parameters out.
+FSDP1_RANK_FLOW = {
+    "frozen instance":
+    {'mesh': {'shape': [4]},
+     'model': {'body': {'children': [{'by_rank': True,
+                                      'children': [{'kind': 'linear', 'out': 3}],
+                                      'kind': 'gate',
+                                      'period': 2},
+                                     {'heads': 1, 'kind': 'attention'},
+                                     {'bias': False, 'kind': 'linear', 'out': 3}],
+                        'kind': 'seq'},
+               'in_dim': 3},
+     'plan': {'backward_prefetch': 'BACKWARD_POST',
+              'checkpoints': [{'api': 'wrapper', 'path': 'body.1.o'}, {'api': 'apply', 'path': 'body.1.v'}],
+              'family': 'fsdp1',
+              'limit_all_gathers': False,
+              'no_sync': True,
+              'wraps': ['body.1.v']},
+     'schema': 2,
+     'seed': 5165,
+     'train': {'batch': 4,
+               'dtype': 'float32',
+               'foreach': True,
+               'frozen': [{'path': 'body.1', 'until': 2}],
+               'lr': 0.0004166666666666667,
+               'microbatches': 3,
+               'optimizer': 'adam',
+               'same_input': True,
+               'scheduler': 'linear',
+               'seq_len': 2,
+               'steps': 5,
+               'to_float64': True,
+               'zero_grad': 'alternate'},
+     'world_size': 4},
+    "ignored root parameters":
+    {'mesh': {'names': ['dp_replicate', 'dp_shard'], 'shape': [1, 2]},
+     'model': {'body': {'children': [{'kind': 'layernorm'}, {'kind': 'scale', 'out': 2},
+                                     {'by_rank': True,
+                                      'children': [{'kind': 'layernorm'}],
+                                      'kind': 'gate',
+                                      'period': 2}],
+                        'kind': 'seq'}},
+     'plan': {'backward_prefetch': 'BACKWARD_POST',
+              'checkpoints': [{'api': 'wrapper', 'path': 'body.2.inner'}],
+              'family': 'fsdp1',
+              'hybrid_via': 'mesh',
+              'ignored': ['body.0'],
+              'ignored_via': 'states',
+              'limit_all_gathers': False,
+              'sharding': 'HYBRID_SHARD',
+              'use_orig_params': False,
+              'wraps': ['body.1']},
+     'schema': 2,
+     'seed': 12685,
+     'train': {'loss': 'mean',
+               'microbatches': 3,
+               'optimizer': 'adam',
+               'same_input': True,
+               'steps': 7,
+               'weight_decay': 0.1,
+               'zero_grad': 'alternate'},
+     'world_size': 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FSDP1_RANK_FLOW))
+def test_fsdp1_per_rank_flow_over_frozen_or_ignored_parameters_is_refused(name):
+    from parityfuzz.case.errors import CaseError
+
+    with pytest.raises(CaseError, match="per-rank control flow"):
+        Case.from_dict(FSDP1_RANK_FLOW[name]).validate()

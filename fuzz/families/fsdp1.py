@@ -242,18 +242,23 @@ def units(case: Case) -> frozenset[str] | None:
     return None
 
 
-def rank_flow_problem(model, found: frozenset[str]) -> tuple[str, str] | None:
+def rank_flow_problem(model, found: frozenset[str], left_out: frozenset[str] = frozenset()) -> tuple[str, str] | None:
     """``(instance path, why)`` for an FSDP1 instance at ``found`` that per-rank control flow would break, or
     None: an instance inside a per-rank gate is all-gathered by some ranks only; one whose own parameters a
-    forward may leave unused reduces its gradient only on the ranks that used them.  Either way the ranks'
-    collectives differ (a hang)."""
+    forward may leave unused (or that are ``left_out``: ignored by FSDP1, or frozen on some step) reduces its
+    gradient only on the ranks whose backward reaches it, and a non-root one whose output needs no gradient on
+    some rank is all-gathered for backward there only (FSDP1 registers its pre-backward unshard on outputs that
+    require grad).  Either way the ranks' collectives differ (a hang, or gloo's abort on mismatched sizes).
+    FSDP1 documents no per-rank control flow: it fixes "an order over the handles, which should be the same
+    across ranks" (torch/distributed/fsdp/_exec_order_utils.py)."""
     gates = model.rank_gates()
     for u in sorted(found):
         if u and under(u, gates):
             return u, f"the instance at {u!r} is a per-rank gate or inside one"
         deeper = frozenset(v for v in found if v != u and under(v, (u,)))
-        if not model.uses_params(u, deeper):
-            return u, f"the instance at {u!r} holds no parameter of its own that every forward uses"
+        if not model.uses_params(u, deeper | left_out):
+            return u, (f"the instance at {u!r} holds no parameter of its own (trainable, not ignored) that every "
+                       "forward uses")
     return None
 
 
@@ -270,7 +275,9 @@ def _validate_rank_flow(case: Case) -> None:
     found = units(case)
     check(found is not None, "plan.wrapping", "not size with per-rank control flow: which modules become "
           "instances depends on parameter counts, so the case cannot say none sits inside a per-rank gate")
-    problem = rank_flow_problem(case.model, found)
+    ignored = frozenset(case.plan.ignored)
+    found = frozenset(u for u in found if not (u and under(u, ignored)))  # (auto-wrapping skips ignored modules)
+    problem = rank_flow_problem(case.model, found, ignored | case.train.frozen_paths())
     check(problem is None, "plan.wrap_kinds" if case.plan.wrapping == "module_class" else "plan.wraps",
           f"with per-rank control flow {problem and problem[1]}: the ranks' collectives would differ")
 

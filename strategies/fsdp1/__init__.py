@@ -117,6 +117,13 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     if not use_orig_params:
         train = dataclasses.replace(train, groups=(), frozen=())
     precision = draw(precisions(model, train))
+    instances = frozenset([""] + list(wraps.get("wraps", ())) + [p for p, k in model.module_paths()
+                                                                  if k in wraps.get("wrap_kinds", ())])
+    if model.per_rank_flow():  # freezes that leave an instance no parameter every rank trains (rank_flow_problem)
+        frozen = list(train.frozen)
+        while frozen and rank_flow_problem(model, instances, frozenset(f.path for f in frozen)) is not None:
+            frozen.pop()
+        train = dataclasses.replace(train, frozen=tuple(frozen))
     ignored = ()
     # not with clipping (it differs per rank) nor mixed precision (fuzz.families.fsdp1)
     if draw(RARE) and not train.clip and not precision.active():
@@ -125,7 +132,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
                       and not any(under(w, (p,)) for w in nested) and not (model.tie_head and p in ("inp", "head"))
-                      and model.uses_params("", frozen | {p}) and not under(p, rank_gates)]  # fuzz.families.fsdp1
+                      and model.uses_params("", frozen | {p}) and not under(p, rank_gates)  # fuzz.families.fsdp1
+                      and not (rank_gates and rank_flow_problem(
+                          model, frozenset(u for u in instances if not (u and under(u, (p,)))), frozen | {p}))]
         if candidates:
             ignored = (draw(st.sampled_from(candidates)),)
     ignored_via = draw(st.sampled_from(("modules", "states"))) if ignored else "modules"
