@@ -288,6 +288,15 @@ def _fsdp1_over_a_frozen_tensor_parallel_parameter(case: Case) -> bool:
                     for p in plan.tp for step in range(case.train.steps)))
 
 
+def _replicate_unsynced_with_a_gate(case: Case) -> bool:
+    """The DDP-based replicate on a module at, above or below a gate, with its gradient sync off on the non-last
+    microbatches (plan.no_sync)."""
+    gates = [p for p, n in case.model.body.walk("body") if n.kind == "gate"]
+    return (case.plan.no_sync and case.train.microbatches > 1
+            and any(api == "replicate" and any(under(path, (g,)) or under(g, (path,)) for g in gates)
+                    for path, api in case.plan.data_parallel().items()))
+
+
 def _ddp_static_graph_with_no_sync(case: Case) -> bool:
     return case.plan.static_graph and case.train.microbatches > 1
 
@@ -666,7 +675,7 @@ KNOWN_BUGS = (
     # strategies with mixed precision the unreduced bf16 gradient can reach Adam first, which refuses it.
     KnownBug("FSDP1 no_sync with a unit unused on the last microbatch",
              ("corpus/fsdp1/55db10279d6f193a.json", "corpus/fsdp1/db9da2e07e0e8a02.json",
-              "corpus/fsdp1/3f8dd0d5b53c7904.json"),
+              "corpus/fsdp1/3f8dd0d5b53c7904.json", "corpus/fsdp1_tp/6c06a631766403cf.json"),
              _fsdp1_no_sync_with_a_unit_unused_on_the_last_microbatch,
              ("error:system:AssertionError:torch/distributed/utils.py:_p_assert",
               "error:system:RuntimeError:torch/optim/adam.py:_single_tensor_adam",
@@ -674,7 +683,7 @@ KNOWN_BUGS = (
               # foreach optimizers group parameters and gradients by dtype: a param_dtype gradient is refused
               "error:system:RuntimeError:torch/utils/_foreach_utils.py:_group_tensors_by_device_and_dtype")
              + tuple(f"mismatch:{check}:{what}" for check in ("replica", "value") for what in ("grad", "param", "loss")),
-             families=("fsdp1",),
+             families=("fsdp1", "fsdp1_tp"),
              violates='torch/distributed/fsdp/fully_sharded_data_parallel.py: '
                       "FullyShardedDataParallel.no_sync: 'Within this context, gradients will be accumulated "
                       'in module variables, which will later be synchronized in the first forward-backward '
@@ -856,11 +865,13 @@ KNOWN_BUGS = (
     # FSDP2's lazy initialisation then finds plain Parameters where its sharded DTensors were; where a fully_shard
     # root initialises first, training goes on and replicate's parameter list shows the module's parameters.
     KnownBug("DDP-based replicate over a replicate_with_fsdp module localizes its DTensor parameters",
-             ("corpus/composable/efb78fbb419e0602.json", "corpus/composable/6146f890d93d8eff.json"),
+             ("corpus/composable/efb78fbb419e0602.json", "corpus/composable/6146f890d93d8eff.json",
+              "corpus/composable/6182e7414cf2ab9e.json"),
              lambda case: _nested(case, "replicate_fsdp", "replicate"),
              ("error:system:AttributeError:torch/distributed/fsdp/_fully_shard/_fsdp_param.py:reset_sharded_param",
-              # when no FSDP2 lazy init trips first (a fully_shard root): the replicas' gradients disagree
-              "mismatch:replica:grad"),
+              # when no FSDP2 lazy init trips first (a fully_shard root): the replicas' gradients disagree, or
+              # DDP's reducer finds the localized parameters without gradients at the next forward
+              "mismatch:replica:grad", "error:system:RuntimeError:torch/nn/parallel/distributed.py:_pre_forward"),
              families=("composable",),
              violates='no documented promise (private APIs); source contract: '
                       'torch/distributed/_composable/replicate.py: _ReplicateState.init/_collect_params skip '
@@ -947,6 +958,42 @@ KNOWN_BUGS = (
                       "parameter, requires_grad=False, gets no gradient: torch.Tensor.requires_grad)",
              upstream='none found (searched: "FSDP use_orig_params frozen parameter requires_grad=False gets '
                       'gradient tensor parallel DTensor 2D")'),
+    # replicate_with_fsdp over a module the DDP-based replicate manages: it takes those parameters too (as
+    # replicated DTensors), so two reducers treat them; training differs from DDP from the second step on (one
+    # rank: the gradient of body.0.weight at step 1), or DDP's reducer errors.  Found first by an invariant on the
+    # private APIs' tensor types (dropped: torch promises none), then by training in the issue-30 run.
+    KnownBug("replicate_with_fsdp over a DDP-based replicate module trains its parameters wrongly",
+             ("corpus/composable/b0cdd306fcd5965f.json",),
+             lambda case: _nested(case, "replicate", "replicate_fsdp"),
+             tuple(f"mismatch:{check}:{what}" for check in ("value", "replica") for what in ("grad", "param", "loss"))
+             + ("error:system:RuntimeError:torch/nn/parallel/distributed.py:_pre_forward",),
+             families=("composable",),
+             violates="torch/nn/parallel/distributed.py: DistributedDataParallel: 'This container provides data "
+                      "parallelism by synchronizing gradients across each model replica' (no documented promise "
+                      "for nesting the private replicate APIs; what breaks is training itself)",
+             upstream='none found (searched: "replicate nested replicate composable DDP parameters collected '
+                      'twice _collect_params"; "replicate_with_fsdp fully_shard nested FSDP state has already '
+                      'been lazily initialized")',
+             api="private: torch.distributed._composable.replicate and replicate_with_fsdp (underscore module)"),
+    # The DDP-based replicate with set_requires_gradient_sync(False) on the non-last microbatches and a module a
+    # gate runs on the first microbatch only (find_unused_parameters, which the harness passes for gated models):
+    # the synced microbatch finds the parameter unused and skips it, so the gradient accumulated locally is never
+    # all-reduced and the replicas drift.  DDP's own no_sync() had this bug (pytorch#69031, fixed by
+    # pytorch#124193); the same case through DDP (the reference) stays in sync.
+    KnownBug("DDP-based replicate with gradient sync off never reduces a parameter unused on the synced microbatch",
+             ("corpus/composable/46b8d3f525fa1760.json",),
+             _replicate_unsynced_with_a_gate,
+             ("mismatch:replica:grad", "mismatch:replica:param", "mismatch:value:grad", "mismatch:value:param"),
+             families=("composable",),
+             violates="torch/nn/parallel/distributed.py: DistributedDataParallel.no_sync: 'Within this context, "
+                      "gradients will be accumulated on module variables, which will later be synchronized in the "
+                      "first forward-backward pass exiting the context.' (replicate's set_requires_gradient_sync is "
+                      "its composable form)",
+             upstream="related: pytorch/pytorch#69031 (DDP no_sync with find_unused_parameters, fixed for DDP by "
+                      "pytorch/pytorch#124193); none found for the composable replicate (searched: \"DDP no_sync "
+                      "find_unused_parameters parameter unused in final synchronized iteration gradient not "
+                      "allreduced ranks differ\")",
+             api="private: torch.distributed._composable.replicate (underscore module)"),
 )
 
 
@@ -988,7 +1035,7 @@ def _init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
 
 def _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance(case: Case) -> bool:
     r = case.resumed()
-    if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way != "full":
+    if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way not in ("full", "dcp"):
         return False
     found = units(r)  # None: a size-based policy, whose instances the plan does not name
     return any(c.before and (found is None or c.path in found) for c in r.plan.checkpoints)
@@ -1007,8 +1054,10 @@ def _dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) 
 
 
 def _fsdp1_checkpoint_with_shard_groups_of_one_rank(case: Case) -> bool:
-    return case.family == "fsdp1" and case.plan.sharding in HYBRID \
-        and case.mesh.axis_size("dp_shard") == 1
+    """FSDP1 sharding over groups of one rank while the world has more: HYBRID_SHARD over (n, 1), or FSDP1 on the
+    dp sub-mesh of a (1, tp) tensor-parallel mesh."""
+    one = case.mesh.axis_size("dp_shard") == 1 and case.world_size > 1
+    return one and ((case.family == "fsdp1" and case.plan.sharding in HYBRID) or case.family == "fsdp1_tp")
 
 
 def _fsdp1_hybrid_sharded_recipe(case: Case) -> bool:
@@ -1213,10 +1262,13 @@ CHECKPOINT_BUGS = (
     # prefixes, which FSDP1's FULL_STATE_DICT load then prefixes again ("Missing key(s) ... body.0.weight;
     # Unexpected key(s) ... body.0.weight"); with optimizer state, _split_optim_state_dict looks it up under
     # "body.0._fsdp_wrapped_module.weight" ("Missing optimizer state for parameter").  FSDP1's own
-    # FULL_STATE_DICT (state_dict / load_state_dict) loads it; so do sharded state dicts, and the wrapper inside
-    # the instance (FSDP(CheckpointWrapper(...)), apply_activation_checkpointing after wrapping).
-    KnownBug("set_state_dict cannot load a full state dict into FSDP1 with a checkpoint wrapper around an instance",
-             ("corpus/fsdp1/c5d7c99dbe6c2ecf.json", "corpus/fsdp1/d492adbfb1cf246f.json"),
+    # FULL_STATE_DICT (state_dict / load_state_dict) loads it, as does the wrapper inside the instance
+    # (FSDP(CheckpointWrapper(...)), apply_activation_checkpointing after wrapping).  The DCP way (get_state_dict
+    # sharded, dcp.save/load, set_state_dict) fails the same way once the optimizer has state (the issue-30 run:
+    # momentum SGD, on one rank and on two).
+    KnownBug("set_state_dict cannot load a state dict into FSDP1 with a checkpoint wrapper around an instance",
+             ("corpus/fsdp1/c5d7c99dbe6c2ecf.json", "corpus/fsdp1/d492adbfb1cf246f.json",
+              "corpus/fsdp1/ba4184600205328b.json"),
              _full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance,
              ("error:system:RuntimeError:torch/nn/modules/module.py:load_state_dict",
               "error:system:RuntimeError:torch/distributed/checkpoint/state_dict.py:_split_optim_state_dict",
@@ -1264,12 +1316,13 @@ CHECKPOINT_BUGS = (
                       'chunk_sharding_spec), pytorch/pytorch#143372 (empty-rank shards in DTensor views)'),
     # FSDP1 HYBRID_SHARD with shard groups of one rank (the training bug pytorch#154888 lives there too): any
     # state dict (FSDP1's FULL or SHARDED, get_state_dict sharded or full) fails on the ranks outside global rank
-    # 0's shard group, "Global rank 0 is not part of group" in get_group_rank, while rank 0 waits (a hang).
-    KnownBug("FSDP1 hybrid sharding with shard groups of one rank cannot take a state dict",
-             ("corpus/fsdp1/f69140c3784bf7e4.json",),
+    # 0's shard group, "Global rank 0 is not part of group" in get_group_rank, while rank 0 waits (a hang).  FSDP1
+    # on the dp sub-mesh of a (1, tp) mesh (one rank per shard group) fails the same way (the issue-30 run).
+    KnownBug("FSDP1 with shard groups of one rank (hybrid, or the dp sub-mesh of a TP mesh) cannot take a state dict",
+             ("corpus/fsdp1/f69140c3784bf7e4.json", "corpus/fsdp1_tp/3811bba456ca687d.json"),
              _fsdp1_checkpoint_with_shard_groups_of_one_rank,
              ("error:system:ValueError:torch/distributed/distributed_c10d.py:get_group_rank", "hang"),
-             families=("fsdp1",),
+             families=("fsdp1", "fsdp1_tp"),
              violates="torch/distributed/fsdp/api.py: ShardingStrategy: 'HYBRID_SHARD: Apply FULL_SHARD "
                       "within a node, and replicate parameters across nodes'; fully_sharded_data_parallel.py "
                       "device_mesh: 'For hybrid sharding strategies such as ShardingStrategy.HYBRID_SHARD, "

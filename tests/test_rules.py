@@ -277,3 +277,20 @@ def test_fsdp1_per_rank_flow_over_frozen_or_ignored_parameters_is_refused(name):
 
     with pytest.raises(CaseError, match="per-rank control flow"):
         Case.from_dict(FSDP1_RANK_FLOW[name]).validate()
+
+
+def test_fsdp1_forward_prefetch_needs_a_static_graph():
+    """FSDP1's forward_prefetch "should only be used for static-graph models": with a gate (a module some forwards
+    skip) it is refused, naming the rule (the issue-30 run reported such a case's optim_state_dict KeyError as a
+    torch bug); the same case without the gate's prefetch is valid."""
+    case = {"seed": 0, "world_size": 1, "mesh": {"shape": [1]}, "in_dim": 4,
+            "model": {"body": {"kind": "seq", "children": [
+                {"kind": "gate", "children": [{"kind": "linear", "out": 4}], "period": 2}, {"kind": "linear", "out": 1}]}},
+            "plan": {"family": "fsdp1", "wraps": ["body.0.inner"], "forward_prefetch": True},
+            "train": {"steps": 3}, "checkpoint": {"step": 2}, "schema": 2}
+    case.pop("in_dim")
+    with pytest.raises(RuleViolation) as caught:
+        Case.from_dict(case).validate()
+    assert caught.value.rule.name == "fsdp1.forward-prefetch-static-graph"
+    case["plan"]["forward_prefetch"] = False
+    Case.from_dict(case).validate()

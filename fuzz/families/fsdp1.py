@@ -23,6 +23,7 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, under
 from parityfuzz.families import Family
+from parityfuzz.rules import fsdp1 as fsdp1_rules
 from parityfuzz.families.fsdp2 import Checkpoint
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -166,6 +167,7 @@ def validate(case: Case) -> None:
 def validate_plan(case: Case) -> None:
     """The FSDP1 call's arguments against the case (its mesh's axes checked by the family)."""
     plan, model, mesh, t = case.plan, case.model, case.mesh, case.train
+    fsdp1_rules.check(case)
     kinds = dict(model.module_paths())
     hybrid = plan.sharding in HYBRID
     if hybrid:

@@ -157,7 +157,9 @@ def call_options(draw, model: ModelSpec, train, ignored: tuple[str, ...] = ()) -
             checkpoints.append(Checkpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
                                           before=before))
     return dict(backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
-                forward_prefetch=draw(st.booleans()), limit_all_gathers=draw(st.sampled_from((True, False))),
+                # forward_prefetch only where every forward runs the same modules (fuzz/rules/fsdp1.py)
+                forward_prefetch=draw(st.booleans()) and not any(n.kind == "gate" for _, n in model.body.walk("body")),
+                limit_all_gathers=draw(st.sampled_from((True, False))),
                 no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints),
                 **_offload_or_sync(draw))
 

@@ -1,0 +1,27 @@
+"""Validity rules of FSDP1 plans that torch's FullyShardedDataParallel documents (the per-rank control-flow rule
+lives with the family's units: :func:`fuzz.families.fsdp1.rank_flow_problem`).
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from parityfuzz.rules import Rule, require
+
+FORWARD_PREFETCH_STATIC_GRAPH = Rule(
+    "fsdp1.forward-prefetch-static-graph",
+    "forward_prefetch only for a model whose forwards run the same modules every iteration (no gate)",
+    "torch/distributed/fsdp/fully_sharded_data_parallel.py: FullyShardedDataParallel forward_prefetch: 'This "
+    "should only be used for static-graph models since the prefetching follows the first iteration's execution "
+    "order.'")
+
+RULES = (FORWARD_PREFETCH_STATIC_GRAPH,)
+
+
+def check(case) -> None:
+    gates = [path for path, node in case.model.body.walk("body") if node.kind == "gate"]
+    require(not (case.plan.forward_prefetch and gates), FORWARD_PREFETCH_STATIC_GRAPH, "plan.forward_prefetch",
+            f"the gate at {gates[0] if gates else ''!r} runs its child on some forwards only")
+
+
+__all__ = ["RULES", "check"]
