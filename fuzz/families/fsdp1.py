@@ -259,8 +259,8 @@ def rank_flow_problem(model, found: frozenset[str], left_out: frozenset[str] = f
             return u, f"the instance at {u!r} is a per-rank gate or inside one"
         deeper = frozenset(v for v in found if v != u and under(v, (u,)))
         if not model.uses_params(u, deeper | left_out):
-            return u, (f"the instance at {u!r} holds no parameter of its own (trainable, not ignored) that every "
-                       "forward uses")
+            return u, (f"the instance at {u!r} holds no parameter of its own that every forward uses (frozen and "
+                       "ignored ones do not count)")
     return None
 
 
