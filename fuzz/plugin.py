@@ -57,6 +57,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fuzz-attach", metavar="HOST:PORT", default=None,
                 help="run cases on ranks launched by torchrun (`torchrun ... -m parityfuzz.executor.attach HOST:PORT` "
                      "on every node) instead of spawning them here; --world-sizes must be torchrun's world size")
+    g.addoption("--fuzz-max-failures", metavar="N", default=None,
+                help="stop each target after N distinct failures (default: fuzz on for the whole budget; -x and "
+                     "--maxfail=N stop the first target, and pytest, at the first or Nth)")
     g.addoption("--fuzz-max-cases", metavar="N", default=None,
                 help="stop each target after N cases whatever the budget says (with --fuzz-seed: the same run on "
                      "any machine)")
@@ -83,6 +86,9 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
                                                                  float, minimum=1)
     max_cases = None if get("fuzz_max_cases") is None else _number("fuzz-max-cases", get("fuzz_max_cases"), int,
                                                                    minimum=1)
+    stop_after = get("maxfail") or 0
+    if get("fuzz_max_failures") is not None:
+        stop_after = _number("fuzz-max-failures", get("fuzz_max_failures"), int, minimum=1)
     ws_raw = get("world_sizes")
     if ws_raw is None:
         world_sizes = DEFAULT_WORLD_SIZES
@@ -119,7 +125,7 @@ def options_from_config(config: pytest.Config) -> FuzzOptions:
             raise pytest.UsageError(f"--fuzz-db: {e}") from None
     return FuzzOptions(budget_s=budget, shrink_budget_s=shrink, corpus_dir=corpus_dir, world_sizes=world_sizes,
                        seed=seed, case_timeout_s=timeout, max_cases=max_cases, reduce_budget_s=reduce,
-                       database=database, stop_after=get("maxfail") or 0)
+                       database=database, stop_after=stop_after)
 
 
 class FuzzSession:

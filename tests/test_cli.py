@@ -30,6 +30,7 @@ def pytest_run(*args, cwd=ROOT, timeout=300):
     ("--corpus-dir=/no/such/dir", "--corpus-dir"),
     ("--fuzz-seed=x", "--fuzz-seed"),
     ("--fuzz-max-cases=0", "--fuzz-max-cases"),
+    ("--fuzz-max-failures=0", "--fuzz-max-failures"),
 ])
 def test_bad_option_is_a_one_line_usage_error(tmp_path, option, needle):
     result = pytest_run("fuzz/test_fsdp2.py", option, f"--fuzz-report={tmp_path}/r.json")

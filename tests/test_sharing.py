@@ -38,6 +38,7 @@ def command(where: Path, seed: int, corpus_dir: Path, report: Path, *extra: str)
     corpus_dir.mkdir(exist_ok=True)
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={where}", "--world-sizes=2",
             f"--fuzz-seed={seed}", "--fuzz-budget=60", "--shrink-budget=60", "--reduce-budget=0",
+            "--fuzz-max-failures=1",
             f"--corpus-dir={corpus_dir}", f"--fuzz-report={report}", *extra]
 
 

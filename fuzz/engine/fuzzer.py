@@ -141,7 +141,7 @@ class Fuzzer:
         stats = self.targets[name] = TargetStats(name)
         cache: dict[str, Verdict] = {}
         found_before: list[Found] = []
-        baseline = simplest_features(strategy)
+        baseline = None  # the simplest case's features, drawn once a failure needs a precondition
         for number in itertools.count():
             seed = self.seed if number == 0 else random.Random(f"{self.seed}:{number}").randrange(2**32)
             if number and found_before:
@@ -149,6 +149,8 @@ class Fuzzer:
                          f"of generation left; failures already found count as passing")
             failures, exhausted = self._round(name, strategy, stats, cache, found_before,
                                               budget_s - stats.generate_seconds, seed)
+            if failures and baseline is None:
+                baseline = simplest_features(strategy)
             found_before += [Found(precondition(f.case, baseline), f.verdict.bug_signature(), str(f.corpus_path))
                              for f in failures]
             more = stats.generate_seconds < budget_s and not _reached(stats.cases, self.options.max_cases)
