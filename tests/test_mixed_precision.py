@@ -148,3 +148,22 @@ def test_the_emulating_reference_holds_deferred_sums_per_parameter(executor):
                   train=TrainSpec(lr=0.0025, microbatches=2, steps=2), reference="ddp_mp").validate()
     verdict = check(dataclasses.replace(case, system="ddp_mp"), executor)
     assert verdict.ok, verdict.describe()
+
+
+def test_a_held_sum_joins_the_next_reduction_that_carries_a_gradient(executor):
+    """HSDP with ``set_requires_all_reduce(False)``, a module called twice: on the last microbatch the second
+    call's post-backward runs before autograd has accumulated the parameter's gradient (one AccumulateGrad for
+    both uses), so it has nothing to reduce.  The reference all-reduced the held bf16 sum there and added the
+    later reduction to it in fp32, a rounding torch documents nowhere; FSDP2 adds the held sum to the next
+    reduction with a gradient, in reduce_dtype.  The fuzzer reported the 0.19% difference as a finding (the
+    issue-30 run, corpus/fsdp2/f99fed4c77cb6ff3.json): a false alarm, now bit for bit."""
+    twice = Node("seq", children=(Node("twice", children=(Node("scale", out=1),)),))
+    wraps = (Wrap("body", param_dtype="float16", output_dtype="bfloat16"),
+             Wrap("body.0", param_dtype="bfloat16", output_dtype="float16"),
+             Wrap("body.0.inner", param_dtype="bfloat16"), Wrap("", param_dtype="bfloat16"))
+    case = simple(world_size=2, seed=1, mesh=MeshSpec((1, 2), ("dp_replicate", "dp_shard")),
+                  model=ModelSpec(body=twice), plan=FSDP2Plan(wraps=wraps, no_all_reduce=True),
+                  train=TrainSpec(microbatches=2)).validate()
+    assert case.case_id() == "f99fed4c77cb6ff3"
+    verdict = check(case, executor)
+    assert verdict.ok, verdict.describe()

@@ -195,11 +195,13 @@ class FSDP2Precision(Masters):
         """FSDP2's final callback: the post-backward of every group not in post-backward (inputs that needed no
         gradient; a gradient that reached one of its outputs after its last post-backward)."""
         for g in self.groups:
-            if self._state.get(id(g)) != "post-backward":
-                self._post_backward(g)
+            if self._state.get(id(g)) != "post-backward" or (g.partial and (self.syncing or not self.no_all_reduce)):
+                self._post_backward(g, final=True)
         self._state.clear()
 
-    def _post_backward(self, g: _Group) -> None:
+    def _post_backward(self, g: _Group, final: bool = False) -> None:
+        """One post-backward of group ``g``; ``final``: from the final callback, where held sums with no new
+        gradient are all-reduced at last."""
         self._state[id(g)] = "post-backward"
         # FSDPModule.set_requires_gradient_sync: "gradient accumulation *without communication*. For HSDP, this
         # controls both reduce-scatter and all-reduce together." (_fully_shard.py; each listed path, recurse=False)
@@ -222,9 +224,14 @@ class FSDP2Precision(Masters):
         unused = self.reduce_scatter_unused
         all_reduce = self.syncing or not self.no_all_reduce
         # FSDPModule.set_requires_all_reduce: "gradient accumulation with only reduce-scatter but not all-reduce for
-        # HSDP" (_fully_shard.py): a held sum with no new gradient is all-reduced too (FSDP2 fails: fuzz/known.py).
+        # HSDP" (_fully_shard.py): a held sum with no new gradient is all-reduced too (FSDP2 fails: fuzz/known.py),
+        # by the end of the backward. Order only: a held sum is added to the first reduction of the syncing
+        # backward that carries a gradient for its parameter (else all-reduced in the final callback); torch
+        # documents no order of these additions; this one is FSDP2's, so that the comparison can be bit for bit
+        # (all-reducing it at a first post-backward without a gradient once rounded a bf16 sum another way:
+        # corpus/fsdp2/f99fed4c77cb6ff3.json).
         names = [n for n in g.names if n in acc or self.compute[n].grad is not None
-                 or (unused and self.compute[n].requires_grad) or (all_reduce and n in g.partial)]
+                 or (unused and self.compute[n].requires_grad) or (all_reduce and final and n in g.partial)]
         if not names:
             return
         grads = [self.local_gradient(n, acc.pop(n) if n in acc else self.compute[n].grad
