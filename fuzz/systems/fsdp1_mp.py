@@ -15,8 +15,12 @@ reference models FSDP1's:
 - **``NO_SHARD`` keeps one gradient, as DDP does**: the reduced gradient is the ``FlatParameter``'s ``.grad``,
   and a later backward (the next microbatch outside ``no_sync()``, a step after ``zero_grad(set_to_none=
   False)``) adds its local gradients to it, in its dtype, and reduces the sum again; the sharded strategies
-  reduce each backward's gradient alone and add it to a full-precision sharded gradient.  (OPEN, issue 30
-  audit: FSDP1's documentation promises the sharded strategies' behaviour for ``NO_SHARD`` too; see ``_reduce``.)
+  reduce each backward's gradient alone and add it to a full-precision sharded gradient.  Documented (issue 30
+  audit item F7, decided): ``NO_SHARD`` replicates "similar to PyTorch's DistributedDataParallel" and
+  synchronizes gradients "(via all-reduce) after the backward computation", and DDP all-reduces the
+  ``.grad`` autograd accumulated into; the all-reduce runs in ``reduce_dtype`` ("the dtype for gradient
+  reduction").  In exact arithmetic both paths give the same value (the existing gradient is the same on
+  every rank); only the rounding differs, and it is the one those two documented statements imply.
 - **Division**: FSDP1 divides by a power of two near sqrt(N) before summing and by the rest after, for every
   dtype (N: all data-parallel ranks, replicas included); FSDP2 averages fp32/bf16 in the collective.
 - **``reduce_dtype`` left out follows ``param_dtype``** (FSDP2: the gradient's own dtype, the same thing).
@@ -192,7 +196,7 @@ class FSDP1Precision(Masters):
         if self.sharded:
             held = self.unsharded.get(name)
             self.unsharded[name] = grad.clone() if held is None else held.add_(grad)
-        else:  # NO_SHARD's one gradient: FSDP1's implementation (OPEN, issue 30 audit: see _reduce)
+        else:  # NO_SHARD's one gradient, as DDP's: autograd accumulates into .grad, in .grad's dtype (see _reduce)
             master = self.masters[name]
             master.grad = grad.clone() if master.grad is None else master.grad.add_(grad)
 
@@ -230,9 +234,10 @@ class FSDP1Precision(Masters):
                     continue
                 master = self.masters[n]
                 piece = full[offset:offset + master.numel()].view(master.shape)
-                # OPEN (issue 30 audit): FSDP1's documentation promises the sharded strategies' behaviour (below) here
-                # too; this follows FSDP1's NO_SHARD implementation. To be decided: follow the documentation and
-                # record the difference as a known bug.
+                # NO_SHARD: "similar to PyTorch's DistributedDataParallel ... synchronizes them (via all-reduce) after
+                # the backward computation" (fsdp/api.py): the all-reduced gradient, existing gradient included, is
+                # the gradient (DDP all-reduces the .grad autograd accumulated into), reduced in reduce_dtype ("the
+                # dtype for gradient reduction (i.e. reduce-scatter or all-reduce)", fsdp/api.py).
                 if not self.sharded:  # the reduced gradient is the gradient; upcast unless kept low
                     master.grad = piece.clone() if self.keep_low else piece.to(master.dtype)
                     continue
@@ -284,7 +289,7 @@ def arguments(case, model: nn.Module) -> dict:
                 keep_low_precision_grads=mp.keep_low_precision_grads,
                 # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns
                 # "switching to use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a
-                # known bug of their own.  NO_SHARD's gradient handling: OPEN (issue 30 audit), see _reduce.
+                # known bug of their own.  NO_SHARD's gradient handling is DDP's, as documented: see _reduce.
                 sharded=plan.sharding != "NO_SHARD" and (shard_size > 1 or plan.sharding in HYBRID),
                 align_bytes=16 if plan.use_orig_params else 0, no_sync=plan.no_sync)
 
