@@ -31,12 +31,15 @@ def manager(path):
         path = path.rpartition(".")[0]
 
 
-def check_managed(model, when):
+def check_managed(model, when, trainable_only=False):
     """Each parameter fully_shard manages is a DTensor sharded on dim-0 (its docstring's promise; the private
-    replicate APIs promise no tensor type)."""
+    replicate APIs promise no tensor type); after a backward, only those with a gradient computation (the
+    docstring: "After gradient computation, FSDP frees the unsharded parameters")."""
     wrong = []
     for name, p in model.named_parameters():
         if DATA_PARALLEL[manager(name.rpartition(".")[0])] != "fully_shard":
+            continue
+        if trainable_only and not p.requires_grad:
             continue
         if not (isinstance(p, DTensor) and isinstance(p.placements[-1], Shard)):
             kind = f"DTensor{tuple(p.placements)}" if isinstance(p, DTensor) else type(p).__name__
@@ -50,7 +53,7 @@ def after_backward(model, last):
     parameters unsharded until the backward), the invariants again."""
     if not CHECKED:
         CHECKED.append(True)
-        check_managed(model, "after the first backward")
+        check_managed(model, "after the first backward", trainable_only=True)
 '''
 
 OPTIMIZER = '''

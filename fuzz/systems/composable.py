@@ -66,15 +66,21 @@ class ComposableSystem(System):
         loss = super().forward_backward(batch, target, path)
         if not self._initialised:  # FSDP2 holds parameters unsharded from forward to backward
             self._initialised = True
-            self.check_managed(self.model, "after the first backward")
+            self.check_managed(self.model, "after the first backward", trainable_only=True)
         return loss
 
-    def check_managed(self, model: nn.Module, when: str) -> None:
+    def check_managed(self, model: nn.Module, when: str, trainable_only: bool = False) -> None:
         """Invariant: each parameter ``fully_shard`` manages is a DTensor sharded on dim-0, as its docstring
         promises ("This implementation represents the sharded parameters as DTensor s sharded on dim-0").  The
         private ``replicate`` APIs (``torch.distributed._composable``) promise no tensor type and no parameter
         list: their parameters are judged by training alone (an invariant on ``_param_names``, a private field
-        PyTorch's own test reads, once blamed torch for a nesting that trains like DDP)."""
+        PyTorch's own test reads, once blamed torch for a nesting that trains like DDP).
+
+        ``trainable_only`` (after a backward): only parameters that require a gradient.  The docstring says
+        "After gradient computation, FSDP frees the unsharded parameters"; a frozen module has no gradient
+        computation, and under ``reshard_after_forward=False`` "the registered parameters are ... unsharded
+        parameters" after its forward, with nothing documented to reshard them (the invariant once reported a
+        frozen module under a ``replicate_with_fsdp`` root as a torch bug: corpus/composable/91af762ef102fadc)."""
         from torch.distributed.tensor import DTensor, Shard
 
         plan: ComposablePlan = self.case.plan
@@ -82,6 +88,8 @@ class ComposableSystem(System):
         wrong = []
         for name, p in model.named_parameters():
             if managed[plan.manager(name.rpartition(".")[0])] != "fully_shard":
+                continue
+            if trainable_only and not p.requires_grad:
                 continue
             if not (isinstance(p, DTensor) and isinstance(p.placements[-1], Shard)):
                 kind = f"DTensor{tuple(p.placements)}" if isinstance(p, DTensor) else type(p).__name__
