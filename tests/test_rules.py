@@ -294,3 +294,25 @@ def test_fsdp1_forward_prefetch_needs_a_static_graph():
     assert caught.value.rule.name == "fsdp1.forward-prefetch-static-graph"
     case["plan"]["forward_prefetch"] = False
     Case.from_dict(case).validate()
+
+
+def test_fsdp1_checkpointed_region_with_a_per_rank_gate_and_an_instance_is_refused():
+    """A checkpointed region holding a per-rank gate and an FSDP1 instance: its recomputation comes before or after
+    the instance's pre-backward unshard depending on what the gate ran, so the ranks' all-gathers differ (the
+    second issue-30 run reported the hang; the 1-minimal case needs the checkpoint).  Refused naming the
+    checkpoints; the same case without the checkpoint is valid."""
+    from parityfuzz.case.errors import CaseError
+
+    case = {"seed": 0, "world_size": 2, "mesh": {"shape": [2]},
+            "model": {"body": {"kind": "seq", "children": [
+                {"kind": "layernorm"},
+                {"kind": "gate", "children": [{"kind": "linear", "out": 4}], "period": 2, "by_rank": True}]},
+                "input": "embedding", "vocab": 1},
+            "plan": {"family": "fsdp1", "wraps": ["body.0"], "checkpoints": [{"path": "body", "api": "apply"}]},
+            "schema": 2}
+    assert Case.from_dict(case).case_id() == "4511e36c0e5e71d7"
+    with pytest.raises(CaseError, match="per-rank control flow") as caught:
+        Case.from_dict(case).validate()
+    assert caught.value.field == "plan.checkpoints"
+    case["plan"]["checkpoints"] = []
+    Case.from_dict(case).validate()

@@ -264,6 +264,24 @@ def rank_flow_problem(model, found: frozenset[str], left_out: frozenset[str] = f
     return None
 
 
+def checkpoint_flow_problem(model, found: frozenset[str], checkpointed: tuple[str, ...]) -> str | None:
+    """Why one of the ``checkpointed`` modules breaks the ranks' order of collectives under per-rank control
+    flow, or None: a checkpointed region holding both a per-rank gate and an FSDP1 instance.  Its recomputation
+    runs at the first unpacking of a saved activation in the region's backward, and whether that comes before or
+    after the instance's pre-backward unshard depends on what the gate ran, so the instance's all-gathers differ
+    per rank (a hang in the issue-30 run: corpus/fsdp1/4511e36c0e5e71d7).  Same documentation as
+    :func:`rank_flow_problem`."""
+    gates = model.rank_gates()
+    for c in checkpointed:
+        gated = [g for g in gates if under(g, (c,))]
+        inner = [u for u in sorted(found) if u and under(u, (c,))]
+        if gated and inner:
+            return (f"the checkpointed module {c!r} holds the per-rank gate {gated[0]!r} and the instance "
+                    f"{inner[0]!r}: its recomputation and that instance's pre-backward unshard come in an order "
+                    "that depends on the gate")
+    return None
+
+
 def _validate_rank_flow(case: Case) -> None:
     """Per-rank control flow (a gate keyed by the data-parallel index): some rank uses each gated child, and
     every FSDP1 instance issues its collectives on every rank (:func:`rank_flow_problem`)."""
@@ -282,6 +300,9 @@ def _validate_rank_flow(case: Case) -> None:
     problem = rank_flow_problem(case.model, found, ignored | case.train.frozen_paths())
     check(problem is None, "plan.wrap_kinds" if case.plan.wrapping == "module_class" else "plan.wraps",
           f"with per-rank control flow {problem and problem[1]}: the ranks' collectives would differ")
+    problem = checkpoint_flow_problem(case.model, found, tuple(c.path for c in case.plan.checkpoints))
+    check(problem is None, "plan.checkpoints", f"with per-rank control flow {problem}: the ranks' collectives "
+          "would differ")
 
 
 def _validate_precision(case: Case) -> None:

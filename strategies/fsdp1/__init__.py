@@ -29,7 +29,8 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, under
-from parityfuzz.families.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan, rank_flow_problem
+from parityfuzz.families.fsdp1 import (HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan,
+                                      checkpoint_flow_problem, rank_flow_problem)
 from parityfuzz.families.fsdp2 import Checkpoint
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
@@ -138,9 +139,12 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         if candidates:
             ignored = (draw(st.sampled_from(candidates)),)
     ignored_via = draw(st.sampled_from(("modules", "states"))) if ignored else "modules"
+    options = draw(call_options(model, train, ignored))
+    if model.per_rank_flow():  # no checkpointed region with a per-rank gate and an instance (checkpoint_flow_problem)
+        options["checkpoints"] = tuple(c for c in options["checkpoints"]
+                                       if checkpoint_flow_problem(model, instances, (c.path,)) is None)
     plan = FSDP1Plan(sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params, wrapping=kind, **wraps,
-                     ignored=ignored, ignored_via=ignored_via, precision=precision,
-                     **draw(call_options(model, train, ignored)))
+                     ignored=ignored, ignored_via=ignored_via, precision=precision, **options)
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
 
