@@ -127,6 +127,8 @@ def records_source(tensor_parallel: bool = False) -> str:
         + (ON_TP if tensor_parallel else "") +
         "    return {name: whole(g) for name, g in grads.items()}\n",
         inspect.getsource(system._flat_gradients),
+        "class InvariantViolation(AssertionError):\n    pass\n",
+        inspect.getsource(system._check_gradient_shape),
         "_GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)\n",
     ])
 

@@ -31,7 +31,7 @@ from parityfuzz import build
 from parityfuzz.families.fsdp1 import HYBRID
 from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
-from parityfuzz.systems.fsdp2 import apply_checkpoint, dtype
+from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint, dtype
 
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``fuzz.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
@@ -176,12 +176,14 @@ def _flat_gradients(module: FSDP, prefix: str) -> dict[str, torch.Tensor | None]
         shown = torch.zeros(len(names))
         for i, (p, info) in enumerate(zip(flat._params, flat._shard_param_infos)):
             if info.in_shard and p.grad is not None:
+                _check_gradient_shape(p.grad, p, names[i])
                 shard[info.offset_in_shard:info.offset_in_shard + info.numel_in_shard] = p.grad.detach().reshape(-1)
                 shown[i] = 1 + _GRAD_DTYPES.index(p.grad.dtype)
         dist.all_reduce(shown, op=dist.ReduceOp.MAX, group=module.process_group)
     else:
         if flat.grad is None:
             return dict.fromkeys(names)
+        _check_gradient_shape(flat.grad, flat, f"{prefix or '<root>.'}FlatParameter")
         shard, dtype, shown = flat.grad.detach(), flat.grad.dtype, torch.ones(len(names))
     if handle.uses_sharded_strategy:
         full = shard.new_empty(shard.numel() * dist.get_world_size(module.process_group))
@@ -195,6 +197,15 @@ def _flat_gradients(module: FSDP, prefix: str) -> dict[str, torch.Tensor | None]
             out[name] = shard[offset:offset + numel].view(shape).to(own, copy=True) if seen else None
         offset += numel
     return out
+
+
+def _check_gradient_shape(grad: torch.Tensor, param: torch.Tensor, name: str) -> None:
+    """Invariant: a parameter's gradient has its parameter's shape (what autograd's accumulation and every
+    optimizer's step assume).  FSDP1 leaves an unsharded, unreduced gradient on a sharded FlatParameter where a
+    unit sits out the synced microbatch after no_sync() (a known bug): said so, not a crash in the reading."""
+    if grad.shape != param.shape:
+        raise InvariantViolation(f"the gradient of {name} has shape {tuple(grad.shape)}, its parameter "
+                                 f"{tuple(param.shape)}: the optimizer would step it with a gradient of another shape")
 
 
 _GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
