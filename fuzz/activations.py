@@ -1,5 +1,5 @@
 """Rank side: each module's forward output and, in backward, the gradient that reaches its output and the one
-its backward hands on to its input, for locating where a divergence begins (:mod:`fuzz.origin`).
+its backward hands on to its input, for locating where a divergence begins (:mod:`parityfuzz.origin`).
 
 :class:`Probe` hooks every module of a system's (unwrapped) model: a forward hook records the module's output,
 and a hook on that output records the gradient backward brings to it (what the module's own backward starts

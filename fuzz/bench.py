@@ -7,12 +7,12 @@
 
 The same generated cases (fixed seed) run twice per world size:
 
-- **executor**: ``fuzz.verify.check`` per case: the driver sends each case to the
+- **executor**: ``parityfuzz.verify.check`` per case: the driver sends each case to the
   persistent rank pool, ranks train reference and system under test, record
   losses, full gradients and parameters, send them back, and the oracle compares;
 - **bare**: persistent rank processes that receive all cases up front and, in a
   tight loop, train the same reference and system on each with
-  ``fuzz.train.run_system(record=False)`` (the same training code, so the same
+  ``parityfuzz.train.run_system(record=False)`` (the same training code, so the same
   wrapping, accumulation and delays), recording, shipping and comparing nothing.
 
 Pool start-up is excluded from both.  The ratio executor/bare is the share of

@@ -101,7 +101,7 @@ def existing(corpus_dir: Path | str, case: Case) -> Entry | None:
     """The corpus entry for this very case (same content hash), if there is a readable one.
 
     Only the same case counts: another case that fails with a look-alike signature may be another bug, and
-    is written and reported on its own (an entry silences a failure only through ``fuzz.known``).
+    is written and reported on its own (an entry silences a failure only through ``parityfuzz.known``).
     """
     path = entry_path(corpus_dir, case)
     if not path.exists():

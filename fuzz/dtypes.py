@@ -1,6 +1,6 @@
 """What dtypes a case promises: the rules of FSDP2's ``MixedPrecisionPolicy`` as plain data.
 
-Torch-free, like :mod:`fuzz.case` (which imports this module, never the other way round at run time).
+Torch-free, like :mod:`parityfuzz.case` (which imports this module, never the other way round at run time).
 
 - The model's parameters, buffers and gradients are in the model's dtype (``float64`` after
   ``train.to_float64``): FSDP2 keeps sharded parameters and their gradients in the original dtype

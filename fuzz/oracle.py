@@ -3,7 +3,7 @@
 Per pass of training (a step; with ``train.nonroot`` each step's second pass through a non-root module;
 with ``train.eval_every`` a forward under ``no_grad``; with a checkpoint event the pass right after the load),
 first whether a checkpoint event's save or load broke one of its invariants there on some rank of the system
-under test (:mod:`fuzz.checkpoint.invariants`; check ``checkpoint``), then in order:
+under test (:mod:`parityfuzz.checkpoint.invariants`; check ``checkpoint``), then in order:
 0. where a system counts them, every rank issued the same collectives in the pass's forwards and backwards
    (counted per op, as ``CommDebugMode`` counts them) as the other ranks of its control flow (all ranks,
    unless per-rank gates make data-parallel ranks differ): SPMD training runs the same collectives on each;
@@ -13,7 +13,7 @@ under test (:mod:`fuzz.checkpoint.invariants`; check ``checkpoint``), then in or
    - present on every rank of both systems (a tensor missing on some rank is a finding);
    - a gradient exists on all ranks or on none, and where the reference has one (a gradient on some ranks
      only, a missing gradient and an extra one are findings);
-   - its dtype on every rank is the one the case promises (:mod:`fuzz.dtypes`), even where the values
+   - its dtype on every rank is the one the case promises (:mod:`parityfuzz.dtypes`), even where the values
      happen to agree;
    - replicas agree: ranks holding the same piece (every rank, for a plain tensor; the ranks of one
      replicate group, for an HSDP shard) hold it bit for bit, in the system under test and in the
@@ -27,8 +27,8 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
 
 - ``noise`` is the rounding noise two correct implementations can show, *measured* for this case, pass
   and tensor: ``max |perturbed - ref|`` for the reference re-run from weights perturbed by 2 ulps
-  (:func:`fuzz.train.perturb`), with every reduced gradient perturbed by 2 ulps at its module's scale
-  (below) before each optimizer step (:func:`fuzz.train.perturb_gradients`: what another summation order does,
+  (:func:`parityfuzz.train.perturb`), with every reduced gradient perturbed by 2 ulps at its module's scale
+  (below) before each optimizer step (:func:`parityfuzz.train.perturb_gradients`: what another summation order does,
   down to the rounding residue of cancelled elements, which Adam's ``eps`` term amplifies).  It grows with
   the steps exactly as far as this model and optimizer amplify rounding, so a model that amplifies a
   thousandfold per step is judged by its own noise, and a fault well beyond it is a finding at whatever
@@ -36,8 +36,8 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   tensor can all but vanish by chance (a cancelled attention gradient 1e-9 in size, whose measured noise
   dropped twentyfold for one step while the system's rounding did not): so the noise of a tensor, relative
   to its scale, is pooled over passes, the largest seen for it in this and the earlier passes.  A near
-  miss (a value mismatch within :data:`fuzz.verify.RESAMPLE_WITHIN` of what one sample allowed) takes
-  more samples (:data:`fuzz.verify.NOISE_SAMPLES` in all, each from other perturbations) and the largest
+  miss (a value mismatch within :data:`parityfuzz.verify.RESAMPLE_WITHIN` of what one sample allowed) takes
+  more samples (:data:`parityfuzz.verify.NOISE_SAMPLES` in all, each from other perturbations) and the largest
   noise among them: a 20-minute run met a LayerNorm over width 2 whose upstream gradients are rounding
   residues of the norm's backward, where one sample measured a thirtieth of what the five others did.
 - ``floor = FLOOR_ULPS * eps(dtype) * scale`` covers what the perturbation does not model (summation
@@ -56,7 +56,7 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   all exactly zero (upstream of
   a LayerNorm over width 1 every gradient is analytically zero) takes the largest scale of the pass: its
   residues follow the gradients flowing into it.  ``dtype`` is the model's: the mixed-precision reference reproduces FSDP2's
-  low-precision arithmetic bit for bit (:mod:`fuzz.systems.mp_reference`), so a reduction done in bf16
+  low-precision arithmetic bit for bit (:mod:`parityfuzz.systems.mp_reference`), so a reduction done in bf16
   where the policy says fp32 (~1e-3 relative) is caught.
 - ``k`` and ``FLOOR_ULPS`` were chosen from measurement over clean cases (``python -m fuzz.calibrate``;
   the figures are in the README).

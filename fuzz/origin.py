@@ -1,4 +1,4 @@
-"""Where a divergence begins: pure comparison of probed traces (:mod:`fuzz.activations`).
+"""Where a divergence begins: pure comparison of probed traces (:mod:`parityfuzz.activations`).
 
 The oracle names the first tensor that differs, a gradient or a parameter, which is often far from the
 cause: a wrong forward shows first in some gradient, a lost reduction at step 0 in every later output.

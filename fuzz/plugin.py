@@ -182,7 +182,8 @@ class FuzzSession:
         stats = self.fuzzer.fuzz(name, make_strategy(self.options.world_sizes), self.next_budget())
         self.targets_done += 1
         self.budget_used += stats.generate_seconds
-        if stats.failures:  # a known torch bug never gets here (it passes, with a note): every failure is news
+        # a known torch bug never gets here (it counts as passing, under what explains it): every failure is news
+        if stats.failures:
             pytest.fail("\n\n".join(format_failure(f) for f in stats.failures), pytrace=False)
 
     def close(self) -> None:
@@ -204,7 +205,7 @@ def format_failure(f) -> str:
                      f"torchrun --nproc-per-node={f.case.world_size} repro.py")
     if f.duplicate_of:
         parts.append(f"(the corpus already has this very case: {f.duplicate_of}, "
-                     + (f"known issue {f.known_issue}, but no fuzz/known.py entry explains this failure)"
+                     + (f"known issue {f.known_issue}, but no corpus/known_bugs.toml record explains this failure)"
                         if f.known_issue else "not triaged yet)"))
     if f.interrupted:
         parts.append("(the run was interrupted while shrinking: this case may not be minimal)")
@@ -243,7 +244,7 @@ class _XdistController:
 
 
 def _interrupt(signum, frame):
-    engine.interrupt_requested.set()  # kept even if this KeyboardInterrupt is swallowed (see fuzz.engine)
+    engine.interrupt_requested.set()  # kept even if this KeyboardInterrupt is swallowed (see parityfuzz.engine)
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -1,4 +1,4 @@
-"""Rank side: tensors as this rank holds them, as plain data (:class:`fuzz.trace.Rec`)."""
+"""Rank side: tensors as this rank holds them, as plain data (:class:`parityfuzz.trace.Rec`)."""
 
 from __future__ import annotations
 

@@ -162,6 +162,16 @@ def finding_html(f: dict) -> str:
             + f'<pre>{_e(f.get("case_tree", ""))}</pre><pre>{_e(chr(10).join(commands))}</pre></div>')
 
 
+def explained_html(explained: dict) -> str:
+    """Failing cases that counted as passing, by what explained them (:func:`parityfuzz.triage.explain`)."""
+    if not explained:
+        return ""
+    rows = "".join(f'<tr><td class="l">{_e(label)}</td><td>{n}</td></tr>'
+                   for label, n in sorted(explained.items(), key=lambda x: -x[1]))
+    return ('<h3>failures explained (counted as passing)</h3><table><tr><th class="l">explained by</th>'
+            f"<th>cases</th></tr>{rows}</table>")
+
+
 def render(report: dict, title: str = "parityfuzz run") -> str:
     """The page for ``report`` (a ``--fuzz-report`` JSON object)."""
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(report["verdicts"].items())) or "none"
@@ -182,7 +192,8 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
     for name, t in report["targets"].items():
         sections.append(
             f'<h2 id="t-{_e(name)}">{_e(name)}</h2><h3>cases per verdict over time</h3><p>{_legend()}</p>'
-            + timeline_svg(t.get("timeline", [])) + "<h3>seed tests' grids</h3>" + grids_html(t.get("seed_grids", {}))
+            + timeline_svg(t.get("timeline", [])) + explained_html(t.get("explained", {}))
+            + "<h3>seed tests' grids</h3>" + grids_html(t.get("seed_grids", {}))
             + "<h3>pairwise feature coverage</h3>" + heatmap_svg(t.get("feature_counts", {}), t.get("pair_counts", {})))
     findings = "".join(finding_html(f) for f in report["failures"]) or '<p class="muted">no findings</p>'
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'

@@ -12,7 +12,7 @@ tree with its plan, the verdict and where it begins, the first failing rank's tr
 JSON and the command that reproduces it.
 
 With ``--export PATH`` it runs nothing: it writes a standalone script that
-imports only torch (``torchrun --nproc-per-node=N PATH``; :mod:`fuzz.export`) and
+imports only torch (``torchrun --nproc-per-node=N PATH``; :mod:`parityfuzz.export`) and
 exits 0, or 2 where the case uses something the export does not write out yet.
 
 Exit codes: 0 the case passes, 1 it fails (mismatch, error, crash or hang),
@@ -138,16 +138,17 @@ def markdown_report(path: str, entry: corpus.Entry, verdict, backend: str) -> st
 
 
 def known_bug_lines(case, verdict) -> list[str]:
-    """What the known-bug record that explains ``verdict`` says of it (nothing where none does): its name, the
-    torch promise it breaks, its upstream report, whether the API is public, its kind."""
-    from parityfuzz.known import known_bug
+    """What the known-bug record that explains ``verdict`` says of it (nothing where none does): its id and title,
+    the torch promise it breaks, its upstream report, whether the API is public, its kind."""
+    from parityfuzz.triage import KNOWN_BUG, explain
 
-    bug = known_bug(case, verdict)
-    if bug is None:
+    why = explain(case, verdict) if not verdict.ok else None
+    if why is None or why.kind != KNOWN_BUG:
         return []
-    return [f"known torch bug: {bug.name} ({bug.kind}; API {bug.api})", f"torch promises: {bug.violates}",
-            f"upstream: {bug.upstream}"]
-
+    bug = why.bug
+    upstream = bug.upstream.status + (f" ({', '.join(bug.upstream.links)})" if bug.upstream.links else "")
+    return [f"known torch bug {bug.id}: {bug.title} ({bug.kind}; API {bug.api})", f"torch promises: {bug.violates}",
+            f"upstream: {upstream}: {bug.upstream.notes}"]
 
 if __name__ == "__main__":
     sys.exit(main())

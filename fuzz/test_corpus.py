@@ -2,19 +2,18 @@
 
 ``expect: pass`` must match its reference.  ``expect: fail`` (a known open bug) is
 an xfail only while it fails *as recorded*: with the recorded verdict's signature,
-or another one the ``fuzz/known.py`` entry listing the file explains (a bug that
-shows as a hang or a mismatch).  Failing otherwise is a failure (a new bug, or a harness
+or another one a known-bug record listing the file explains (``corpus/known_bugs.toml``: a
+bug that shows as a hang or a mismatch).  Failing otherwise is a failure (a new bug, or a harness
 regression, must not hide behind an old one), and so is passing: the day the bug
 is fixed the run says so and the file's expectation should be flipped.
 """
 
-from pathlib import Path
-
 import pytest
 
 from parityfuzz import corpus
-from parityfuzz.known import KNOWN_BUGS
 from parityfuzz.show import describe_case
+from parityfuzz.triage import KNOWN_BUG, explain
+from parityfuzz.triage.known import shipped
 from parityfuzz.verify import check
 
 
@@ -63,6 +62,5 @@ def fails_as_recorded(entry: corpus.Entry, verdict) -> bool:
     """Whether a known failure's replay is the failure the file records."""
     if entry.verdict is not None and verdict.bug_signature() == entry.verdict.bug_signature():
         return True
-    where = entry.path.parts[-2:]
-    return any(b.explains(entry.case, verdict) for b in KNOWN_BUGS
-               if any(Path(f).parts[-2:] == where for f in b.corpus_files))
+    listing = tuple(b for b in shipped() if b.lists(entry.path))
+    return not verdict.ok and explain(entry.case, verdict, bugs=listing).kind == KNOWN_BUG

@@ -75,7 +75,7 @@ def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
-#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the rounding noise of a case; see ``fuzz.oracle``).
+#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the rounding noise of a case; see ``parityfuzz.oracle``).
 ROLES = ("reference", "system", "perturbed_reference")
 
 
@@ -84,14 +84,14 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
     """Train ``case`` with the system playing ``role`` (one of :data:`ROLES`) on this rank.
 
     ``record=False`` trains the same way but keeps no gradients or parameters (the benchmark's bare loop).
-    With a checkpoint event (:mod:`fuzz.case.checkpoint`) the system saves after the event's step into
+    With a checkpoint event (:mod:`parityfuzz.case.checkpoint`) the system saves after the event's step into
     ``scratch`` (a directory every rank sees), a fresh system of the resumed case loads and trains on; the
     reference does the same through its trusted path where the load reshards, and otherwise trains on
     uninterrupted.  ``segment`` 0 trains up to the save, 1 from the load (a resumed case of another world size
     runs in another pool); None both.  Right after the load, a pass ``(step, "loaded")`` records the loaded
     parameters (no loss, nothing stepped).  ``probe=True`` also records every module's forward output and output
-    gradient (:mod:`fuzz.activations`) and counts every pass's collectives, whatever the system: what locating
-    a divergence's origin needs (:mod:`fuzz.origin`).
+    gradient (:mod:`parityfuzz.activations`) and counts every pass's collectives, whatever the system: what locating
+    a divergence's origin needs (:mod:`parityfuzz.origin`).
     """
     role, _, sample = role.partition("/")  # "perturbed_reference/<n>": the n-th sample of the noise
     if role not in ROLES or (sample and (role != "perturbed_reference" or not sample.isdigit())):

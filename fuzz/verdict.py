@@ -48,7 +48,7 @@ class Divergence:
     check: str = "value"
     #: The ranks concerned (replicas that disagree; ranks with and without a gradient; a rank with a bad dtype).
     ranks: tuple[int, ...] = ()
-    #: For a value check: the largest difference the oracle allowed (noise-derived; see ``fuzz.oracle``).
+    #: For a value check: the largest difference the oracle allowed (noise-derived; see ``parityfuzz.oracle``).
     allowed: float = 0.0
 
     def where(self) -> str:
@@ -66,7 +66,7 @@ class Divergence:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a mismatch begins (:mod:`fuzz.origin`): the first module, in execution order, whose forward output
+    """Where a mismatch begins (:mod:`parityfuzz.origin`): the first module, in execution order, whose forward output
     or output gradient leaves the reference's; or, where every module's agree up to the oracle's divergence,
     that divergence's own tensor (a gradient whose reduction or a parameter whose update went wrong)."""
 
@@ -74,7 +74,7 @@ class Origin:
     phase: str
     #: The module (case path; ``model`` for the root, ``""`` where the divergence is a loss).
     module: str
-    #: ``output`` or ``output grad`` (:mod:`fuzz.activations`), else the divergence's ``what``.
+    #: ``output`` or ``output grad`` (:mod:`parityfuzz.activations`), else the divergence's ``what``.
     what: str
     #: Which call of the module in the pass (microbatches, a module called twice); -1 where not a module's.
     call: int = -1
@@ -128,7 +128,7 @@ class Verdict:
     #: How close the system came to failing the value checks: the largest ratio of a difference to what the
     #: oracle allowed (> 1 for a value mismatch).  Hypothesis's ``target()`` steers toward near misses with it.
     closeness: float = 0.0
-    #: For a mismatch, where it begins (:func:`fuzz.verify.locate`), once located; None before.
+    #: For a mismatch, where it begins (:func:`parityfuzz.verify.locate`), once located; None before.
     origin: Origin | None = None
 
     @property
@@ -160,16 +160,23 @@ class Verdict:
         the case meets the bug's precondition): tensor names and steps change as cases shrink, the kind of
         failure does not.
         """
+        return ":".join(str(v) for v in self.signature_fields().values())
+
+    def signature_fields(self) -> dict:
+        """:meth:`bug_signature` as typed fields, the form the known-bug records match on: ``verdict`` and, for a
+        mismatch, ``check`` and ``tensor`` (the kind of tensor: ``grad``, ``param``, ``loss``, ``buffer``, ...);
+        for an error ``role``, ``exception`` and ``frame``; for a crash ``exitcode``."""
         if self.divergence is not None:
             d = self.divergence
-            what = "buffer" if d.tensor.startswith("buffer:") else d.what
-            return f"{self.kind}:{d.check}:{what}"
+            return {"verdict": self.kind, "check": d.check,
+                    "tensor": "buffer" if d.tensor.startswith("buffer:") else d.what}
         first = self.ranks[0] if self.ranks else {}
         if self.kind == ERROR:
-            return f"{self.kind}:{first.get('role', '')}:{first.get('type', '')}:{first.get('torch_frame', '')}"
+            return {"verdict": self.kind, "role": first.get("role", ""), "exception": first.get("type", ""),
+                    "frame": first.get("torch_frame", "")}
         if self.kind == CRASH:
-            return f"{self.kind}:{first.get('exitcode')}"
-        return self.kind
+            return {"verdict": self.kind, "exitcode": first.get("exitcode")}
+        return {"verdict": self.kind}
 
     def describe(self) -> str:
         if self.kind == PASS:

@@ -1,4 +1,4 @@
-"""Checkpoint events (:mod:`fuzz.case.checkpoint`) for a drawn case: save after a drawn step one of the ways its
+"""Checkpoint events (:mod:`parityfuzz.case.checkpoint`) for a drawn case: save after a drawn step one of the ways its
 family can, load one of the ways that read that format into the resumed case, with drawn options.
 
 What the load resumes, in shrinking order:

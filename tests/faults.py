@@ -285,7 +285,7 @@ class GatedGradDrop(_PathGradDropper):
     """Loses the gradients of modules that run only on some forwards."""
 
     def doomed_paths(self):
-        return [path for path, node in self.case.model.body.walk("body") if node.kind == "gate"]
+        return list(self.case.model.gates())
 
 
 class BufferReset(FSDP2System):
@@ -810,7 +810,7 @@ class OptimizerStateOfRenamedParamSwapped(_InsideFSDP2):
 
 
 # --------------------------------------------------------------------------- faults inside one module's computation
-# Where a divergence begins must name the module (fuzz.origin): one fault in a module's forward, one in its
+# Where a divergence begins must name the module (parityfuzz.origin): one fault in a module's forward, one in its
 # backward, both inside torch's functionals.
 
 

@@ -1,4 +1,4 @@
-"""Run an exported script (fuzz.export) with a test fault of tests/faults.py injected inside torch first, as the
+"""Run an exported script (parityfuzz.export) with a test fault of tests/faults.py injected inside torch first, as the
 fuzzer's rank does before it sets the faulty system up:
 
     torchrun --nproc-per-node=N tests/inject_fault.py FAULT CASE.json SCRIPT

@@ -222,7 +222,7 @@ def test_fsdp1_ignored_modules_take_no_checkpoint_event():
 def test_a_known_bug_of_the_resumed_case_explains_a_failure_after_the_load():
     """A tp=2 case resumed on tp=4, where a colwise Linear of 3 rows leaves a rank a shard of size 0: the resumed
     case meets a known bug (found so by the first 20-minute run)."""
-    from parityfuzz.known import known_bug
+    from parityfuzz.triage.known import known_bug
     from parityfuzz.verdict import ERROR, Verdict
 
     model = ModelSpec(body=Node("seq", children=(Node("linear", out=3), Node("linear", out=4))))

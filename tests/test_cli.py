@@ -52,7 +52,7 @@ FAULT_TARGET = textwrap.dedent("""
 
 def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     """... even where the corpus holds other cases failing with a look-alike signature, untriaged or triaged:
-    only a fuzz/known.py entry silences a failure."""
+    only a corpus/known_bugs.toml record silences a failure."""
     (tmp_path / "test_faulty.py").write_text(FAULT_TARGET)
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()

@@ -1,5 +1,5 @@
 """Expected errors: a case torch documents refusing passes when the system under test raises that error on
-every rank, and is a finding when it trains or raises something else (``fuzz.expected``)."""
+every rank, and is a finding when it trains or raises something else (``parityfuzz.expected``)."""
 
 import dataclasses
 

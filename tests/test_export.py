@@ -1,4 +1,4 @@
-"""The standalone reproducer (fuzz.export): a torch-only script, run under torchrun, whose exit code is the fuzzer's
+"""The standalone reproducer (parityfuzz.export): a torch-only script, run under torchrun, whose exit code is the fuzzer's
 verdict, for the corpus's files and for faults injected inside torch; and a clear refusal for what it cannot
 write out yet.
 

@@ -3,12 +3,14 @@ the same budget against correct FSDP2 reports nothing."""
 
 import pytest
 
-from parityfuzz import corpus, known
+from parityfuzz import corpus
 from parityfuzz.case import ModelSpec, Node
-from parityfuzz.engine import Found, Fuzzer, FuzzOptions, already_found, precondition, simplest_features
+from parityfuzz.engine import Fuzzer, FuzzOptions, precondition, simplest_features
+from parityfuzz.triage import FOUND_IN_RUN, NEW, Found, explain
 from parityfuzz.verdict import Divergence, Verdict
 from parityfuzz.verify import check
 from parityfuzz.strategies import cases
+from tests.known import record, register
 from tests.test_case import simple
 
 #: Time caps that a healthy run never reaches: the case and shrink-run counts bound these runs, so they are the
@@ -123,7 +125,7 @@ def test_a_run_goes_on_after_a_failure_and_reports_another_bug(executor, tmp_pat
               f"needs {sorted(f.case.features())}")
     shown = {("offload" in f.case.features(), "has:scale" in f.case.features()) for f in stats.failures}
     assert {(False, True), (True, False)} <= shown
-    assert stats.notes["already found in this run"] > 0
+    assert sum(n for label, n in stats.explained.items() if label.startswith("already found in this run")) > 0
     assert len(corpus.discover(tmp_path)) == len(stats.failures)
     baseline = simplest_features(cases(world_sizes=(2,), system=system))
     for i, later in enumerate(stats.failures):
@@ -153,24 +155,22 @@ def test_a_failure_meeting_a_known_bug_precondition_and_signature_passes_with_a_
     """A failing case that meets a known torch bug's precondition and fails the way the bug does is counted
     against that bug (run goes on, nothing written).  Without the entry the same fault is a failure:
     test_injected_fault_is_found_and_shrunk[BufferReset], same seed and system."""
-    signature = check(BUFFER_CASE, executor).bug_signature()
-    bug = known.KnownBug("buffers reset by the test fault", ("tests/faults.py",), lambda c: "has:scale" in c.features(),
-                         (signature,))
-    monkeypatch.setattr(known, "KNOWN_BUGS", known.KNOWN_BUGS + (bug,))
-    stats = fuzz(executor, tmp_path, "tests.faults:BufferReset", max_cases=40)
-    assert stats.failures == [] and corpus.discover(tmp_path) == []
-    assert stats.notes[f"known torch bug, {bug.name}"] > 0
+    fields = check(BUFFER_CASE, executor).signature_fields()
+    signature = "[{ " + ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in fields.items()) + " }]"
+    bug, = register(monkeypatch, tmp_path, record("buffers-reset-by-the-test-fault", signature))
+    stats = fuzz(executor, tmp_path / "corpus", "tests.faults:BufferReset", max_cases=40)
+    assert stats.failures == [] and corpus.discover(tmp_path / "corpus") == []
+    assert stats.explained[f"known torch bug, {bug.title}"] > 0
     assert stats.verdicts["pass"] == stats.cases
 
 
 def test_another_bug_meeting_a_known_bugs_precondition_still_fails(executor, tmp_path, monkeypatch):
     """Same precondition, another kind of failure: not the known bug, so it is reported and written."""
-    bug = known.KnownBug("gradients lost when buffers exist", ("tests/faults.py",),
-                         lambda c: "has:scale" in c.features(), ("mismatch:missing_grad:grad",))
-    monkeypatch.setattr(known, "KNOWN_BUGS", known.KNOWN_BUGS + (bug,))
-    stats = fuzz(executor, tmp_path, "tests.faults:BufferReset", max_cases=40, max_shrink_runs=30)
-    assert len(stats.failures) == 1 and stats.failures[0].verdict.bug_signature() not in bug.signatures
-    assert corpus.discover(tmp_path) == [stats.failures[0].corpus_path]
+    bug, = register(monkeypatch, tmp_path, record("gradients-lost-when-buffers-exist",
+                                                  '[{ verdict = "mismatch", check = "missing_grad", tensor = "grad" }]'))
+    stats = fuzz(executor, tmp_path / "corpus", "tests.faults:BufferReset", max_cases=40, max_shrink_runs=30)
+    assert len(stats.failures) == 1 and stats.failures[0].verdict.bug_signature() not in bug.signature_strings()
+    assert corpus.discover(tmp_path / "corpus") == [stats.failures[0].corpus_path]
 
 
 BUFFER_CASE = simple(system="tests.faults:BufferReset",
@@ -181,19 +181,20 @@ def test_soak_masking_needs_the_same_kind_of_failure_and_a_non_empty_preconditio
     mismatch = Verdict("mismatch", Divergence(step=1, what="grad", tensor="body.0.w", max_abs=1, max_rel=1))
     case = simple(model=ModelSpec(body=Node("seq", children=(Node("scale", out=1),))))
     earlier = Found(frozenset({"has:scale"}), mismatch.bug_signature(), "corpus/x.json")
-    assert already_found(case, mismatch, [earlier]).ok  # same kind, precondition met
+    why = explain(case, mismatch, [earlier])
+    assert why.kind == FOUND_IN_RUN and why.found == earlier and why.silences  # same kind, precondition met
     other = Verdict("mismatch", Divergence(step=1, what="grad", tensor="body.0.w", max_abs=1, max_rel=1,
                                            check="replica", ranks=(0, 1)))
-    assert not already_found(case, other, [earlier]).ok  # another kind of failure in the same situation
+    assert explain(case, other, [earlier]).kind == NEW  # another kind of failure in the same situation
     anything = Found(frozenset(), mismatch.bug_signature(), "corpus/y.json")
-    assert not already_found(case, mismatch, [anything]).ok  # an empty precondition masks nothing
+    assert explain(case, mismatch, [anything]).kind == NEW  # an empty precondition masks nothing
     elsewhere = Found(frozenset({"has:gate"}), mismatch.bug_signature(), "corpus/z.json")
-    assert not already_found(case, mismatch, [elsewhere]).ok
+    assert not explain(case, mismatch, [elsewhere]).silences
 
 
 def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_path, monkeypatch):
     """Hypothesis draws now and then a constant from the source of the loaded local modules; the fuzzer empties
-    that pool (fuzz.engine.constants), so a module full of constants loaded between two runs of one seed changes
+    that pool (parityfuzz.engine.constants), so a module full of constants loaded between two runs of one seed changes
     none of its cases (it did: a fixed-seed test shrank differently after another test file's imports).  The
     control shows the check has teeth: without the fix the loaded constants do change the cases."""
     import contextlib
@@ -210,7 +211,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
             ids.append(case.case_id())
             return Verdict(PASS)
 
-        monkeypatch.setattr(engine.Fuzzer, "_judge", judge)
+        monkeypatch.setattr(engine.Fuzzer, "_run", judge)
         pools = type("Pools", (), {"pool": lambda self, ws: None})()
         options = FuzzOptions(corpus_dir=tmp_path, seed=3, max_cases=40)
         Fuzzer(options, pools, log=lambda *_: None).fuzz("fsdp2", cases(world_sizes=(2, 4)), budget_s=BUDGET_S)

@@ -1,4 +1,4 @@
-"""Where a divergence begins (fuzz.origin): the walk over probed records, the probes' neutrality, and the
+"""Where a divergence begins (parityfuzz.origin): the walk over probed records, the probes' neutrality, and the
 localization of faults acting inside one module, in its forward, its backward or its gradient's reduction."""
 
 import dataclasses

@@ -87,3 +87,18 @@ def test_the_command_writes_the_page_and_names_a_bad_file_and_field(tmp_path):
     result = subprocess.run([sys.executable, "-m", "parityfuzz.report", str(bad), "-o", str(out)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "bad.json" in result.stderr and "'cases_run'" in result.stderr
+
+
+def test_the_page_counts_the_failures_each_explanation_silenced(tmp_path):
+    from parityfuzz.triage import KNOWN_BUG, Explanation
+    from parityfuzz.triage.known import shipped
+
+    data = run_report(tmp_path)
+    stats = TargetStats("fsdp2")
+    bug = shipped()[0]
+    for _ in range(3):
+        stats.count(fsdp2(True), Verdict("pass"), why=Explanation(KNOWN_BUG, "hang", bug=bug))
+    assert stats.verdicts == {"pass": 3} and stats.explained == {f"known torch bug, {bug.title}": 3}
+    data["targets"]["fsdp2"]["explained"] = stats.to_dict()["explained"]
+    page = report.render(data)
+    assert f'<td class="l">known torch bug, {report._e(bug.title)}</td><td>3</td>' in page

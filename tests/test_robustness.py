@@ -199,7 +199,7 @@ def test_a_shrunk_hang_is_recorded_only_if_it_hangs_under_the_full_timeout(tmp_p
     for again, expected in ((Verdict("pass"), first), (hang, shrunk)):
         fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=1, case_timeout_s=30, locate=False), executor=None,
                         log=lambda *_: None)
-        fuzzer._judge = lambda case, timeout, again=again: (asked.append((case, timeout)), again)[1]
+        fuzzer._run = lambda case, timeout, again=again: (asked.append((case, timeout)), again)[1]
         kept = fuzzer._confirm_hang("t", CaseFailed(shrunk, hang), CaseFailed(first, hang))
         assert kept.case == expected and kept.verdict.kind == "hang"
         assert asked[-1] == (shrunk, 30)  # judged again, under the full timeout

@@ -85,18 +85,18 @@ def test_a_tp_replicated_gradient_is_summed_over_tp_in_reduce_dtype_as_documente
     reference sums a sequence-parallel norm's (or a rowwise bias's) Partial gradient over tp in float32.  FSDP2 on
     torch 2.13 sums it in bf16 (pytorch#190626): a mismatch on such a gradient, which the known-bug entry
     explains; with no reduce_dtype (bf16 throughout) the two agree bit for bit, so nothing else differs."""
-    from parityfuzz import known
+    from parityfuzz.triage.known import known_bug
 
     case = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16", reduce_dtype="float32")
     verdict = check(case, executor)
     assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
     assert verdict.divergence.tensor in ("body.2.bias", "body.3.weight", "body.3.bias", "body.4.fc2.bias")
-    bug = known.known_bug(case, verdict)
-    assert bug is not None and "190626" in bug.name
+    bug = known_bug(case, verdict)
+    assert bug is not None and "pytorch/pytorch#190626" in bug.upstream.links
     same = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16")
     verdict = check(same, executor)
     assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
-    assert known.known_bug(same, Verdict("mismatch", verdict.divergence)) is None  # not under its precondition
+    assert known_bug(same, Verdict("mismatch", verdict.divergence)) is None  # not under its precondition
 
 
 def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executor):
@@ -251,10 +251,10 @@ def test_ranks_issuing_different_collectives_is_a_finding(executor):
 def test_which_splits_leave_a_tensor_parallel_rank_empty():
     """torch.chunk's rule (pieces of ceil(n / tp)) leaves a rank nothing not only below tp: 5 over 4 is 2, 2, 1, 0
     (the 20-minute run met FSDP2's empty-shard bug there, with the MLP's hidden width 5 on tp=4)."""
-    from parityfuzz.known import _empty_on_some_rank
+    from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 
-    assert [n for n in range(1, 10) if _empty_on_some_rank(n, 4)] == [1, 2, 3, 5, 6, 9]
-    assert [n for n in range(1, 6) if _empty_on_some_rank(n, 2)] == [1]
+    assert [n for n in range(1, 10) if chunk_leaves_a_rank_empty(n, 4)] == [1, 2, 3, 5, 6, 9]
+    assert [n for n in range(1, 6) if chunk_leaves_a_rank_empty(n, 2)] == [1]
 
 
 def test_a_non_root_pass_runs_only_through_modules_holding_whole_tp_groups(executor):

@@ -1,15 +1,15 @@
 """Parity cases as plain data (schema 2).
 
-- :mod:`fuzz.case.model`: the model tree;
-- :mod:`fuzz.case.mesh`: named N-D meshes and each rank's coordinates;
-- :mod:`fuzz.case.training`: the generic training spec and delays;
-- :mod:`fuzz.case.plan`: the base of the families' plans;
-- :mod:`fuzz.case.checkpoint`: checkpoint events (save, load into the resumed case, train on);
-- :mod:`fuzz.case.core`: the :class:`Case` (a family's plan as a tagged union), JSON and validation;
-- :mod:`fuzz.case.codec`: strict JSON and the upgrade of older schemas;
-- :mod:`fuzz.case.features`: the feature tags every case has.
+- :mod:`parityfuzz.case.model`: the model tree;
+- :mod:`parityfuzz.case.mesh`: named N-D meshes and each rank's coordinates;
+- :mod:`parityfuzz.case.training`: the generic training spec and delays;
+- :mod:`parityfuzz.case.plan`: the base of the families' plans;
+- :mod:`parityfuzz.case.checkpoint`: checkpoint events (save, load into the resumed case, train on);
+- :mod:`parityfuzz.case.core`: the :class:`Case` (a family's plan as a tagged union), JSON and validation;
+- :mod:`parityfuzz.case.codec`: strict JSON and the upgrade of older schemas;
+- :mod:`parityfuzz.case.features`: the feature tags every case has.
 
-Family plans live with their family (:mod:`fuzz.families`).  This package imports neither torch nor
+Family plans live with their family (:mod:`parityfuzz.families`).  This package imports neither torch nor
 hypothesis: cases are data, and the strategies, the builder and the executor are the only places that give
 them meaning.
 """

@@ -3,8 +3,8 @@
 A :class:`Case` fully determines one run: the model tree, the named device mesh, the family's plan (a tagged
 union member), the generic training spec, the seed, the world size and the delays.  It round-trips through
 JSON with a ``schema`` version (schema 1 is upgraded on read) and :meth:`Case.validate` raises
-:class:`~fuzz.case.errors.CaseError` naming the offending field.  Which system runs it and which reference it
-is compared with follow from the family (:mod:`fuzz.families`), unless the case names them (plug-in and
+:class:`~parityfuzz.case.errors.CaseError` naming the offending field.  Which system runs it and which reference it
+is compared with follow from the family (:mod:`parityfuzz.families`), unless the case names them (plug-in and
 test-only faulty systems).
 """
 
@@ -58,10 +58,10 @@ class Case:
     system: str = ""
     reference: str = ""
     #: An error torch must raise for this case wherever it runs (e.g. a combination it documents refusing);
-    #: a family may add one that depends on the device (:func:`fuzz.expected.expectation`).
+    #: a family may add one that depends on the device (:func:`parityfuzz.expected.expectation`).
     expect_error: ExpectedError = ExpectedError()
     #: Save, load into a fresh system (possibly of another plan, mesh or world size) and train on
-    #: (:mod:`fuzz.case.checkpoint`).
+    #: (:mod:`parityfuzz.case.checkpoint`).
     checkpoint: Checkpoint = Checkpoint()
     schema: int = SCHEMA
 

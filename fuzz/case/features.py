@@ -1,5 +1,5 @@
 """Feature tags every case has, whatever its family (coverage counts, Hypothesis ``event()``, the run
-summary's shares); each family adds its own (:mod:`fuzz.families`)."""
+summary's shares); each family adds its own (:mod:`parityfuzz.families`)."""
 
 from __future__ import annotations
 

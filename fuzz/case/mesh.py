@@ -10,6 +10,7 @@ without asking torch.  Data-parallel ranks see different batches; the ranks of o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from parityfuzz.case.errors import check
@@ -89,3 +90,10 @@ def validate_mesh(mesh: MeshSpec, world_size: int, allowed: tuple[tuple[str, ...
           f"mesh {list(mesh.shape)} has {mesh.size} ranks but world_size is {world_size}")
     check(mesh.names in allowed, "mesh.names",
           f"this family takes meshes with axes {' or '.join(str(list(a)) for a in allowed)}, got {list(mesh.names)}")
+
+
+def chunk_leaves_a_rank_empty(n: int, parts: int) -> bool:
+    """Whether a dimension of ``n`` split over ``parts`` ranks as ``torch.chunk`` splits it (pieces of
+    ceil(n / parts)) leaves some rank nothing: 1 over 2, and also 5 over 4 (2, 2, 1, 0).  DTensor's ``Shard``
+    and FSDP1's sharded state dicts split this way."""
+    return n < parts or math.ceil(n / math.ceil(n / parts)) < parts

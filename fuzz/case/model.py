@@ -1,6 +1,6 @@
 """The model a case trains, as plain data: an input stage, a tree of modules, an optional head.
 
-Torch-free: :mod:`fuzz.build` gives it meaning.
+Torch-free: :mod:`parityfuzz.build` gives it meaning.
 """
 
 from __future__ import annotations
@@ -179,6 +179,10 @@ class ModelSpec:
         node = dict(self.body.walk("body")).get(path)
         return node is None or _trains(node, path, frozen)  # a leaf block's Linears have parameters
 
+    def gates(self) -> tuple[str, ...]:
+        """Paths of the gates (modules that run on some forwards only, the identity on the others)."""
+        return tuple(path for path, node in self.body.walk("body") if node.kind == "gate")
+
     def per_rank_flow(self) -> bool:
         """Whether control flow differs between data-parallel ranks (a gate with ``by_rank``)."""
         return bool(self.rank_gates())
@@ -204,6 +208,14 @@ class ModelSpec:
         if self.input == "embedding":
             out.append(("head", "linear"))
         return out
+
+
+def check_rank_gate_periods(m: ModelSpec, dp: int) -> None:
+    """Every per-rank gate's child is used by some rank: its period is at most the data-parallel size ``dp``."""
+    nodes = dict(m.body.walk("body"))
+    for path in m.rank_gates():
+        _check(nodes[path].period <= dp, "model.body", f"the per-rank gate at {path} needs a period <= the "
+              f"data-parallel size {dp} (some rank must use its child), got {nodes[path].period}")
 
 
 def validate_model(m: ModelSpec) -> None:

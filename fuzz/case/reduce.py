@@ -1,5 +1,5 @@
 """Single-step simplifications of a case: what the reduction after Hypothesis's shrink tries
-(:mod:`fuzz.engine.reduce` runs them, keeping each change that still fails the same way until none does).
+(:mod:`parityfuzz.engine.reduce` runs them, keeping each change that still fails the same way until none does).
 
 Plain data in, plain data out: each simplification edits the case's JSON (where fields at their defaults are
 left out) and is kept only if the result validates and is strictly smaller (:func:`size`). What is tried:
@@ -104,7 +104,7 @@ def _model_candidates(data: dict) -> Iterator[tuple[str, dict]]:
 
 
 def _names(node: dict) -> list[str]:
-    """The builder's names of a node's children (:func:`fuzz.case.model.child_names`), from its JSON."""
+    """The builder's names of a node's children (:func:`parityfuzz.case.model.child_names`), from its JSON."""
     children = tuple(Node(kind=c["kind"]) for c in node.get("children", []))
     return child_names(Node(kind=node["kind"], children=children))
 

@@ -1,4 +1,4 @@
-"""A checkpoint event on a rank (:mod:`fuzz.case.checkpoint` says what a case asks for): the system under
+"""A checkpoint event on a rank (:mod:`parityfuzz.case.checkpoint` says what a case asks for): the system under
 test saves and loads the way the case names (:mod:`.dcp`, :mod:`.fsdp1`), the reference through its trusted
 path (:mod:`.trusted`), and the invariants every save and load must keep are checked (:mod:`.invariants`).
 
@@ -31,7 +31,7 @@ def save(system, case: Case, directory: str, trusted: bool = False) -> list[tupl
     """Save ``system``'s model, optimizer and LR scheduler into ``directory`` (made here): the case's way for
     the system under test, the trusted path for a reference.  The system under test also leaves a snapshot
     of its full state, which the load is checked against.  Returns the invariants the save broke
-    (:func:`fuzz.checkpoint.invariants.take`)."""
+    (:func:`parityfuzz.checkpoint.invariants.take`)."""
     from parityfuzz.checkpoint import invariants, trusted as trusted_path
 
     os.makedirs(directory, exist_ok=True)

@@ -4,8 +4,8 @@ records (:mod:`.outcomes`)."""
 
 from parityfuzz.engine.fuzzer import Fuzzer, FuzzOptions, hypothesis_settings, interrupt_requested
 from parityfuzz.engine.outcomes import CaseFailed, Failure
-from parityfuzz.engine.soak import Found, already_found, precondition, simplest_features
+from parityfuzz.engine.soak import precondition, simplest_features
 from parityfuzz.engine.stats import TargetStats
 
-__all__ = ["CaseFailed", "Failure", "Found", "FuzzOptions", "Fuzzer", "TargetStats", "already_found",
+__all__ = ["CaseFailed", "Failure", "FuzzOptions", "Fuzzer", "TargetStats",
            "hypothesis_settings", "interrupt_requested", "precondition", "simplest_features"]

@@ -12,13 +12,13 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
 - while a HANG shrinks, each candidate gets a short timeout (a few times the
   slowest passing case), not the full per-case timeout;
 - after Hypothesis's shrink, each failure is reduced to a 1-minimal case
-  (:mod:`fuzz.engine.reduce`: every single simplification tried on the case
+  (:mod:`parityfuzz.engine.reduce`: every single simplification tried on the case
   itself) within its own budget, before it is recorded;
 - Ctrl-C or SIGTERM during the run still records the smallest failure seen so
   far (marked as interrupted) before the interrupt propagates.
 
-What a run counts is :mod:`fuzz.engine.stats`; how soak rounds skip failures already found is
-:mod:`fuzz.engine.soak`; failures as exceptions and records are :mod:`fuzz.engine.outcomes`.
+What a run counts is :mod:`parityfuzz.engine.stats`; how soak rounds skip failures already found is
+:mod:`parityfuzz.engine.soak`; failures as exceptions and records are :mod:`parityfuzz.engine.outcomes`.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from parityfuzz.engine.constants import without_local_constants
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
 from parityfuzz.engine.reduce import Reduction, reduce_failure
-from parityfuzz.engine.soak import Found, already_found, precondition, simplest_features
+from parityfuzz.engine.soak import precondition, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.executor import Executor
-from parityfuzz.known import known_bug
+from parityfuzz.triage import IN_CORPUS, Explanation, Found, explain
 from parityfuzz.verdict import PASS, Verdict
 from parityfuzz.verify import check, locate
 
@@ -79,7 +79,7 @@ class FuzzOptions:
     #: The reduction to a 1-minimal case after Hypothesis's shrink: seconds and runs per failure (0: none).
     reduce_budget_s: float = 120.0
     max_reduce_runs: int | None = None
-    #: Say where each recorded mismatch begins (:func:`fuzz.verify.locate`: one probed re-run per failure).
+    #: Say where each recorded mismatch begins (:func:`parityfuzz.verify.locate`: one probed re-run per failure).
     locate: bool = True
     #: Hypothesis's example database shared with other fuzzers (:mod:`parityfuzz.engine.database`): a directory
     #: or a ``redis://`` URL; "" for none.
@@ -191,17 +191,14 @@ class Fuzzer:
                     timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
                 self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
                 began = time.monotonic()
-                verdict = already_found(case, cache.setdefault(key, self._judge(case, timeout)), found_before)
+                verdict, why = self._explained(case, cache.setdefault(key, self._run(case, timeout)), found_before)
                 if verdict.ok:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
                     best.update(case=case, verdict=verdict)
-                stats.count(case, verdict, time.monotonic() - self.started)
+                stats.count(case, verdict, time.monotonic() - self.started, why)
                 if found:
                     stats.shrink_runs += 1
-                if verdict.note and verdict.ok:
-                    for part in verdict.note.split("; "):  # "reason: details" (details may name a step)
-                        stats.notes[part.split(":")[0].split(" at step")[0]] += 1
                 if not verdict.ok and not found:
                     found.update(at=time.monotonic(), cases=stats.cases - cases_before, kind=verdict.kind,
                                  first=CaseFailed(case, verdict))
@@ -212,7 +209,7 @@ class Fuzzer:
                     phase = "shrinking" if found else f"{max(0.0, gen_deadline - last_progress[0]):.0f}s left"
                     self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
             else:  # cached: the verdict of an earlier round may be a failure found since
-                verdict = already_found(case, verdict, found_before)
+                verdict, _ = self._explained(case, verdict, found_before)
             for tag in sorted(case.features()):
                 event(tag)
             event(f"verdict={verdict.kind}")
@@ -271,8 +268,8 @@ class Fuzzer:
             key = case.to_json()
             if key not in cache:
                 self.executor.pool(case.world_size)
-                cache[key] = self._judge(case, timeout)
-            return already_found(case, cache[key], found_before)
+                cache[key] = self._run(case, timeout)
+            return self._explained(case, cache[key], found_before)[0]
 
         self.log(f"{name}: reducing the shrunk {failure.verdict.kind} to a 1-minimal case "
                  f"(up to {opts.reduce_budget_s:.0f}s)")
@@ -283,13 +280,19 @@ class Fuzzer:
                  + ("; 1-minimal" if out.minimal else "; budget spent before it was 1-minimal"))
         return out
 
-    def _judge(self, case: Case, timeout: float | None) -> Verdict:
-        """Run and check a case; a failure that is a known torch bug passes with a note saying so."""
-        verdict = check(case, self.executor, timeout)
-        bug = known_bug(case, verdict)
-        if bug is not None:  # counted against the open torch bug, not failed again (fuzz/known.py)
-            return Verdict(PASS, note=f"known torch bug, {bug.name}: {verdict.bug_signature()}")
-        return verdict
+    def _run(self, case: Case, timeout: float | None) -> Verdict:
+        """Run and check a case: its verdict as the oracle gave it (what explains a failure is asked apart)."""
+        return check(case, self.executor, timeout)
+
+    @staticmethod
+    def _explained(case: Case, verdict: Verdict,
+                   found_before: list[Found]) -> tuple[Verdict, Explanation | None]:
+        """The verdict the search sees, and what explains a failure (:func:`parityfuzz.triage.explain`): a
+        failure that is a known torch bug, or one this run already found, counts as passing."""
+        if verdict.ok:
+            return verdict, None
+        why = explain(case, verdict, found_before)
+        return (Verdict(PASS) if why.silences else verdict), why
 
     def _record(self, name: str, stats: TargetStats, start: float, found: dict, shrink_runs: int, seed: int,
                 failures: list[CaseFailed], interrupted: bool = False, reductions: list[Reduction | None] = (),
@@ -311,15 +314,16 @@ class Fuzzer:
             if not interrupted:  # (an interrupt runs no more cases)
                 f = self._confirm_hang(name, f, found.get("first"))
             f = CaseFailed(f.case, self._locate(name, f))
-            duplicate = corpus.existing(self.options.corpus_dir, f.case)
-            path = duplicate.path if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
+            why = explain(f.case, f.verdict, corpus_dir=self.options.corpus_dir)
+            duplicate = why.kind == IN_CORPUS  # the very same case is a corpus file already: not written twice
+            path = why.corpus_file if duplicate else corpus.record(self.options.corpus_dir, f.case, f.verdict,
                                                                    expect="fail", note=note)
             recorded.append(Failure(
                 target=name, case=f.case, verdict=f.verdict, corpus_path=path,
                 cases_to_find=found.get("cases", 0), seconds_to_find=found.get("at", end) - start,
                 shrink_runs=shrink_runs, shrink_seconds=end - found.get("at", end),
-                duplicate_of=duplicate.path if duplicate else None,
-                known_issue=duplicate.known_issue if duplicate else None, interrupted=interrupted,
+                duplicate_of=why.corpus_file if duplicate else None, known_issue=why.known_issue,
+                interrupted=interrupted,
                 reduction=r))
         stats.failures.extend(recorded)
         return recorded
@@ -330,7 +334,7 @@ class Fuzzer:
         first found (which hung under that timeout) is recorded instead."""
         if failure.verdict.kind != "hang" or first is None or first.case == failure.case:
             return failure
-        again = self._judge(failure.case, self.options.case_timeout_s)
+        again = self._run(failure.case, self.options.case_timeout_s)
         if again.kind == "hang":
             return failure
         self.log(f"{name}: the shrunk hang ends under the full case timeout ({again.kind}): recording the case "
@@ -338,7 +342,7 @@ class Fuzzer:
         return first
 
     def _locate(self, name: str, failure: CaseFailed) -> Verdict:
-        """The failure's verdict with where its mismatch begins (:func:`fuzz.verify.locate`); as it was where
+        """The failure's verdict with where its mismatch begins (:func:`parityfuzz.verify.locate`); as it was where
         locating fails (the failure is recorded all the same)."""
         if failure.verdict.kind != "mismatch" or not self.options.locate:
             return failure.verdict

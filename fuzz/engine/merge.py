@@ -16,7 +16,7 @@ def _merge_target(a: dict, b: dict) -> dict:
     for key in ("cases", "generate_seconds", "shrink_seconds", "shrink_runs", "reduce_seconds", "reduce_runs",
                 "distinct_feature_combinations"):
         out[key] = a.get(key, 0) + b.get(key, 0)
-    for key in ("verdicts", "cut_short", "feature_counts", "pair_counts"):
+    for key in ("verdicts", "cut_short", "explained", "feature_counts", "pair_counts"):
         out[key] = _add(a.get(key, {}), b.get(key, {}))
     out["timeline"] = sorted(a.get("timeline", []) + b.get("timeline", []))
     out["failures"] = a.get("failures", []) + b.get("failures", [])

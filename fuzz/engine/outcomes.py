@@ -58,7 +58,7 @@ class Failure:
     duplicate_of: Path | None = None
     known_issue: str | None = None
     interrupted: bool = False
-    #: The reduction to a 1-minimal case after the shrink (:mod:`fuzz.engine.reduce`); None where turned off.
+    #: The reduction to a 1-minimal case after the shrink (:mod:`parityfuzz.engine.reduce`); None where turned off.
     reduction: Reduction | None = None
 
     def to_dict(self) -> dict:

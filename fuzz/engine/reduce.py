@@ -2,8 +2,8 @@
 
 Hypothesis shrinks the choices a strategy made, so a shrunk case can keep parts no choice could drop alone
 (a module whose removal would renumber the plan's paths, a setting two draws depend on).  This pass tries
-every single simplification of :mod:`fuzz.case.reduce` on the case itself, keeps the first that still fails
-with the same :meth:`~fuzz.verdict.Verdict.bug_signature`, and starts over, until none does: then every part
+every single simplification of :mod:`parityfuzz.case.reduce` on the case itself, keeps the first that still fails
+with the same :meth:`~parityfuzz.verdict.Verdict.bug_signature`, and starts over, until none does: then every part
 left is needed (the case is 1-minimal).  A budget of seconds or runs may stop it earlier; the result says
 whether it got there.  An interrupt ends it with the smallest failure reached (the caller records it, then
 lets the interrupt go on).

@@ -9,6 +9,7 @@ from itertools import combinations
 from parityfuzz import seedgrids
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
+from parityfuzz.triage import Explanation
 from parityfuzz.verdict import Verdict
 
 
@@ -28,11 +29,19 @@ class TargetStats:
     failures: list[Failure] = field(default_factory=list)
     #: Passing cases whose comparison was cut short, by reason.
     notes: Counter = field(default_factory=Counter)
+    #: Failing cases that count as passing, by what explains them (:meth:`parityfuzz.triage.Explanation.label`).
+    explained: Counter = field(default_factory=Counter)
     #: ``(seconds since the run began, verdict kind)`` of every case, in order.
     timeline: list[tuple[float, str]] = field(default_factory=list)
 
-    def count(self, case: Case, verdict: Verdict, at: float = 0.0) -> None:
+    def count(self, case: Case, verdict: Verdict, at: float = 0.0, why: Explanation | None = None) -> None:
+        """Count a case as the search saw it (``verdict``), with what explains it where it failed."""
         self.cases += 1
+        if why is not None and why.silences:
+            self.explained[why.label()] += 1
+        elif verdict.ok and verdict.note:
+            for part in verdict.note.split("; "):  # the oracle's "reason: details" (details may name a step)
+                self.notes[part.split(":")[0].split(" at step")[0]] += 1
         self.timeline.append((round(at, 2), verdict.kind))
         self.verdicts[verdict.kind] += 1
         feats = case.features()
@@ -56,7 +65,7 @@ class TargetStats:
 
     def summary_line(self) -> str:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
-        notes = "".join(f"; {n} cases: {reason}" for reason, n in self.notes.items())
+        notes = "".join(f"; {n} cases: {reason}" for reason, n in (self.notes + self.explained).items())
         return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
                 f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking"
                 + (f", {self.reduce_seconds:.1f}s reducing ({self.reduce_runs} runs)" if self.reduce_runs else "")
@@ -72,6 +81,7 @@ class TargetStats:
             "reduce_seconds": round(self.reduce_seconds, 2),
             "reduce_runs": self.reduce_runs,
             "cut_short": dict(self.notes),
+            "explained": dict(self.explained),
             "distinct_feature_combinations": len(self.combinations),
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
             "feature_counts": dict(sorted(self.features.items())),

@@ -71,7 +71,7 @@ def _collective_state(ctx) -> dict | None:
     """Where this rank's process groups stand after a failed case, its own groups released: how many groups it
     has made, and for each live group how many collectives it has issued there.  Where every rank failed and
     their states agree (each group's count the same on every rank holding it), no collective is half done and
-    the pool runs the next case on the same ranks (:meth:`fuzz.executor.pool.RankPool.run`); None where it
+    the pool runs the next case on the same ranks (:meth:`parityfuzz.executor.pool.RankPool.run`); None where it
     cannot tell."""
     from torch.distributed import distributed_c10d as c10d
 

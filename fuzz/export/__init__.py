@@ -2,7 +2,7 @@
 
 The script builds the case's model with the same initial weights and inputs as the fuzzer, applies the plan with
 the public torch APIs written out call by call (``fully_shard(model.body[1], mesh=..., ...)``), trains the
-reference (DDP, or under mixed precision the harness's emulation of the policy: :mod:`fuzz.export.reference`),
+reference (DDP, or under mixed precision the harness's emulation of the policy: :mod:`parityfuzz.export.reference`),
 the system under test and the reference again from weights perturbed by 2 ulps (three samples
 of the rounding noise, as the oracle measures it), and compares them as the oracle does: every rank's loss, every gradient
 and parameter present alike, in the reference's dtype, equal across replicas bit for bit, and within

@@ -1,8 +1,8 @@
-"""A checkpoint event written out (:mod:`fuzz.case.checkpoint`): after the event's step the system under test
+"""A checkpoint event written out (:mod:`parityfuzz.case.checkpoint`): after the event's step the system under test
 saves its model, optimizer and LR scheduler the case's way, a fresh system of the same plan loads them, and
 training goes on; the reference trains on uninterrupted (the round trip must change nothing).  The save and
 load calls and the invariants every save and load must keep (the keys, rank-0-only and offloaded state dicts,
-the loaded state bit for bit the saved one) are the harness's own functions (:mod:`fuzz.checkpoint`), copied
+the loaded state bit for bit the saved one) are the harness's own functions (:mod:`parityfuzz.checkpoint`), copied
 by source, so the script does what the fuzzer does.
 
 A load into another plan, mesh, family or world size is refused: its reference takes the same turn through
@@ -123,7 +123,7 @@ def source(case: Case) -> str:
     if not c:
         return ""
     options = {k: getattr(c, k) for k in (*OPTIONS, "strict")}
-    lines = ["# ---- the checkpoint event: the harness's save, load and invariants (fuzz.checkpoint), copied",
+    lines = ["# ---- the checkpoint event: the harness's save, load and invariants (parityfuzz.checkpoint), copied",
              f"CASE = SimpleNamespace(checkpoint=SimpleNamespace(**{options!r}))  # what the functions read",
              f'FULL_FILE = "{dcp.FULL_FILE}"']
     functions, seen = [], set()

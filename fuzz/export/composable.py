@@ -1,13 +1,13 @@
 """The composable family's plan written out: the ``fully_shard``, ``replicate`` (DDP-based),
 ``replicate_with_fsdp.replicate`` and ``checkpoint`` calls in the plan's order, ``set_requires_gradient_sync``
 per microbatch, its optimizer split by kind of tensor under ``foreach`` and its clipping over mixed kinds, and its
-invariants (parameters named as before, each parameter fully_shard manages a DTensor sharded on dim-0) as :class:`fuzz.systems.composable.ComposableSystem` checks them."""
+invariants (parameters named as before, each parameter fully_shard manages a DTensor sharded on dim-0) as :class:`parityfuzz.systems.composable.ComposableSystem` checks them."""
 
 from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp2
-from parityfuzz.export.script import Parts
+from parityfuzz.export.parts import Parts
 from parityfuzz.families.composable import ComposablePlan
 
 IMPORTS = ("from torch.distributed._composable import checkpoint, replicate\n"
@@ -115,7 +115,7 @@ def call_line(c) -> str:
 
 def parts(case: Case) -> Parts:
     plan: ComposablePlan = case.plan
-    gated = any(node.kind == "gate" for _, node in case.model.body.walk("body"))
+    gated = bool(case.model.gates())
     lines = ["names = [n for n, _ in model.named_parameters()]",
              "flat = mesh if mesh.ndim == 1 else mesh._flatten()",
              *[call_line(c) for c in plan.applies],
@@ -125,7 +125,7 @@ def parts(case: Case) -> Parts:
              '                             f"(order kept: {sorted(names) == sorted(after)})")',
              'check_managed(model, "after the calls")']
     apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
-                                "(fuzz.systems.composable).", lines, "return model")
+                                "(parityfuzz.systems.composable).", lines, "return model")
     sync = [f"{fsdp2._at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
             for path, api in plan.data_parallel().items()] if plan.no_sync else []
     accumulate = fsdp2.function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "

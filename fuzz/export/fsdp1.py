@@ -2,7 +2,7 @@
 before wrapping, the manual nested ``FullyShardedDataParallel`` instances (children first), the root instance
 with the plan's auto-wrap policy, checkpointing after; ``no_sync()`` on the non-last microbatches, FSDP1's own
 ``clip_grad_norm_``; parameters read through ``summon_full_params`` and gradients from each instance's flat
-parameter (:class:`fuzz.systems.fsdp1.FSDP1System`, whose reading code the script copies)."""
+parameter (:class:`parityfuzz.systems.fsdp1.FSDP1System`, whose reading code the script copies)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import inspect
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp2
 from parityfuzz.export.model import classes_used
-from parityfuzz.export.script import Parts
+from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp1 import HYBRID, FSDP1Plan
 from parityfuzz.systems import fsdp1 as system
 
@@ -23,7 +23,7 @@ IMPORTS = ("import functools\n"
            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
            "    apply_activation_checkpointing, checkpoint_wrapper)\n")
 
-#: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``fuzz.systems.fsdp1.KIND_CLASSES``).
+#: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``parityfuzz.systems.fsdp1.KIND_CLASSES``).
 KIND_CLASSES = {"linear": "nn.Linear", "seq": "nn.Sequential", "layernorm": "nn.LayerNorm", "rmsnorm": "nn.RMSNorm",
                 "embedding": "nn.Embedding", "mlp": "MLP", "attention": "Attention", "block": "Block",
                 "residual": "Residual", "twice": "Twice", "scale": "Scale", "gate": "Gate"}
@@ -136,7 +136,7 @@ def records_source(tensor_parallel: bool = False) -> str:
 def parts(case: Case) -> Parts:
     plan: FSDP1Plan = case.plan
     apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "FSDP1 as the case's plan says "
-                                "(fuzz.systems.fsdp1).", plan_lines(case), "return model")
+                                "(parityfuzz.systems.fsdp1).", plan_lines(case), "return model")
     accumulate = ("def accumulate(model, micro, last):\n"
                   f"    return model.no_sync() if {plan.no_sync} and not last else contextlib.nullcontext()\n")
     clip = "def clip(model, params, max_norm):\n    model.clip_grad_norm_(max_norm)\n"

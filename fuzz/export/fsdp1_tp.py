@@ -1,6 +1,6 @@
 """The fsdp1_tp family's plan written out: ``parallelize_module`` per style on the ``tp`` sub-mesh, then the FSDP1
 plan with ``device_mesh`` the ``dp_shard`` sub-mesh; gradients read from FSDP1's flat parameters are each rank's
-tensor-parallel shard, put back on ``tp`` before they are compared (:class:`fuzz.systems.fsdp1_tp.FSDP1TPSystem`)."""
+tensor-parallel shard, put back on ``tp`` before they are compared (:class:`parityfuzz.systems.fsdp1_tp.FSDP1TPSystem`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp1, fsdp2
 from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS, style_source
-from parityfuzz.export.script import Parts
+from parityfuzz.export.parts import Parts
 
 def refusal(case: Case) -> str | None:
     return fsdp1.refusal(case)
@@ -23,7 +23,7 @@ def parts(case: Case) -> Parts:
                  "                      for n, p in model.named_parameters() if isinstance(p, DTensor)})")
     lines += fsdp1.plan_lines(case, mesh='mesh["dp_shard"]')
     apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP1 on the dp_shard "
-                                "sub-mesh (fuzz.systems.fsdp1_tp).", lines, "return model")
+                                "sub-mesh (parityfuzz.systems.fsdp1_tp).", lines, "return model")
     base = fsdp1.parts(case)
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     return dataclasses.replace(

@@ -1,10 +1,10 @@
 """The fsdp2 family's plan written out: activation checkpoints, ``fully_shard`` per wrap (children before parents),
-prefetching, the accumulation switches, as :class:`fuzz.systems.fsdp2.FSDP2System` applies them."""
+prefetching, the accumulation switches, as :class:`parityfuzz.systems.fsdp2.FSDP2System` applies them."""
 
 from __future__ import annotations
 
 from parityfuzz.case import Case
-from parityfuzz.export.script import Parts
+from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
 
 IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
@@ -103,7 +103,7 @@ AFTER_BACKWARD = '''def after_backward(model, last):
 def parts(case: Case, mesh_line: str = "") -> Parts:
     plan = case.plan
     lines = ([mesh_line] if mesh_line else []) + plan_lines(plan)
-    apply_plan = function("apply_plan(model, mesh, device)", "FSDP2 as the case's plan says (fuzz.systems.fsdp2).", lines,
+    apply_plan = function("apply_plan(model, mesh, device)", "FSDP2 as the case's plan says (parityfuzz.systems.fsdp2).", lines,
                           "return model")
     forward = ("def forward(model, batch):\n    return model.forward_alt(batch)\n" if plan.forward_method
                else "def forward(model, batch):\n    return model(batch)\n")

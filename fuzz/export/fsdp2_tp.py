@@ -1,12 +1,12 @@
 """The fsdp2_tp family's plan written out: ``parallelize_module`` per style on the ``tp`` sub-mesh, then the FSDP2
 plan on the data-parallel sub-mesh; the loss under ``loss_parallel()`` where the plan says, the optimizer's
-zeroing and step under ``implicit_replication()`` (:class:`fuzz.systems.fsdp2_tp.FSDP2TPSystem`)."""
+zeroing and step under ``implicit_replication()`` (:class:`parityfuzz.systems.fsdp2_tp.FSDP2TPSystem`)."""
 
 from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp2
-from parityfuzz.export.script import Parts
+from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp2_tp import Parallelize
 
 LAYOUTS = {"replicate": "Replicate()", "shard_seq": "Shard(1)", "shard_last": "Shard(-1)"}
@@ -23,7 +23,7 @@ def refusal(case: Case) -> str | None:
 
 
 def style_source(p: Parallelize) -> str:
-    """The parallel style's constructor call (as :func:`fuzz.systems.fsdp2_tp.style_of` builds it)."""
+    """The parallel style's constructor call (as :func:`parityfuzz.systems.fsdp2_tp.style_of` builds it)."""
     local = f"use_local_output={p.use_local_output}"
     if p.style == "sequence":
         return f"SequenceParallel({local})"
@@ -50,7 +50,7 @@ def parts(case: Case) -> Parts:
         lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
     lines += fsdp2.plan_lines(plan, mesh="dp_mesh")
     apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP2 on the data-parallel "
-                                "sub-mesh (fuzz.systems.fsdp2_tp).", lines, "return model")
+                                "sub-mesh (parityfuzz.systems.fsdp2_tp).", lines, "return model")
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     base = fsdp2.parts(case)
     return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + apply_plan,

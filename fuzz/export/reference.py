@@ -1,5 +1,5 @@
 """The reference of an exported script, written out: DDP, or under mixed precision the harness's emulation of the
-policy (:class:`fuzz.systems.mp_reference.FSDP2Precision`, :class:`fuzz.systems.fsdp1_mp.FSDP1Precision`),
+policy (:class:`parityfuzz.systems.mp_reference.FSDP2Precision`, :class:`parityfuzz.systems.fsdp1_mp.FSDP1Precision`),
 copied by source and constructed with the case's arguments as literals.
 
 The script's training loop calls the same functions whatever the reference: ``reference`` builds it over the
@@ -126,11 +126,11 @@ def source(case: Case) -> str:
         classes = [*shared, mp._PostBackward, mp._register_post_backward, mp._Group, mp.FSDP2Precision]
         classes += [fsdp2_tp.FSDP2PrecisionTP] if kind == "fsdp2_tp" else []
         construct = _fsdp2(case)
-        where = "fuzz.systems.mp_reference" + (", fuzz.systems.fsdp2_tp" if kind == "fsdp2_tp" else "")
+        where = "parityfuzz.systems.mp_reference" + (", parityfuzz.systems.fsdp2_tp" if kind == "fsdp2_tp" else "")
     else:
         classes = [*shared, fsdp1_mp._Unit, fsdp1_mp.FSDP1Precision]
         construct = _fsdp1(case)
-        where = "fuzz.systems.fsdp1_mp"
+        where = "parityfuzz.systems.fsdp1_mp"
     head = (f"# ---- the reference: {title(case)} (the harness's emulation, {where}, copied)\n\n\n")
     contexts = ("reference_step_context = implicit_replication  # the system's: a model only partly tensor parallel\n"
                 f"reference_loss_context = {'loss_parallel' if case.plan.loss_parallel else 'contextlib.nullcontext'}\n"

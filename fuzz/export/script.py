@@ -1,45 +1,21 @@
 """The parts of an exported script every family shares: its header and constants, the data, the training loop,
-the reference and the comparison (see :mod:`fuzz.export`).  A family's module supplies the plan's code
-(:class:`Parts`)."""
+the reference and the comparison (see :mod:`parityfuzz.export`).  A family's module supplies the plan's code
+(:class:`parityfuzz.export.parts.Parts`)."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import textwrap
-from dataclasses import dataclass
 
 from parityfuzz import dtypes
 from parityfuzz.case import Case
 from parityfuzz.export import checkpoint, reference
 from parityfuzz.export.model import model_source
+from parityfuzz.export.parts import Parts
 from parityfuzz.oracle import FLOOR_ULPS, K
 from parityfuzz.verify import NOISE_SAMPLES
 from parityfuzz.show import describe_case
-
-
-@dataclass(frozen=True)
-class Parts:
-    """What a family writes out: its imports; ``apply_plan(model, mesh, device)`` (returns the model to train);
-    ``accumulate(model, micro, last)`` (a context around each microbatch, after its switches);
-    ``after_backward(model, last)`` (its invariants); ``step_context()`` and ``loss_context()`` (contexts around the
-    optimizer's zeroing and step, and around the loss and its backward); ``forward(model, batch)``;
-    ``clip(model, params, max_norm)``; ``gradients(model, named)`` and ``parameters(model, named)`` (what it
-    holds, as ``{case name: whole(tensor)}``: a family whose parameters are not the model's own, FSDP1's flat
-    ones, reads them its own way)."""
-
-    imports: str
-    apply_plan: str
-    accumulate: str = "def accumulate(model, micro, last):\n    return contextlib.nullcontext()\n"
-    after_backward: str = "def after_backward(model, last):\n    pass\n"
-    contexts: str = "step_context = loss_context = contextlib.nullcontext\n"
-    forward: str = "def forward(model, batch):\n    return model(batch)\n"
-    clip: str = ("def clip(model, params, max_norm):\n"
-                 "    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)\n")
-    #: The function that builds the system under test's optimizer and scheduler from ``(name, parameter)`` pairs.
-    optimizer: str = "make_optimizer"
-    records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
-                    "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")
 
 
 def refusal(case: Case) -> str | None:
@@ -464,7 +440,7 @@ def train(role, dp, device, mesh):
 '''
 
 RUNTIME_COMPARE = '''
-# ---- the comparison (fuzz.oracle's rules), on rank 0 over every rank's records
+# ---- the comparison (parityfuzz.oracle's rules), on rank 0 over every rank's records
 
 
 class Divergence(Exception):
@@ -652,5 +628,5 @@ if __name__ == "__main__":
 
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (RUNTIME_DATA, RUNTIME_TRAIN, RUNTIME_COMPARE, RUNTIME_MAIN):
-    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", ""), "<fuzz.export.script>", "exec")
+    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", ""), "<parityfuzz.export.script>", "exec")
 del _source

@@ -29,11 +29,11 @@ class Family:
     """What the torch-free side knows of a family."""
 
     name: str
-    #: The plan dataclass (a :class:`fuzz.case.core.Plan` subclass whose ``family`` is ``name``).
+    #: The plan dataclass (a :class:`parityfuzz.case.core.Plan` subclass whose ``family`` is ``name``).
     plan_type: type
-    #: The axis sets its meshes may have (names from :data:`fuzz.case.mesh.AXES`).
+    #: The axis sets its meshes may have (names from :data:`parityfuzz.case.mesh.AXES`).
     meshes: tuple[tuple[str, ...], ...]
-    #: The registered system (``fuzz.systems``) that applies its plan.
+    #: The registered system (``parityfuzz.systems``) that applies its plan.
     system: str
     #: The module (``strategies/``) whose ``cases`` strategy draws its cases.
     strategy: str
@@ -46,11 +46,11 @@ class Family:
     features: Callable
     #: ``describe(case)``: ``(notes per module path, lines about the plan)`` for the case printout.
     describe: Callable
-    #: ``promise(case)``: the dtypes the case promises (:class:`fuzz.dtypes.Promise`) and ``precision(case)``:
+    #: ``promise(case)``: the dtypes the case promises (:class:`parityfuzz.dtypes.Promise`) and ``precision(case)``:
     #: its least precise dtype, where the family's mixed precision is not FSDP2's ``MixedPrecisionPolicy``.
     promise: Callable | None = None
     precision: Callable | None = None
-    #: ``expected_error(case, device_type)``: the :class:`fuzz.case.ExpectedError` torch raises for this case on
+    #: ``expected_error(case, device_type)``: the :class:`parityfuzz.case.ExpectedError` torch raises for this case on
     #: this kind of device (``"cpu"``, ``"cuda"``), or None: documented refusals that depend on the machine.
     expected_error: Callable | None = None
 

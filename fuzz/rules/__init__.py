@@ -1,7 +1,7 @@
 """Validity rules: what torch documents as a correct plan, written down once, each citing its source.
 
 A plan outside these rules is the user's mistake, not torch's: a divergence it shows is no finding.  The rules
-are checked by :meth:`fuzz.case.Case.validate` (through each family's ``validate``), so the three places that
+are checked by :meth:`parityfuzz.case.Case.validate` (through each family's ``validate``), so the three places that
 make cases obey them alike: strategies (``finish`` validates every draw: an invalid draw is an error of the
 strategy, never a case that runs), the reduction pass (a candidate that does not validate is never tried) and
 corpus files (``repro`` exits 2 naming the rule, the module path and the documentation it comes from).

@@ -4,7 +4,7 @@
 A plan outside them is either a refusal torch does not document (its error would be the plan's fault, not a
 finding) or a composition whose training torch promises nothing about.  The refusals torch does document (the
 same API twice on a module; a ``replicate`` on a module ``fully_shard`` manages) are valid plans whose expected
-error the case carries (:meth:`fuzz.families.composable.ComposablePlan.refusal`).
+error the case carries (:meth:`parityfuzz.families.composable.ComposablePlan.refusal`).
 
 Torch-free.
 """

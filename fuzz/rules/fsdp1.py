@@ -1,5 +1,5 @@
 """Validity rules of FSDP1 plans that torch's FullyShardedDataParallel documents (the per-rank control-flow rule
-lives with the family's units: :func:`fuzz.families.fsdp1.rank_flow_problem`).
+lives with the family's units: :func:`parityfuzz.families.fsdp1.rank_flow_problem`).
 
 Torch-free.
 """
@@ -19,7 +19,7 @@ RULES = (FORWARD_PREFETCH_STATIC_GRAPH,)
 
 
 def check(case) -> None:
-    gates = [path for path, node in case.model.body.walk("body") if node.kind == "gate"]
+    gates = case.model.gates()
     require(not (case.plan.forward_prefetch and gates), FORWARD_PREFETCH_STATIC_GRAPH, "plan.forward_prefetch",
             f"the gate at {gates[0] if gates else ''!r} runs its child on some forwards only")
 

@@ -114,7 +114,7 @@ DEFAULT_OUTPUT = {"colwise": "shard_last", "rowwise": FULL, "sequence": "shard_s
 
 
 def check(case) -> None:
-    """Raise :class:`fuzz.rules.RuleViolation` where ``case``'s tensor-parallel plan breaks a rule of :data:`RULES`
+    """Raise :class:`parityfuzz.rules.RuleViolation` where ``case``'s tensor-parallel plan breaks a rule of :data:`RULES`
     (the styles' own fields were checked before: known styles and layouts on modules that exist)."""
     plan, model = case.plan, case.model
     if not plan.tp:

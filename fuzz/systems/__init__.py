@@ -4,7 +4,7 @@ References (``ddp``; ``ddp_mp``, which emulates mixed precision, and ``ddp_mp_tp
 tensor-parallel model; ``ddp_ignoring``, which leaves FSDP1's ignored modules unreduced; ``ddp_mp_fsdp1``, which
 emulates FSDP1's ``MixedPrecision``; ``zero_reference``, DDP with the whole optimizer, modelling ZeRO's overlap warm-up) and systems under
 test (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``, ``composable``) subclass
-:class:`~fuzz.systems.base.System`.  A case names its systems by registry name
+:class:`~parityfuzz.systems.base.System`.  A case names its systems by registry name
 by the name an installed package registers it under (entry-point group ``parityfuzz.systems``: a user's own
 system under test), or as an importable ``module:attribute`` (test-only faulty systems).
 """

@@ -42,7 +42,7 @@ class ComposableSystem(System):
         names = [n for n, _ in model.named_parameters()]
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
         flat = mesh if mesh.ndim == 1 else mesh._flatten()
-        gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
+        gated = bool(self.case.model.gates())
         for c in plan.applies:
             module = resolve(model, c.path)
             if c.api == "fully_shard":

@@ -19,7 +19,7 @@ class DDPSystem(System):
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
         # A gate leaves a child unused on some forwards (alike on every rank). find_unused_parameters: parameters
         # that "don't receive gradients ... are preemptively marked as being ready to be reduced" (distributed.py).
-        gated = any(node.kind == "gate" for _, node in self.case.model.body.walk("body"))
+        gated = bool(self.case.model.gates())
         return DDP(model, device_ids=device_ids, find_unused_parameters=gated, **self.ddp_kwargs())
 
     def ddp_kwargs(self) -> dict:

@@ -33,7 +33,7 @@ from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint, dtype
 
-#: The class of each module kind ``ModuleWrapPolicy`` may name (see ``fuzz.build``).
+#: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
                 "block": build.Block, "residual": build.Residual, "twice": build.Twice, "scale": build.Scale,
                 "gate": build.Gate, "layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "embedding": nn.Embedding}

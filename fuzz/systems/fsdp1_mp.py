@@ -1,7 +1,7 @@
 """The reference for FSDP1 under ``MixedPrecision``: replicated data parallelism that does what FSDP1's
 mixed precision promises, written out (``ddp_mp_fsdp1``).
 
-FSDP1's semantics differ from FSDP2's ``MixedPrecisionPolicy`` (:mod:`fuzz.systems.mp_reference`), and this
+FSDP1's semantics differ from FSDP2's ``MixedPrecisionPolicy`` (:mod:`parityfuzz.systems.mp_reference`), and this
 reference models FSDP1's:
 
 - **One gradient reduction per backward; one accumulation per instance call.**  FSDP1 reduces a unit's

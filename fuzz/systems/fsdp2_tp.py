@@ -2,7 +2,7 @@
 on the data-parallel sub-mesh — the order torchtitan's ``parallelize_*`` functions and PyTorch's 2-D tests use.
 
 Each module of ``plan.tp`` gets ``parallelize_module`` on the ``tp`` sub-mesh with its style and layouts;
-the rest is :class:`~fuzz.systems.fsdp2.FSDP2System` (checkpoints, ``fully_shard``, accumulation switches,
+the rest is :class:`~parityfuzz.systems.fsdp2.FSDP2System` (checkpoints, ``fully_shard``, accumulation switches,
 invariants) on the ``dp_shard`` or ``(dp_replicate, dp_shard)`` sub-mesh.  Under ``plan.loss_parallel`` the
 loss and its backward run in ``loss_parallel()`` on vocabulary-sharded logits.
 """
@@ -124,7 +124,7 @@ class FSDP2PrecisionTP(FSDP2Precision):
     docstring (``torch/distributed/fsdp/_fully_shard/_fsdp_api.py``) says ``reduce_dtype`` "specifies the dtype
     for gradient reduction (i.e. reduce-scatter or all-reduce)", and this all-reduce is a gradient reduction
     FSDP2 issues.  FSDP2 on torch 2.13 runs it in the gradient's own dtype (``param_dtype``): pytorch#190626, a
-    known bug (``fuzz/known.py``), not something this reference copies."""
+    known bug (``corpus/known_bugs.toml``), not something this reference copies."""
 
     def local_gradient(self, name: str, grad, reduce_dtype=None):
         if not isinstance(grad, DTensor):
@@ -135,7 +135,7 @@ class FSDP2PrecisionTP(FSDP2Precision):
         # documentation promises depends on it).
         if grad.placements != placements:  # a replicated parameter's Partial gradient: an all-reduce over tp
             # reduce_dtype: "the dtype for gradient reduction (i.e. reduce-scatter or all-reduce)" (_fsdp_api.py);
-            # torch 2.13 runs this one in param_dtype (pytorch#190626, fuzz/known.py).
+            # torch 2.13 runs this one in param_dtype (pytorch#190626, corpus/known_bugs.toml).
             if reduce_dtype is not None:
                 grad = grad.to(reduce_dtype)
             grad = grad.redistribute(placements=placements)

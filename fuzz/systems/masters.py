@@ -2,9 +2,9 @@
 optimizer steps, and a compute copy in the dtype the forward runs in, re-cast from the master after every step
 (as FSDP casts its sharded parameter at every all-gather).
 
-Two layers: :class:`Masters`, a case-free module (the emulations of :mod:`fuzz.systems.mp_reference` and
-:mod:`fuzz.systems.fsdp1_mp` subclass it; an exported script copies them by source), and
-:class:`EmulatedReference`, the :class:`~fuzz.systems.base.System` that trains a case through one.
+Two layers: :class:`Masters`, a case-free module (the emulations of :mod:`parityfuzz.systems.mp_reference` and
+:mod:`parityfuzz.systems.fsdp1_mp` subclass it; an exported script copies them by source), and
+:class:`EmulatedReference`, the :class:`~parityfuzz.systems.base.System` that trains a case through one.
 """
 
 from __future__ import annotations

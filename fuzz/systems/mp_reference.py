@@ -27,7 +27,7 @@ and reproduces the policy's arithmetic, not FSDP2's code:
   are added to it), else in the compute dtype where autograd accumulates it.
 
 The emulation, :class:`FSDP2Precision`, is a module that knows nothing of cases (the policies are its
-arguments): an exported script copies it by source (:mod:`fuzz.export.precision`).
+arguments): an exported script copies it by source (:mod:`parityfuzz.export.precision`).
 :class:`MixedPrecisionReference` trains a case through it.
 
 What remains between this and FSDP2 is BLAS rounding, which the measured noise covers (the oracle's floor
@@ -224,7 +224,7 @@ class FSDP2Precision(Masters):
         unused = self.reduce_scatter_unused
         all_reduce = self.syncing or not self.no_all_reduce
         # FSDPModule.set_requires_all_reduce: "gradient accumulation with only reduce-scatter but not all-reduce for
-        # HSDP" (_fully_shard.py): a held sum with no new gradient is all-reduced too (FSDP2 fails: fuzz/known.py),
+        # HSDP" (_fully_shard.py): a held sum with no new gradient is all-reduced too (FSDP2 fails: corpus/known_bugs.toml),
         # by the end of the backward. Order only: a held sum is added to the first reduction of the syncing
         # backward that carries a gradient for its parameter (else all-reduced in the final callback); torch
         # documents no order of these additions; this one is FSDP2's, so that the comparison can be bit for bit

@@ -15,7 +15,7 @@ the wrapping kept to instances every rank runs alike (not size wrapping, whose i
 name).
 
 ``CPUOffload`` and/or ``sync_module_states`` on a coin rarer than rare: on a machine without an accelerator
-FSDP1 refuses both, and the case then expects that error (:mod:`fuzz.expected`).  Not drawn: non-root passes
+FSDP1 refuses both, and the case then expects that error (:mod:`parityfuzz.expected`).  Not drawn: non-root passes
 (tensor parallelism is the ``fsdp1_tp`` family's).
 
 Shrinking: toward world size 2, ``FULL_SHARD``, manual wrapping of the root alone, ``use_orig_params=True``,
@@ -54,7 +54,7 @@ def hybrid_meshes(world_size: int) -> list[MeshSpec]:
 def wrapping(draw, model: ModelSpec, kind: str) -> dict:
     """What a wrapping kind wraps: paths (manual, lambda), module kinds or a parameter count.  Under per-rank
     control flow, instances that would issue collectives on some ranks only are left out
-    (:func:`fuzz.families.fsdp1.rank_flow_problem`); where no module kind fits, the wrapping is a lambda
+    (:func:`parityfuzz.families.fsdp1.rank_flow_problem`); where no module kind fits, the wrapping is a lambda
     policy selecting nothing."""
     if kind in ("manual", "lambda"):
         wraps = [p for p in wrappable_paths(model) if draw(st.booleans())]
@@ -126,14 +126,14 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
             frozen.pop()
         train = dataclasses.replace(train, frozen=tuple(frozen))
     ignored = ()
-    # not with clipping (it differs per rank) nor mixed precision (fuzz.families.fsdp1)
+    # not with clipping (it differs per rank) nor mixed precision (parityfuzz.families.fsdp1)
     if draw(RARE) and not train.clip and not precision.active():
         nested = wraps.get("wraps", ())
         rank_gates = model.rank_gates()
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
                       and not any(under(w, (p,)) for w in nested) and not (model.tie_head and p in ("inp", "head"))
-                      and model.uses_params("", frozen | {p}) and not under(p, rank_gates)  # fuzz.families.fsdp1
+                      and model.uses_params("", frozen | {p}) and not under(p, rank_gates)  # parityfuzz.families.fsdp1
                       and not (rank_gates and rank_flow_problem(
                           model, frozenset(u for u in instances if not (u and under(u, (p,)))), frozen | {p}))]
         if candidates:
@@ -162,7 +162,7 @@ def call_options(draw, model: ModelSpec, train, ignored: tuple[str, ...] = ()) -
                                           before=before))
     return dict(backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
                 # forward_prefetch only where every forward runs the same modules (fuzz/rules/fsdp1.py)
-                forward_prefetch=draw(st.booleans()) and not any(n.kind == "gate" for _, n in model.body.walk("body")),
+                forward_prefetch=draw(st.booleans()) and not model.gates(),
                 limit_all_gathers=draw(st.sampled_from((True, False))),
                 no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints),
                 **_offload_or_sync(draw))

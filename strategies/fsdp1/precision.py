@@ -4,7 +4,7 @@
 in ``param_dtype``), fp32, the model's, bf16 or fp16; ``buffer_dtype`` none or one of those;
 ``keep_low_precision_grads`` where the optimizer takes gradients of another dtype than its parameters (SGD
 without foreach); ``cast_forward_inputs``; ``cast_root_forward_inputs=False`` only where the input is token
-ids (a dense input must be cast at the root: ``fuzz.families.fsdp1``).
+ids (a dense input must be cast at the root: ``parityfuzz.families.fsdp1``).
 
 Not drawn with ignored modules (an ignored module keeps its dtype and meets param_dtype activations) nor with
 ``train.to_float64``.

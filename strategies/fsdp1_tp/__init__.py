@@ -9,7 +9,7 @@ tensor-parallel styles (``strategies.fsdp2_tp.tensor_parallel``), then the FSDP1
 (``strategies.fsdp1.call_options``).
 
 Not drawn: hybrid strategies, mixed precision, ignored modules, per-rank control flow, and tensor-parallel
-dimensions the ``tp`` axis does not divide, which FSDP1 refuses (``fuzz.families.fsdp1_tp``; the corpus
+dimensions the ``tp`` axis does not divide, which FSDP1 refuses (``parityfuzz.families.fsdp1_tp``; the corpus
 keeps cases of them).
 
 Shrinking: toward world size 4 on a (2, 2) mesh, ``FULL_SHARD``, manual wrapping of the root alone, a

@@ -60,7 +60,7 @@ def transformer_models(draw) -> ModelSpec:
 
 def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:
     """``reshard_after_forward=True`` where a drawn int would reshard tensor-parallel parameters to a smaller
-    mesh (FSDP2 raises NotImplementedError for DTensor parameters; see ``fuzz.families.fsdp2_tp.validate``)."""
+    mesh (FSDP2 raises NotImplementedError for DTensor parameters; see ``parityfuzz.families.fsdp2_tp.validate``)."""
     owners = {plan.owner(p.path) for p in plan.tp if p.style not in PREPARE}
     return dataclasses.replace(plan, wraps=tuple(
         dataclasses.replace(w, reshard_after_forward=True)
@@ -70,7 +70,7 @@ def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:
 @st.composite
 def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec) -> TrainSpec:
     """On a rare coin, a non-root pass through a wrapped module that holds each group of tensor-parallel
-    styles passing sharded activations whole or not at all (``fuzz.families.fsdp2_tp.connections``): alone, it
+    styles passing sharded activations whole or not at all (``parityfuzz.families.fsdp2_tp.connections``): alone, it
     takes and gives full tensors.  Drawn after the TP plan, which decides what may be cut."""
     if not draw(RARE) or plan.reduce_scatter_unused:  # not with per-rank gates (see strategies.fsdp2)
         return train

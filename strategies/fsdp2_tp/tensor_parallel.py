@@ -1,4 +1,4 @@
-"""Tensor-parallel plans that keep the model computing what it computed (see :mod:`fuzz.families.fsdp2_tp`).
+"""Tensor-parallel plans that keep the model computing what it computed (see :mod:`parityfuzz.families.fsdp2_tp`).
 
 Walks the model and, on a coin per candidate, parallelizes:
 

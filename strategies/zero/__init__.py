@@ -34,7 +34,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     model = draw(models(max_depth))
     train = draw(training(model, max_steps=max_steps))
     train = dataclasses.replace(train, nesterov=train.momentum > 0 and draw(st.booleans()), maximize=draw(RARE))
-    gated = any(node.kind == "gate" for _, node in model.body.walk("body"))
+    gated = bool(model.gates())
     static = not gated and not any(f.until for f in train.frozen) and draw(st.booleans())
     plan = ZeroPlan(parameters_as_bucket_view=draw(st.booleans()), gradient_as_bucket_view=draw(st.booleans()),
                     static_graph=static)

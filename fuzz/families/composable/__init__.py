@@ -103,7 +103,7 @@ def expected_error(case: Case, device_type: str) -> ExpectedError | None:
 
 
 def validate(case: Case) -> None:
-    """The fields, then the validity rules of :mod:`fuzz.rules.composable` (the documented compositions)."""
+    """The fields, then the validity rules of :mod:`parityfuzz.rules.composable` (the documented compositions)."""
     plan, model, t = case.plan, case.model, case.train
     kinds = dict(model.module_paths())
     check(bool(plan.applies), "plan.applies", "must apply at least one API")

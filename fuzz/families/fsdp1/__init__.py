@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from parityfuzz import dtypes
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
-from parityfuzz.case.model import check_paths, under
+from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
 from parityfuzz.families import Family
 from parityfuzz.rules import fsdp1 as fsdp1_rules
 from parityfuzz.families.fsdp2 import Checkpoint
@@ -54,7 +54,7 @@ MP_DTYPES = ("bfloat16", "float16", "float32", "float64")
 @dataclass(frozen=True)
 class Precision:
     """FSDP1's ``MixedPrecision``, the same on every instance of the plan (all fields at their defaults: no
-    ``mixed_precision`` argument).  FSDP1's semantics, not FSDP2's (``fuzz.systems.fsdp1_mp``): a
+    ``mixed_precision`` argument).  FSDP1's semantics, not FSDP2's (``parityfuzz.systems.fsdp1_mp``): a
     ``reduce_dtype`` left out follows ``param_dtype``; buffers are cast to ``buffer_dtype``; outputs are never
     cast back; ``keep_low_precision_grads`` leaves the optimizer gradients in the reduction dtype."""
 
@@ -287,11 +287,7 @@ def _validate_rank_flow(case: Case) -> None:
     every FSDP1 instance issues its collectives on every rank (:func:`rank_flow_problem`)."""
     if not case.model.per_rank_flow():
         return
-    dp = case.mesh.dp_size()
-    for path, node in case.model.body.walk("body"):
-        if node.kind == "gate" and node.by_rank:
-            check(node.period <= dp, "model.body", f"the per-rank gate at {path} needs a period <= the "
-                  f"data-parallel size {dp} (some rank must use its child), got {node.period}")
+    check_rank_gate_periods(case.model, case.mesh.dp_size())
     found = units(case)
     check(found is not None, "plan.wrapping", "not size with per-rank control flow: which modules become "
           "instances depends on parameter counts, so the case cannot say none sits inside a per-rank gate")

@@ -71,7 +71,7 @@ def expected_error(case: Case, device_type: str) -> ExpectedError | None:
 
 def validate(case: Case) -> None:
     plan, model, t = case.plan, case.model, case.train
-    gated = any(node.kind == "gate" for _, node in model.body.walk("body"))
+    gated = bool(model.gates())
     check(not (plan.static_graph and gated), "plan.static_graph",
           "not with gates: a static graph is the same every iteration (DDP documents it)")
     check(not (plan.static_graph and t.frozen and any(f.until for f in t.frozen)), "plan.static_graph",

@@ -14,7 +14,7 @@ from typing import Union
 from parityfuzz import dtypes
 from parityfuzz.case.core import Case, Plan
 from parityfuzz.case.errors import CaseError, check
-from parityfuzz.case.model import check_paths
+from parityfuzz.case.model import check_paths, check_rank_gate_periods
 from parityfuzz.dtypes import MP_DTYPES
 from parityfuzz.families import Family
 
@@ -172,16 +172,12 @@ def validate(case: Case) -> None:
 def _validate_rank_gates(case: Case) -> None:
     """Per-rank control flow: some rank uses the gated child on every forward, nothing inside it is wrapped
     (FSDP2 all-gathers a group on every rank), and the plan includes unused parameters in its reductions."""
-    gates = [(path, node) for path, node in case.model.body.walk("body") if node.kind == "gate"]
-    rank_gates = [path for path, node in gates if node.by_rank]
-    dp = case.mesh.dp_size()
-    for path, node in gates:
-        if node.by_rank:
-            check(node.period <= dp, "model.body", f"the per-rank gate at {path} needs a period <= the "
-                  f"data-parallel size {dp} (some rank must use its child), got {node.period}")
-            for i, w in enumerate(case.plan.wraps):
-                check(not w.path.startswith(path + "."), f"plan.wraps[{i}].path",
-                      f"{w.path!r} is inside the per-rank gate at {path}: ranks would all-gather it unevenly")
+    gates, rank_gates = case.model.gates(), case.model.rank_gates()
+    check_rank_gate_periods(case.model, case.mesh.dp_size())
+    for path in rank_gates:
+        for i, w in enumerate(case.plan.wraps):
+            check(not w.path.startswith(path + "."), f"plan.wraps[{i}].path",
+                  f"{w.path!r} is inside the per-rank gate at {path}: ranks would all-gather it unevenly")
     check(bool(rank_gates) == case.plan.reduce_scatter_unused, "plan.reduce_scatter_unused",
           "is exactly what per-rank gates need: set with them, not without (it gives unused parameters zero "
           "gradients where DDP gives none)")

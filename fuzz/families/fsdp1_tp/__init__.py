@@ -4,7 +4,7 @@ apply them (``parallelize_module``, then FSDP1, which flattens each rank's tenso
 
 Mesh ``(dp_shard, tp)``; the sharding strategies that take a 1-D mesh (``FULL_SHARD``, ``SHARD_GRAD_OP``,
 ``NO_SHARD``).  The plan is an FSDP1 plan plus the tensor-parallel styles of the ``fsdp2_tp`` family, checked
-by the same rules (:func:`fuzz.families.fsdp2_tp.validate_styles`).  The reference is DDP over all ranks, the
+by the same rules (:func:`parityfuzz.families.fsdp2_tp.validate_styles`).  The reference is DDP over all ranks, the
 ranks of one tensor-parallel group training on the same batch.
 
 Not drawn (refused): hybrid strategies (a 3-D mesh), mixed precision (its FSDP1-emulating reference runs no
@@ -28,7 +28,7 @@ MESHES = (("dp_shard", "tp"),)
 
 @dataclass(frozen=True)
 class FSDP1TPPlan(fsdp1.FSDP1Plan):
-    """Tensor parallelism (``tp``, ``loss_parallel``: see ``fuzz.families.fsdp2_tp``), then the FSDP1 call on
+    """Tensor parallelism (``tp``, ``loss_parallel``: see ``parityfuzz.families.fsdp2_tp``), then the FSDP1 call on
     the ``dp_shard`` sub-mesh."""
 
     family = "fsdp1_tp"

@@ -1,0 +1,30 @@
+"""What a family's export module writes out for the shared script (:mod:`parityfuzz.export.script`): a module
+of its own, so that a family's exporter never imports the script writer that imports the references."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a family writes out: its imports; ``apply_plan(model, mesh, device)`` (returns the model to train);
+    ``accumulate(model, micro, last)`` (a context around each microbatch, after its switches);
+    ``after_backward(model, last)`` (its invariants); ``step_context()`` and ``loss_context()`` (contexts around the
+    optimizer's zeroing and step, and around the loss and its backward); ``forward(model, batch)``;
+    ``clip(model, params, max_norm)``; ``gradients(model, named)`` and ``parameters(model, named)`` (what it
+    holds, as ``{case name: whole(tensor)}``: a family whose parameters are not the model's own, FSDP1's flat
+    ones, reads them its own way)."""
+
+    imports: str
+    apply_plan: str
+    accumulate: str = "def accumulate(model, micro, last):\n    return contextlib.nullcontext()\n"
+    after_backward: str = "def after_backward(model, last):\n    pass\n"
+    contexts: str = "step_context = loss_context = contextlib.nullcontext\n"
+    forward: str = "def forward(model, batch):\n    return model(batch)\n"
+    clip: str = ("def clip(model, params, max_norm):\n"
+                 "    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)\n")
+    #: The function that builds the system under test's optimizer and scheduler from ``(name, parameter)`` pairs.
+    optimizer: str = "make_optimizer"
+    records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
+                    "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")

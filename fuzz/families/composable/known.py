@@ -1,0 +1,56 @@
+"""Preconditions of the known torch bugs of the composable family (``corpus/known_bugs.toml`` names them ``composable:<function>``):
+what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+
+from __future__ import annotations
+
+from parityfuzz.case import Case
+from parityfuzz.case.model import under
+
+
+def replicate_with_fsdp_inside_replicate(case: Case) -> bool:
+    return ("replicate_fsdp", "replicate") in case.plan.nestings()
+
+
+def fully_shard_between_fsdp_replicates(case: Case) -> bool:
+    """A replicate_with_fsdp module inside a fully_shard module inside a replicate_with_fsdp module."""
+    managed = case.plan.data_parallel()
+    inside = lambda p, q: p != q and under(p, (q,))  # noqa: E731
+    return any(a == "replicate_fsdp" and b == "fully_shard" and c == "replicate_fsdp" and inside(p, q) and inside(q, r)
+               for p, a in managed.items() for q, b in managed.items() for r, c in managed.items())
+
+
+def fully_shard_below_a_replicate_root_unused_in_a_later_backward(case: Case) -> bool:
+    """A replicate_with_fsdp root over a fully_shard module that keeps its parameters unsharded after forward (or
+    any, with gradient sync off on the non-last microbatches) and sits out some forwards (a gate at, above or
+    below it), with a gradient for the skipping backward to drop: several microbatches a step, or the zeros of
+    zero_grad(set_to_none=False)."""
+    applies = case.plan.applies
+    gates = case.model.gates()
+    return ((case.train.microbatches > 1 or case.train.zero_grad != "none")
+            and any(c.path == "" and c.api == "replicate_fsdp" for c in applies)
+            and any(c.api == "fully_shard" and c.path and (c.reshard_after_forward is not True or case.plan.no_sync)
+                    and any(under(c.path, (g,)) or under(g, (c.path,)) for g in gates) for c in applies))
+
+
+def fully_shard_roots_of_their_own_unused_in_a_later_backward(case: Case) -> bool:
+    """No FSDP2-based call on the root (each outermost fully_shard module is a root of its own) and a fully_shard
+    module at, above or below a gate, with several microbatches a step."""
+    applies = case.plan.applies
+    gates = case.model.gates()
+    return (case.train.microbatches > 1
+            and not any(c.path == "" and c.api in ("fully_shard", "replicate_fsdp") for c in applies)
+            and any(c.api == "fully_shard" and any(under(c.path, (g,)) or under(g, (c.path,)) for g in gates)
+                    for c in applies))
+
+
+def replicate_inside_replicate_with_fsdp(case: Case) -> bool:
+    return ("replicate", "replicate_fsdp") in case.plan.nestings()
+
+
+def replicate_unsynced_with_a_gate(case: Case) -> bool:
+    """The DDP-based replicate on a module at, above or below a gate, with its gradient sync off on the non-last
+    microbatches (plan.no_sync)."""
+    gates = case.model.gates()
+    return (case.plan.no_sync and case.train.microbatches > 1
+            and any(api == "replicate" and any(under(path, (g,)) or under(g, (path,)) for g in gates)
+                    for path, api in case.plan.data_parallel().items()))

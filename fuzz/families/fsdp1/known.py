@@ -1,0 +1,134 @@
+"""Preconditions of the known torch bugs of the FSDP1 families (fsdp1, and fsdp1_tp where a record says so) (``corpus/known_bugs.toml`` names them ``fsdp1:<function>``):
+what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+
+from __future__ import annotations
+
+from parityfuzz import dtypes
+from parityfuzz.case import Case
+from parityfuzz.case.checkpoint import FSDP1_FAMILIES
+from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
+from parityfuzz.case.model import under
+from parityfuzz.families.fsdp1 import HYBRID, units
+
+
+def runs_unsharded(case: Case) -> bool:
+    """FSDP1 runs as NO_SHARD: asked to, or its shard group has one rank (it then switches: a hybrid strategy's
+    group, or the dp sub-mesh of fsdp1_tp's (dp_shard=1, tp) mesh)."""
+    return case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
+
+
+def hybrid_fsdp1_with_shards_of_one(case: Case) -> bool:
+    return (case.plan.sharding in HYBRID and case.mesh.axis_size("dp_shard") == 1
+            and case.mesh.axis_size("dp_replicate") > 1)
+
+
+def clipping_float64_gradients(case: Case) -> bool:
+    return case.train.clip > 0 and (case.train.dtype == "float64" or case.train.to_float64)
+
+
+def flat_unit_unused_in_the_last_backward(case: Case) -> bool:
+    return (not case.plan.use_orig_params and bool(case.model.gates())
+            and (case.train.zero_grad != "none" or case.train.microbatches > 1))
+
+
+def flat_params_unused_in_a_step(case: Case) -> bool:
+    return not case.plan.use_orig_params and bool(case.model.gates())
+
+
+def no_shard_unit_unused(case: Case) -> bool:
+    return runs_unsharded(case) and case.plan.use_orig_params and (bool(case.model.gates()) or bool(case.train.frozen))
+
+
+def no_shard_no_sync_unfrozen(case: Case) -> bool:
+    """FSDP1 NO_SHARD (or a one-rank shard group), use_orig_params=True, no_sync() accumulation, and a parameter
+    frozen at first and unfrozen on a later step."""
+    return runs_unsharded(case) and case.plan.use_orig_params and case.plan.no_sync and any(f.until for f in case.train.frozen)
+
+
+def orig_params_unused_in_a_step(case: Case) -> bool:
+    return case.plan.use_orig_params and bool(case.model.gates())
+
+
+def frozen_instance_unused_in_a_step(case: Case) -> bool:
+    """A gate FSDP1 makes an instance of (or may: a size-based policy), frozen as a whole: the gate itself, or
+    every module with parameters under it."""
+    found = units(case)
+    frozen = [f.path for f in case.train.frozen]
+
+    def all_frozen(path: str) -> bool:
+        held = [m for m in case.model.param_modules() if under(m, (path,))]
+        return under(path, frozen) or (bool(held) and all(under(m, frozen) for m in held))
+
+    return case.plan.use_orig_params and any(
+        (found is None or p in found) and all_frozen(p) for p in case.model.gates())
+
+
+def frozen_tied_weights(case: Case) -> bool:
+    return case.plan.use_orig_params and case.model.tie_head and any(f.path in ("inp", "head")
+                                                                     for f in case.train.frozen)
+
+
+def no_sync_with_a_unit_unused_on_the_last_microbatch(case: Case) -> bool:
+    return case.plan.no_sync and bool(case.model.gates())
+
+
+def keep_low_precision_grads_sharded(case: Case) -> bool:
+    mp, master = case.plan.precision, dtypes.model_dtype(case)
+    return mp.keep_low_precision_grads and case.plan.sharding != "NO_SHARD" and mp.reduce(master) != mp.compute(master)
+
+
+def tied_weight_unsharded_no_sync_mixed_precision(case: Case) -> bool:
+    mp, master = case.plan.precision, dtypes.model_dtype(case)
+    return (case.model.tie_head and case.plan.use_orig_params and mp.compute(master) != master
+            and case.plan.no_sync and runs_unsharded(case))
+
+
+def stateless_optimizer_through_dcp(case: Case) -> bool:
+    c = case.checkpoint
+    return (case.family in FSDP1_FAMILIES and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
+            and case.train.optimizer == "sgd" and not case.train.momentum)
+
+
+def hybrid_rank0_only(case: Case) -> bool:
+    c = case.checkpoint
+    rank0_only = (c.save == "fsdp1_full" and c.rank0_only) or (c.cpu_offload and (c.save == "full" or (
+        c.save == "dcp" and c.full_state_dict)))
+    return case.family in FSDP1_FAMILIES and case.mesh.axis_size("dp_replicate") > 1 and rank0_only
+
+
+def full_state_dict_offloaded_on_cpu(case: Case) -> bool:
+    c = case.checkpoint
+    full = c.save in ("fsdp1_full", "full") or (c.save == "dcp" and c.full_state_dict)
+    return case.family in FSDP1_FAMILIES and full and c.cpu_offload
+
+
+def full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance(case: Case) -> bool:
+    r = case.resumed()
+    if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way not in ("full", "dcp"):
+        return False
+    found = units(r)  # None: a size-based policy, whose instances the plan does not name
+    return any(c.before and (found is None or c.path in found) for c in r.plan.checkpoints)
+
+
+def dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -> bool:
+    r = case.resumed()
+    if r.family != "fsdp1" or case.checkpoint.load_way != "dcp" or r.plan.sharding == "NO_SHARD":
+        return False
+    from parityfuzz.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
+
+    # FSDP1's sharded state dicts split each parameter in torch.chunk pieces over dim 0: a rank past the last
+    # piece holds nothing (1 over 2, but also 5 over 4: 2, 2, 1, 0), whatever the smallest dimension is
+    shards = r.mesh.axis_size("dp_shard")
+    return any(chunk_leaves_a_rank_empty(p.shape[0], shards) for p in build_model(r).parameters() if p.dim())
+
+
+def checkpoint_with_shard_groups_of_one_rank(case: Case) -> bool:
+    """FSDP1 sharding over groups of one rank while the world has more: HYBRID_SHARD over (n, 1), or FSDP1 on the
+    dp sub-mesh of a (1, tp) tensor-parallel mesh."""
+    one = case.mesh.axis_size("dp_shard") == 1 and case.world_size > 1
+    return one and ((case.family == "fsdp1" and case.plan.sharding in HYBRID) or case.family == "fsdp1_tp")
+
+
+def hybrid_sharded_recipe(case: Case) -> bool:
+    return case.family == "fsdp1" and case.plan.sharding in HYBRID \
+        and case.checkpoint.load_way == "fsdp1_sharded" and case.mesh.axis_size("dp_replicate") > 1

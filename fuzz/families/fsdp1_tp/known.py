@@ -1,0 +1,48 @@
+"""Preconditions of the known torch bugs of the fsdp1_tp family (``corpus/known_bugs.toml`` names them ``fsdp1_tp:<function>``):
+what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+
+from __future__ import annotations
+
+from parityfuzz.case import Case
+from parityfuzz.families.fsdp1.known import runs_unsharded
+from parityfuzz.families.fsdp1_tp import split_sizes
+
+
+def fsdp1_no_shard_tensor_parallel_orig_params(case: Case) -> bool:
+    return runs_unsharded(case) and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
+                                                           for p in case.plan.tp)
+
+
+def fsdp1_empty_tensor_parallel_shard(case: Case) -> bool:
+    return any(size < case.mesh.axis_size("tp") for size in split_sizes(case).values())
+
+
+def fsdp1_no_sync_tensor_parallel_orig_params(case: Case) -> bool:
+    return case.plan.no_sync and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
+                                                                   for p in case.plan.tp)
+
+
+def fsdp1_clipping_tensor_parallel_parameters(case: Case) -> bool:
+    return case.train.clip > 0 and any(p.style in ("colwise", "rowwise") for p in case.plan.tp)
+
+
+def fsdp1_over_a_frozen_tensor_parallel_parameter(case: Case) -> bool:
+    """FSDP1 sharding (use_orig_params=True) over a colwise or rowwise parameter frozen on some step."""
+    plan = case.plan
+    return (plan.use_orig_params and plan.sharding != "NO_SHARD" and case.mesh.axis_size("dp_shard") > 1
+            and any(p.style in ("colwise", "rowwise") and case.train.frozen_at(f"{p.path}.weight", step)
+                    for p in plan.tp for step in range(case.train.steps)))
+
+
+def sharded_round_trip(case: Case) -> bool:
+    return case.family == "fsdp1_tp" and case.checkpoint.save in ("dcp", "fsdp1_sharded") \
+        and not case.checkpoint.full_state_dict
+
+
+def full_state_dict(case: Case) -> bool:
+    c = case.checkpoint
+    return case.family == "fsdp1_tp" and (c.save in ("full", "fsdp1_full") or (c.save == "dcp" and c.full_state_dict))
+
+
+def local_state_dict(case: Case) -> bool:
+    return case.family == "fsdp1_tp" and case.checkpoint.save == "fsdp1_local"

@@ -1,0 +1,88 @@
+"""Preconditions of the known torch bugs of the fsdp2_tp family (``corpus/known_bugs.toml`` names them ``fsdp2_tp:<function>``):
+what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+
+from __future__ import annotations
+
+from parityfuzz import dtypes
+from parityfuzz.case import Case
+from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
+
+
+def _split_sizes(case: Case) -> list[int]:
+    """The size of the dimension each colwise/rowwise module splits over tp."""
+    def split(p) -> int:
+        if p.path == "inp":
+            return case.model.vocab
+        return case.model.output_width(p.path) if p.style == "colwise" else case.model.input_width(p.path) or 0
+
+    return [split(p) for p in case.plan.tp if p.style in ("colwise", "rowwise")]
+
+
+def _has_bias(case: Case, path: str) -> bool:
+    """Whether the Linear at ``path`` has a bias (the Linears inside MLP and attention blocks all do)."""
+    if path == "head":
+        return not case.model.tie_head
+    node = dict(case.model.body.walk("body")).get(path)
+    return node.bias if node is not None else True
+
+
+def clipping_a_partly_tensor_parallel_fsdp2_model(case: Case) -> bool:
+    """Gradients on two meshes: FSDP2 over some tensor-parallel modules and some plain ones."""
+    parallel = {p.path for p in case.plan.tp}
+    return (case.train.clip > 0 and bool(case.plan.wraps) and bool(parallel)
+            and any(m not in parallel for m in case.model.param_modules()))
+
+
+def fsdp2_over_an_empty_tensor_parallel_shard(case: Case) -> bool:
+    """FSDP2 over a parallelized module whose split dimension leaves some tp rank nothing."""
+    tp = case.mesh.axis_size("tp")
+    return bool(case.plan.wraps) and any(chunk_leaves_a_rank_empty(n, tp) for n in _split_sizes(case))
+
+
+def loss_parallel_with_a_rank_holding_no_vocabulary(case: Case) -> bool:
+    return case.plan.loss_parallel and chunk_leaves_a_rank_empty(case.model.vocab, case.mesh.axis_size("tp"))
+
+
+def tp_replicated_gradient_under_a_reduce_dtype(case: Case) -> bool:
+    """A parameter that TP replicates (a SequenceParallel module's, a RowwiseParallel Linear's bias: its gradient
+    is Partial over tp) in an FSDP2 group whose reduce_dtype is not that gradient's dtype."""
+    plan = case.plan
+    wraps = {w.path: w for w in plan.wraps}
+    kinds = dict(case.model.module_paths())
+    for p in plan.tp:
+        replicated = p.style == "sequence" or (p.style == "rowwise" and kinds[p.path] == "linear"
+                                               and _has_bias(case, p.path))
+        w = wraps.get(plan.owner(p.path)) if replicated else None
+        if w is not None and w.reduce_dtype and w.reduce_dtype != (w.param_dtype or dtypes.model_dtype(case)):
+            return True
+    return False
+
+
+def a_frozen_sequence_parallel_module(case: Case) -> bool:
+    return any(p.style == "sequence" and case.train.frozen_at(f"{p.path}.weight", 0) for p in case.plan.tp)
+
+
+def foreach_zeroing_of_sequence_parallel_gradients(case: Case) -> bool:
+    """TP alone (no FSDP2 to redistribute gradients), a sequence-parallel norm, foreach zero_grad(set_to_none=False)."""
+    return (not case.plan.wraps and case.train.foreach and case.train.zero_grad in ("zeros", "alternate")
+            and case.train.steps > 1
+            and any(p.style == "sequence" for p in case.plan.tp))
+
+
+def foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) -> bool:
+    """TP alone (plain and DTensor parameters in one optimizer), foreach SGD with momentum and weight decay, and
+    a parameter whose momentum buffer starts later than the others' (frozen at first)."""
+    t = case.train
+    return (not case.plan.wraps and t.optimizer == "sgd" and t.foreach and t.momentum > 0
+            and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen))
+
+
+def a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
+    """A parallelized module whose split dimension has size 1, or is smaller than tp (a rank holds nothing)."""
+    tp = case.mesh.axis_size("tp")
+    return any(n == 1 or chunk_leaves_a_rank_empty(n, tp) for n in _split_sizes(case))
+
+
+def init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
+    r = case.resumed()
+    return r.family == "fsdp2_tp" and case.train.foreach and case.checkpoint.load_way in ("dcp", "full")

@@ -1,0 +1,244 @@
+"""The known torch bugs, read from ``corpus/known_bugs.toml`` (the data file beside the corpus that a person edits
+after triage; its header says what each field means).
+
+A record's ``precondition`` names a predicate ``<owner>:<function>``: the owner is a family (its folder's
+``known.py``) or a dimension of every family (:data:`DIMENSIONS`); nothing here names a family.  Reading checks
+every field and names the file, the record and the field it refuses.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from parityfuzz import families
+from parityfuzz.case import Case
+from parityfuzz.verdict import Verdict
+
+#: The shipped data file: ``corpus/known_bugs.toml`` of the checkout parityfuzz runs from.
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "corpus" / "known_bugs.toml"
+
+#: Owners of preconditions that are not families: a dimension every family draws -> its package.
+DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint"}
+
+KINDS = ("wrong training", "gradient presence")
+STATUSES = ("reported", "related only", "none found", "design")
+TABLES = ("training", "checkpoint")
+#: The fields a signature may have for each verdict kind (:meth:`Verdict.signature_fields`).
+SIGNATURE_FIELDS = {"mismatch": {"check", "tensor"}, "error": {"role", "exception", "frame"},
+                    "crash": {"exitcode"}, "hang": set()}
+
+
+class KnownBugsError(ValueError):
+    """The known-bug file is malformed: the message names the file, the record and the field."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A kind of failure: each field holds the values it matches (any one of them)."""
+
+    fields: tuple[tuple[str, tuple], ...]
+
+    def matches(self, verdict: Verdict) -> bool:
+        got = verdict.signature_fields()
+        return set(got) == {k for k, _ in self.fields} and all(got[k] in values for k, values in self.fields)
+
+    def strings(self) -> list[str]:
+        """Every :meth:`Verdict.bug_signature` this signature matches."""
+        return [":".join(map(str, combo)) for combo in itertools.product(*(values for _, values in self.fields))]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    status: str  # one of STATUSES
+    #: Reports this bug is (the first, where the status is "reported") or is related to: ``owner/repo#N``.
+    links: tuple[str, ...]
+    #: The searches that found nothing, and what each link is.
+    notes: str
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    id: str
+    #: What the run summary and the report call it ("known torch bug, <title>").
+    title: str
+    families: tuple[str, ...]
+    precondition: str
+    signatures: tuple[Signature, ...]
+    #: Triaged corpus files that show it, relative to the corpus directory.
+    files: tuple[str, ...]
+    #: The torch versions its files were recorded with.
+    torch_seen: tuple[str, ...]
+    kind: str
+    api: str
+    #: The README table it is listed in, and its row there (markdown).
+    table: str
+    summary: str
+    #: How torch goes wrong, as far as triage found.
+    mechanism: str
+    #: What torch promises that the bug breaks: the documentation or source line (file, API, quoted words).
+    violates: str
+    upstream: Upstream
+
+    def applies(self, case: Case) -> bool:
+        """Whether ``case`` meets the precondition (its family is one of the record's)."""
+        return case.family in self.families and resolve_precondition(self.precondition)(case)
+
+    def explains(self, case: Case, verdict: Verdict) -> bool:
+        """Whether this bug explains ``verdict`` on ``case``: on the case itself, or (a checkpoint event) on the
+        case the load resumes, which trains the steps after it."""
+        if verdict.ok or not any(s.matches(verdict) for s in self.signatures):
+            return False
+        return any(self.applies(c) for c in ((case, case.resumed()) if case.checkpoint else (case,)))
+
+    def lists(self, corpus_file: Path | str) -> bool:
+        """Whether ``corpus_file`` (any path ending in ``<family dir>/<id>.json``) is one of this bug's files."""
+        tail = Path(corpus_file).parts[-2:]
+        return any(Path(f).parts[-2:] == tail for f in self.files)
+
+    def signature_strings(self) -> list[str]:
+        return [s for sig in self.signatures for s in sig.strings()]
+
+
+@functools.cache
+def resolve_precondition(name: str) -> Callable[[Case], bool]:
+    """The predicate ``<owner>:<function>`` names (:class:`KnownBugsError` where there is none)."""
+    owner, _, function = name.partition(":")
+    if owner in families.REGISTRY:
+        module = families.REGISTRY[owner] + ".known"
+    elif owner in DIMENSIONS:
+        module = DIMENSIONS[owner] + ".known"
+    else:
+        raise KnownBugsError(f"precondition {name!r}: no family or dimension {owner!r} (families: "
+                             f"{', '.join(sorted(families.REGISTRY))}; dimensions: {', '.join(DIMENSIONS)})")
+    predicate = getattr(importlib.import_module(module), function, None) if function else None
+    if not callable(predicate):
+        raise KnownBugsError(f"precondition {name!r}: {module} has no function {function!r}")
+    return predicate
+
+
+def load(path: Path | str = DEFAULT_PATH) -> tuple[KnownBug, ...]:
+    """Every record of the known-bug file at ``path``, checked."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise KnownBugsError(f"{path}: cannot read the known-bug file: {e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise KnownBugsError(f"{path}: not valid TOML: {e}") from e
+    unknown = set(data) - {"bug"}
+    if unknown:
+        raise KnownBugsError(f"{path}: unknown top-level keys {sorted(unknown)} (only [[bug]] records)")
+    bugs = tuple(_record(path, i, raw) for i, raw in enumerate(data.get("bug", [])))
+    seen: dict[str, int] = {}
+    for i, b in enumerate(bugs):
+        if b.id in seen:
+            raise KnownBugsError(f"{path}: bug #{i + 1} ({b.id}): field 'id': also the id of bug #{seen[b.id] + 1}")
+        seen[b.id] = i
+    return bugs
+
+
+@functools.cache
+def shipped() -> tuple[KnownBug, ...]:
+    """The records of the shipped file (read once per process)."""
+    return load(DEFAULT_PATH)
+
+
+def known_bug(case: Case, verdict: Verdict, bugs: tuple[KnownBug, ...] | None = None) -> KnownBug | None:
+    """The known bug that explains ``verdict`` on ``case``, if any."""
+    return next((b for b in (shipped() if bugs is None else bugs) if b.explains(case, verdict)), None)
+
+
+_FIELDS = {"id", "title", "families", "precondition", "signatures", "files", "torch_seen", "kind", "api", "table",
+           "summary", "mechanism", "violates", "upstream"}
+
+
+def _record(path: Path, index: int, raw: dict) -> KnownBug:
+    where = f"{path}: bug #{index + 1}" + (f" ({raw['id']})" if isinstance(raw.get("id"), str) else "")
+
+    def fail(field: str, why: str):
+        raise KnownBugsError(f"{where}: field {field!r}: {why}")
+
+    for f in sorted(_FIELDS - set(raw)):
+        fail(f, "missing")
+    for f in sorted(set(raw) - _FIELDS):
+        fail(f, f"unknown field (fields: {', '.join(sorted(_FIELDS))})")
+
+    def text(field: str, value=None) -> str:
+        value = raw[field] if value is None else value
+        if not isinstance(value, str) or not value.strip():
+            fail(field, "must be a non-empty string")
+        return value
+
+    def texts(field: str, value=None) -> tuple[str, ...]:
+        value = raw[field] if value is None else value
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            fail(field, "must be a non-empty list of strings")
+        return tuple(value)
+
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", text("id")):
+        fail("id", f"{raw['id']!r} is not a lowercase slug (letters, digits, hyphens)")
+    names = texts("families")
+    for name in names:
+        if name not in families.REGISTRY:
+            fail("families", f"unknown family {name!r} (known: {', '.join(sorted(families.REGISTRY))})")
+    try:
+        resolve_precondition(text("precondition"))
+    except KnownBugsError as e:
+        fail("precondition", str(e))
+    for field, allowed in (("kind", KINDS), ("table", TABLES)):
+        if raw[field] not in allowed:
+            fail(field, f"{raw[field]!r} is not one of {', '.join(allowed)}")
+    if not text("api").startswith(("public", "private:")):
+        fail("api", "must start with 'public' or 'private: <why>'")
+    if not re.search(r"torch/\S+\.py", text("violates")):
+        fail("violates", "must name the torch file whose documentation or source line the bug breaks")
+    for f in texts("files"):
+        if not re.fullmatch(r"[a-z0-9_]+/[0-9a-f]{16}\.json", f):
+            fail("files", f"{f!r} is not <family dir>/<16 hex digits>.json (relative to the corpus directory)")
+    signatures = raw["signatures"]
+    if not isinstance(signatures, list) or not signatures:
+        fail("signatures", "must be a non-empty list of tables")
+    up = raw["upstream"]
+    if not isinstance(up, dict) or set(up) != {"status", "links", "notes"}:
+        fail("upstream", "must be a table with status, links and notes")
+    if up["status"] not in STATUSES:
+        fail("upstream.status", f"{up['status']!r} is not one of {', '.join(STATUSES)}")
+    if not isinstance(up["links"], list) or not all(isinstance(x, str) and re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", x)
+                                                    for x in up["links"]):
+        fail("upstream.links", "must be a list of owner/repo#N")
+    if up["status"] in ("reported", "related only") and not up["links"]:
+        fail("upstream.links", f"a {up['status']!r} record names its reports")
+    if up["status"] == "none found" and "searched" not in text("upstream.notes", up["notes"]):
+        fail("upstream.notes", "say what was searched ('searched: ...'), so the next person can redo it")
+    return KnownBug(
+        id=raw["id"], title=text("title"), families=names, precondition=raw["precondition"],
+        signatures=tuple(_signature(fail, i, s) for i, s in enumerate(signatures)), files=texts("files"),
+        torch_seen=texts("torch_seen"), kind=raw["kind"], api=raw["api"], table=raw["table"],
+        summary=text("summary"), mechanism=text("mechanism"), violates=raw["violates"],
+        upstream=Upstream(up["status"], tuple(up["links"]), text("upstream.notes", up["notes"])))
+
+
+def _signature(fail, index: int, raw) -> Signature:
+    field = f"signatures[{index}]"
+    if not isinstance(raw, dict) or raw.get("verdict") not in SIGNATURE_FIELDS:
+        fail(field, f"must be a table whose verdict is one of {', '.join(SIGNATURE_FIELDS)}")
+    expected = SIGNATURE_FIELDS[raw["verdict"]]
+    if set(raw) - {"verdict"} != expected:
+        fail(field, f"a {raw['verdict']} signature has the fields {', '.join(sorted(expected)) or 'none'}")
+    order = {"mismatch": ("check", "tensor"), "error": ("role", "exception", "frame"), "crash": ("exitcode",),
+             "hang": ()}[raw["verdict"]]
+    fields = [("verdict", (raw["verdict"],))]
+    for key in order:
+        values = raw[key] if isinstance(raw[key], list) else [raw[key]]
+        kind = int if key == "exitcode" else str
+        if not values or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+            fail(f"{field}.{key}", f"must be a {kind.__name__} or a non-empty list of them")
+        fields.append((key, tuple(values)))
+    return Signature(tuple(fields))

@@ -1,0 +1,78 @@
+"""The README's tables of known torch bugs, generated from ``corpus/known_bugs.toml``.
+
+Each table sits in the README between ``<!-- known-bugs:<table>:start -->`` and ``<!-- known-bugs:<table>:end -->``.
+``python -m parityfuzz.triage.table`` prints them; ``--write`` puts them into the README; ``--check`` exits 1
+where the README differs from the data (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from parityfuzz.triage.known import DEFAULT_PATH, TABLES, KnownBug, load
+
+README = DEFAULT_PATH.parents[1] / "README.md"
+
+
+def render(bugs: tuple[KnownBug, ...], table: str) -> str:
+    """The markdown table of ``bugs`` listed in ``table``, in the file's order."""
+    rows = ["| bug | upstream | corpus files |", "|---|---|---|"]
+    for b in bugs:
+        if b.table != table:
+            continue
+        links = ", ".join(_link(x) for x in b.upstream.links)
+        upstream = b.upstream.status + (f": {links}" if links else "")
+        files = ", ".join(f"`{f.removesuffix('.json')}`" for f in b.files)
+        rows.append(f"| {b.summary} | {upstream} | {files} |")
+    return "\n".join(rows)
+
+
+def _link(ref: str) -> str:
+    repo, number = ref.split("#")
+    return f"[{repo.split('/')[-1]}#{number}](https://github.com/{repo}/issues/{number})"
+
+
+def _markers(table: str) -> tuple[str, str]:
+    return f"<!-- known-bugs:{table}:start -->", f"<!-- known-bugs:{table}:end -->"
+
+
+def updated(readme: str, bugs: tuple[KnownBug, ...]) -> str:
+    """``readme`` with every table replaced by the one the data gives (ValueError where a marker is missing)."""
+    for table in TABLES:
+        start, end = _markers(table)
+        pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
+        if not pattern.search(readme):
+            raise ValueError(f"the README has no {start} ... {end} section")
+        readme = pattern.sub(lambda _: f"{start}\n{render(bugs, table)}\n{end}", readme)
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parityfuzz.triage.table", description=__doc__.split("\n")[0])
+    parser.add_argument("--known-bugs", type=Path, default=DEFAULT_PATH, help="the known-bug file")
+    parser.add_argument("--readme", type=Path, default=README)
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="put the tables into the README")
+    action.add_argument("--check", action="store_true", help="exit 1 where the README's tables differ")
+    args = parser.parse_args(argv)
+    bugs = load(args.known_bugs)
+    if not (args.write or args.check):
+        print("\n\n".join(render(bugs, t) for t in TABLES))
+        return 0
+    text = args.readme.read_text()
+    new = updated(text, bugs)
+    if args.check:
+        if new != text:
+            print(f"{args.readme}: the known-bug tables differ from {args.known_bugs}: run "
+                  "python -m parityfuzz.triage.table --write", file=sys.stderr)
+            return 1
+        return 0
+    args.readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

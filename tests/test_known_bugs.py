@@ -1,0 +1,166 @@
+"""Known bugs as data (``corpus/known_bugs.toml``) and the one answer to "is this failure explained?"
+(:func:`parityfuzz.triage.explain`)."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from parityfuzz import corpus
+from parityfuzz.case import Case
+from parityfuzz.triage import FOUND_IN_RUN, IN_CORPUS, KNOWN_BUG, NEW, Found, explain, known
+from parityfuzz.triage.table import updated
+from parityfuzz.verdict import Divergence, Verdict
+from tests.known import record, register
+from tests.test_case import simple
+
+CORPUS = known.DEFAULT_PATH.parent
+MISMATCH = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1.0, max_rel=1.0))
+
+
+def test_known_bugs_name_triaged_shipped_corpus_files_with_their_signatures():
+    """Every known bug points at shipped ``expect: fail`` files that a person triaged (``known_issue``), whose
+    cases meet its precondition and whose recorded verdicts it explains, recorded with a torch version it
+    lists as seen."""
+    bugs = known.shipped()
+    assert len(bugs) >= 49
+    for bug in bugs:
+        for name in bug.files:
+            entry = corpus.load(CORPUS / name)
+            assert entry.expect == "fail" and entry.known_issue, name
+            assert bug.applies(entry.case) and bug.explains(entry.case, entry.verdict), name
+            assert json.loads((CORPUS / name).read_text())["torch_version"] in bug.torch_seen, name
+
+
+def test_a_corpus_file_belongs_to_one_known_bug_at_most():
+    files = [f for b in known.shipped() for f in b.files]
+    assert len(files) == len(set(files))
+
+
+def test_the_readme_tables_are_the_ones_the_data_gives():
+    """The README's known-bug tables are generated (python -m parityfuzz.triage.table --write): a record
+    edited without regenerating them fails here."""
+    readme = (CORPUS.parent / "README.md").read_text()
+    assert updated(readme, known.shipped()) == readme
+    bugs = known.shipped()
+    changed = (dataclasses.replace(bugs[0], summary="another summary"),) + bugs[1:]
+    assert updated(readme, changed) != readme
+
+
+def test_a_known_failure_replays_as_an_xfail_only_when_it_fails_as_recorded():
+    """A corpus file expecting its known bug must not hide another failure of its case (a new bug, a harness
+    regression): the replay xfails only on the recorded verdict's signature, or another one the known bug
+    listing the file explains."""
+    from parityfuzz.test_corpus import fails_as_recorded
+
+    bug = next(b for b in known.shipped() if b.signature_strings() == ["mismatch:checkpoint:loaded", "hang"])
+    entry = corpus.load(CORPUS / bug.files[0])
+    other_form = Verdict("mismatch", Divergence(step=2, what="loaded", tensor="body.0.weight", max_abs=1.0,
+                                                max_rel=1.0, check="checkpoint"))
+    assert entry.verdict.kind == "hang" and other_form.bug_signature() == "mismatch:checkpoint:loaded"
+    assert fails_as_recorded(entry, entry.verdict)
+    assert fails_as_recorded(entry, other_form)
+    assert not fails_as_recorded(entry, MISMATCH)  # its case failing otherwise
+    assert not fails_as_recorded(entry, Verdict("crash", ranks=({"rank": 1, "exitcode": -11},)))
+    elsewhere = dataclasses.replace(entry, path=Path("corpus/fsdp2/0123456789abcdef.json"))  # listed by no bug
+    assert fails_as_recorded(elsewhere, entry.verdict)
+    assert not fails_as_recorded(elsewhere, other_form)
+
+
+def test_the_dcp_load_bug_covers_a_rank_that_torch_chunk_leaves_without_a_piece():
+    """A Linear of 5 outputs on 4 ranks: torch.chunk gives pieces of 2, 2, 1 and none to rank 3, whose dcp.load
+    fails as the recorded dim-0-below-the-group case does (a 25-minute soak reported it as new: the predicate
+    asked for a dim 0 below the shard count)."""
+    bug = next(b for b in known.shipped() if b.title.startswith("dcp.load into FSDP1"))
+    case = Case.from_dict({"seed": 0, "world_size": 4, "mesh": {"shape": [4]},
+                           "model": {"body": {"kind": "linear", "out": 5}}, "plan": {"family": "fsdp1"},
+                           "train": {"steps": 2, "momentum": 0.9}, "checkpoint": {"step": 1}, "schema": 2}).validate()
+    assert bug.applies(case)
+    even = Case.from_dict({**case.to_dict(), "model": {"body": {"kind": "linear", "out": 4}}}).validate()
+    assert not bug.applies(even)  # 4 over 4: every rank holds a piece of every parameter (the bias: 1 each)
+
+
+def test_a_signature_field_holding_a_list_matches_any_of_its_values(monkeypatch, tmp_path):
+    bug, = register(monkeypatch, tmp_path, record(
+        "lists", '[{ verdict = "mismatch", check = ["value", "replica"], tensor = ["grad", "param"] }, '
+                 '{ verdict = "crash", exitcode = -6 }]'))
+    assert bug.signature_strings() == ["mismatch:value:grad", "mismatch:value:param", "mismatch:replica:grad",
+                                       "mismatch:replica:param", "crash:-6"]
+
+    def mismatch(check, what):
+        return Verdict("mismatch", Divergence(step=0, what=what, tensor="body.0.w", max_abs=1, max_rel=1,
+                                              check=check))
+    assert all(s.matches(mismatch("replica", "param")) for s in bug.signatures[:1])
+    assert not bug.signatures[0].matches(mismatch("missing_grad", "grad"))
+    assert bug.signatures[1].matches(Verdict("crash", ranks=({"rank": 0, "exitcode": -6},)))
+    assert not bug.signatures[1].matches(Verdict("crash", ranks=({"rank": 0, "exitcode": -11},)))
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda r: r.replace('id = "x"', 'id = "Not A Slug"'), "id"),
+    (lambda r: r.replace('families = ["fsdp2"]', 'families = ["fsdp3"]'), "families"),
+    (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = "tests:nothing_here"'), "precondition"),
+    (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = "nobody:has_scale"'), "precondition"),
+    (lambda r: r.replace('kind = "wrong training"', 'kind = "slow"'), "kind"),
+    (lambda r: r.replace('api = "public"', 'api = "internal"'), "api"),
+    (lambda r: r.replace("torch/nn/modules/module.py: ", ""), "violates"),
+    (lambda r: r.replace('"fsdp2/0000000000000000.json"', '"corpus/fsdp2/x.json"'), "files"),
+    (lambda r: r.replace('verdict = "hang"', 'verdict = "hang", check = "value"'), "signatures[0]"),
+    (lambda r: r.replace('verdict = "hang"', 'verdict = "slow"'), "signatures[0]"),
+    (lambda r: r.replace('status = "design"', 'status = "none found"'), "upstream.notes"),
+    (lambda r: r.replace('status = "design"', 'status = "reported"'), "upstream.links"),
+    (lambda r: r.replace('links = []', 'links = ["#12"]'), "upstream.links"),
+    (lambda r: r.replace('summary = "a test fault"\n', ''), "summary"),
+    (lambda r: r.replace('id = "x"\n', 'id = "x"\ncolour = "red"\n'), "colour"),
+])
+def test_a_malformed_record_is_refused_naming_the_file_the_record_and_the_field(monkeypatch, tmp_path, change,
+                                                                                  field):
+    monkeypatch.setitem(known.DIMENSIONS, "tests", "tests")
+    good = record("x", '[{ verdict = "hang" }]')
+    path = tmp_path / "known_bugs.toml"
+    path.write_text(good)
+    assert known.load(path)[0].id == "x"
+    path.write_text(change(good))
+    with pytest.raises(known.KnownBugsError) as e:
+        known.load(path)
+    assert str(path) in str(e.value) and "bug #1" in str(e.value) and f"field {field!r}" in str(e.value), e.value
+
+
+def test_a_file_that_is_not_toml_or_repeats_an_id_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setitem(known.DIMENSIONS, "tests", "tests")
+    path = tmp_path / "known_bugs.toml"
+    path.write_text("[[bug]\n")
+    with pytest.raises(known.KnownBugsError, match="not valid TOML"):
+        known.load(path)
+    path.write_text(record("x", '[{ verdict = "hang" }]') * 2)
+    with pytest.raises(known.KnownBugsError, match=r"bug #2 \(x\): field 'id': also the id of bug #1"):
+        known.load(path)
+    with pytest.raises(known.KnownBugsError, match="cannot read"):
+        known.load(tmp_path / "missing.toml")
+
+
+def test_explain_answers_in_order_known_bug_found_in_this_run_in_the_corpus_new(monkeypatch, tmp_path):
+    """One component, one typed answer: which bug, which earlier finding, which corpus file; never a verdict
+    string to parse back."""
+    from parityfuzz.case import ModelSpec, Node
+
+    case = simple(model=ModelSpec(body=Node("seq", children=(Node("scale", out=1), Node("linear", out=4)))))
+    with pytest.raises(ValueError):
+        explain(case, Verdict("pass"))
+    assert explain(case, MISMATCH).kind == NEW
+    path = corpus.record(tmp_path / "corpus", case, MISMATCH)
+    in_corpus = explain(case, MISMATCH, corpus_dir=tmp_path / "corpus")
+    assert in_corpus.kind == IN_CORPUS and in_corpus.corpus_file == path and not in_corpus.silences
+    earlier = Found(frozenset({"has:scale"}), MISMATCH.bug_signature(), str(path))
+    found = explain(case, MISMATCH, [earlier], corpus_dir=tmp_path / "corpus")
+    assert found.kind == FOUND_IN_RUN and found.found == earlier and found.silences
+    bug, = register(monkeypatch, tmp_path, record("a-test-bug", '[{ verdict = "mismatch", check = "value", '
+                                                                'tensor = "grad" }]'))
+    why = explain(case, MISMATCH, [earlier], corpus_dir=tmp_path / "corpus")
+    assert why.kind == KNOWN_BUG and why.bug == bug and why.silences
+    assert why.label() == "known torch bug, a test bug" and "a-test-bug" in why.describe()
+    plain = simple()  # no scale module: the precondition does not hold
+    assert explain(plain, MISMATCH).kind == NEW
+    other_family = dataclasses.replace(bug, families=("zero",))
+    assert explain(case, MISMATCH, bugs=(other_family,)).kind == NEW

@@ -1,0 +1,114 @@
+"""The package's shape: no import cycles among parityfuzz's modules.
+
+Every import counts, a function's lazy one too (a lazy import hides a cycle, it does not remove it); only
+imports under ``if TYPE_CHECKING:`` do not, since they never run (a type named in an annotation)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"parityfuzz": ROOT / "fuzz", "parityfuzz.strategies": ROOT / "strategies"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            if path.name.startswith("test_"):
+                continue  # the fuzz targets and the corpus replay are pytest's, nobody imports them
+            rel = path.relative_to(folder).with_suffix("").parts
+            name = ".".join((package,) + (rel[:-1] if rel[-1] == "__init__" else rel))
+            if package == "parityfuzz" and rel[0] == "strategies":
+                continue
+            out[name] = path
+    return out
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """Line numbers of the statements under ``if TYPE_CHECKING:``."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, stmt.end_lineno + 1))
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    graph = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_only(tree)
+        deps = set()
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("parityfuzz"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    deps.add(sub if sub in mods else node.module)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.startswith("parityfuzz"))
+        # importing a.b.c runs a.b's __init__ too (unless the importer is inside a.b)
+        for dep in list(deps):
+            parts = dep.split(".")
+            deps.update(p for p in (".".join(parts[:i]) for i in range(2, len(parts)))
+                         if p in mods and not name.startswith(p + ".") and p != name)
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    graph = import_graph()
+    assert "parityfuzz.case.core" in graph["parityfuzz.case"]  # the graph is the package's
+    graph["parityfuzz.case.errors"] = graph["parityfuzz.case.errors"] | {"parityfuzz.case.core"}
+    assert any("parityfuzz.case.errors" in c for c in cycles(graph))
