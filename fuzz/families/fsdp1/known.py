@@ -102,12 +102,15 @@ def full_state_dict_offloaded_on_cpu(case: Case) -> bool:
     return case.family in FSDP1_FAMILIES and full and c.cpu_offload
 
 
-def full_load_through_a_checkpoint_wrapper_around_an_fsdp1_instance(case: Case) -> bool:
+def load_through_a_checkpoint_wrapper_applied_before_fsdp1(case: Case) -> bool:
+    """A full or DCP load through set_state_dict into FSDP1 with a checkpoint wrapper applied before wrapping:
+    around a module FSDP1 makes an instance of, or (use_orig_params=False) anywhere inside an instance."""
     r = case.resumed()
     if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way not in ("full", "dcp"):
         return False
     found = units(r)  # None: a size-based policy, whose instances the plan does not name
-    return any(c.before and (found is None or c.path in found) for c in r.plan.checkpoints)
+    flat = not getattr(r.plan, "use_orig_params", True)
+    return any(c.before and (flat or found is None or c.path in found) for c in r.plan.checkpoints)
 
 
 def dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -> bool:
