@@ -10,16 +10,16 @@ is fixed the run says so and the file's expectation should be flipped.
 
 import pytest
 
-from parityfuzz import corpus
-from parityfuzz.show import describe_case
+from parityfuzz.triage import corpus
+from parityfuzz.frontends.show import describe_case
 from parityfuzz.triage import KNOWN_BUG, explain
 from parityfuzz.triage.known import shipped
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 
 
 def pytest_generate_tests(metafunc):
     if "corpus_file" in metafunc.fixturenames:
-        from parityfuzz.plugin import options_from_config
+        from parityfuzz.frontends.plugin import options_from_config
 
         root = options_from_config(metafunc.config).corpus_dir
         files = corpus.discover(root)

@@ -103,7 +103,7 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = (1, 2, 4), max_steps
     """A case of one of ``families`` (those that checkpoint through ``get_state_dict`` or FSDP1's state dicts),
     with an event.  ``system``: a system under test of the family's own (a plug-in, a test-only fault); its
     cases resume within the family."""
-    from parityfuzz.expected import expectation
+    from parityfuzz.judge.expected import expectation
     from parityfuzz.strategies.cases import cases
 
     family = draw(st.sampled_from(families))

@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn as nn
 
-from parityfuzz.build import Twice
+from parityfuzz.run.build import Twice
 from parityfuzz.systems.composable import ComposableSystem
 from parityfuzz.systems.fsdp1 import FSDP1System
 from parityfuzz.systems.fsdp1_tp import FSDP1TPSystem
@@ -810,7 +810,7 @@ class OptimizerStateOfRenamedParamSwapped(_InsideFSDP2):
 
 
 # --------------------------------------------------------------------------- faults inside one module's computation
-# Where a divergence begins must name the module (parityfuzz.origin): one fault in a module's forward, one in its
+# Where a divergence begins must name the module (parityfuzz.judge.origin): one fault in a module's forward, one in its
 # backward, both inside torch's functionals.
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import torch
 from hypothesis import given, settings
 
-from parityfuzz.build import DTYPES, batch_for, build_model
+from parityfuzz.run.build import DTYPES, batch_for, build_model
 from parityfuzz.case import MeshSpec, ModelSpec, Node
 from parityfuzz.strategies import cases
 from tests.test_case import simple
@@ -75,7 +75,7 @@ def test_twice_calls_its_child_twice():
 
 
 def test_gate_runs_its_child_on_every_period_th_forward():
-    from parityfuzz.build import ForwardClock
+    from parityfuzz.run.build import ForwardClock
 
     case = simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=4),
                                                              Node("gate", period=3, children=(Node("linear", out=4),))))))
@@ -104,7 +104,7 @@ def test_dropout_masks_match_under_checkpointing_and_a_lost_rng_state_is_caught(
 
     from parityfuzz.case import TrainSpec
     from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
-    from parityfuzz.verify import check
+    from parityfuzz.judge.verify import check
 
     body = Node("seq", children=(Node("linear", out=8), Node("dropout", p=0.5), Node("linear", out=4)))
     for api in ("composable", "wrapper", "apply"):

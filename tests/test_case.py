@@ -10,7 +10,7 @@ from hypothesis import given
 
 from parityfuzz.case import Case, CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.dtypes import activation_dtype
+from parityfuzz.case.dtypes import activation_dtype
 from parityfuzz.strategies import cases
 
 

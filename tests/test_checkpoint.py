@@ -16,8 +16,8 @@ from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import Checkpoint as ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from parityfuzz.trace import Trace
-from parityfuzz.verify import check
+from parityfuzz.run.trace import Trace
+from parityfuzz.judge.verify import check
 from parityfuzz.strategies.checkpoint import checkpointed_cases
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
@@ -71,7 +71,7 @@ def test_a_resumed_plan_its_family_refuses_is_named_in_the_resumed_case():
 
 
 def test_a_corpus_file_with_a_bad_checkpoint_field_names_the_file_and_the_field(tmp_path):
-    from parityfuzz.corpus import CorpusError, load
+    from parityfuzz.triage.corpus import CorpusError, load
 
     data = json.loads(open("corpus/fsdp2/c9bce811ffd9bd20.json").read())  # a shipped checkpoint finding
     data["case"]["checkpoint"]["load"] = "telepathy"
@@ -223,7 +223,7 @@ def test_a_known_bug_of_the_resumed_case_explains_a_failure_after_the_load():
     """A tp=2 case resumed on tp=4, where a colwise Linear of 3 rows leaves a rank a shard of size 0: the resumed
     case meets a known bug (found so by the first 20-minute run)."""
     from parityfuzz.triage.known import known_bug
-    from parityfuzz.verdict import ERROR, Verdict
+    from parityfuzz.judge.verdict import ERROR, Verdict
 
     model = ModelSpec(body=Node("seq", children=(Node("linear", out=3), Node("linear", out=4))))
     plan = FSDP2TPPlan(wraps=(), tp=(Parallelize("body.0", "colwise", use_local_output=False),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz import corpus
-from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.triage import corpus
+from parityfuzz.judge.verdict import Divergence, Verdict
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     assert origin["what"] == "grad" and origin["tensor"].startswith(origin["module"] + "."), origin
     assert "the mismatch begins at step" in out
     assert corpus.load(files[0]).verdict.origin.module == origin["module"]
-    from parityfuzz.report import main as render_report  # the page of this very run
+    from parityfuzz.frontends.report import main as render_report  # the page of this very run
 
     assert render_report([str(report), "-o", str(tmp_path / "report.html")]) == 0
     page = (tmp_path / "report.html").read_text()

@@ -8,7 +8,7 @@ import pytest
 
 from parityfuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.composable import ComposablePlan, Compose
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 

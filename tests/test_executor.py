@@ -7,7 +7,7 @@ import time
 import pytest
 
 from parityfuzz.case import ModelSpec, Node
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.test_case import simple
 
 

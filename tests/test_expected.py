@@ -1,12 +1,12 @@
 """Expected errors: a case torch documents refusing passes when the system under test raises that error on
-every rank, and is a finding when it trains or raises something else (``parityfuzz.expected``)."""
+every rank, and is a finding when it trains or raises something else (``parityfuzz.judge.expected``)."""
 
 import dataclasses
 
 import pytest
 
 from parityfuzz.case import Case, CaseError, ExpectedError
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.test_fsdp1 import fsdp1_case
 
 

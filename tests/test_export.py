@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz import corpus
+from parityfuzz.triage import corpus
 from parityfuzz.export import FAMILIES, ExportError, export, refusal
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from parityfuzz.case import MeshSpec, TrainSpec
 from parityfuzz.case.checkpoint import Checkpoint
 from tests.test_case import simple

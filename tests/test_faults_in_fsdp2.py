@@ -11,7 +11,7 @@ import pytest
 
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
 

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.fsdp1 import FSDP1Plan, Precision
 from parityfuzz.families.fsdp2 import Checkpoint
-from parityfuzz.verify import check, verdict_from_outcomes
+from parityfuzz.judge.verify import check, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 

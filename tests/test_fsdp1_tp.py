@@ -9,7 +9,7 @@ import pytest
 from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp1_tp import FSDP1TPPlan, uneven_shards
 from parityfuzz.families.fsdp2_tp import Parallelize
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 

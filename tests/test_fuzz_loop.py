@@ -3,12 +3,12 @@ the same budget against correct FSDP2 reports nothing."""
 
 import pytest
 
-from parityfuzz import corpus
+from parityfuzz.triage import corpus
 from parityfuzz.case import ModelSpec, Node
 from parityfuzz.engine import Fuzzer, FuzzOptions, precondition, simplest_features
 from parityfuzz.triage import FOUND_IN_RUN, NEW, Found, explain
-from parityfuzz.verdict import Divergence, Verdict
-from parityfuzz.verify import check
+from parityfuzz.judge.verdict import Divergence, Verdict
+from parityfuzz.judge.verify import check
 from parityfuzz.strategies import cases
 from tests.known import record, register
 from tests.test_case import simple
@@ -202,7 +202,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
     import sys
 
     from parityfuzz.engine import fuzzer as engine
-    from parityfuzz.verdict import PASS
+    from parityfuzz.judge.verdict import PASS
 
     def drawn() -> list[str]:
         ids = []

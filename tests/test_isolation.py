@@ -3,7 +3,7 @@
 import dataclasses
 
 from parityfuzz.case import ModelSpec, Node, TrainSpec
-from parityfuzz.verify import verdict_from_outcomes
+from parityfuzz.judge.verify import verdict_from_outcomes
 from tests.test_case import simple
 
 MLP_MODEL = ModelSpec(body=Node("seq", children=(Node("mlp", hidden=5), Node("linear", out=3))))

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 
 from parityfuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.dtypes import check_consistent, precision
+from parityfuzz.case.dtypes import check_consistent, precision
 from parityfuzz.systems.mp_reference import divide_factors
-from parityfuzz.verify import check, traces
+from parityfuzz.judge.verify import check, traces
 from parityfuzz.strategies import cases
 from tests.test_case import simple
 

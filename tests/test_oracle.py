@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from parityfuzz.dtypes import EPS, Promise
-from parityfuzz.oracle import Tolerance, compare
-from parityfuzz.trace import RankTrace, Rec, ShardInfo, Trace
+from parityfuzz.case.dtypes import EPS, Promise
+from parityfuzz.judge.oracle import Tolerance, compare
+from parityfuzz.run.trace import RankTrace, Rec, ShardInfo, Trace
 
 PROMISE = Promise(state="float64", outputs={"": "float64"})
 TOL = Tolerance("float64", k=10, floor_ulps=32)

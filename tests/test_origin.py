@@ -1,4 +1,4 @@
-"""Where a divergence begins (parityfuzz.origin): the walk over probed records, the probes' neutrality, and the
+"""Where a divergence begins (parityfuzz.judge.origin): the walk over probed records, the probes' neutrality, and the
 localization of faults acting inside one module, in its forward, its backward or its gradient's reduction."""
 
 import dataclasses
@@ -6,15 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from parityfuzz import corpus
-from parityfuzz.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
+from parityfuzz.triage import corpus
+from parityfuzz.run.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
 from parityfuzz.case import ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
-from parityfuzz.oracle import Tolerance
-from parityfuzz.origin import at_divergence, locate
-from parityfuzz.trace import RankTrace, Rec, Trace
-from parityfuzz.verdict import Divergence, Origin, Verdict
-from parityfuzz.verify import check, locate as locate_case, traces
+from parityfuzz.judge.oracle import Tolerance
+from parityfuzz.judge.origin import at_divergence, locate
+from parityfuzz.run.trace import RankTrace, Rec, Trace
+from parityfuzz.judge.verdict import Divergence, Origin, Verdict
+from parityfuzz.judge.verify import check, locate as locate_case, traces
 from tests.test_case import simple
 from tests.test_faults_in_fsdp2 import ATTENTION, MLP
 from tests.test_tensor_parallel import MESHES, PAIR, SP, tp_case

@@ -15,7 +15,7 @@ except ImportError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 from pathlib import Path
 
-from parityfuzz import corpus
+from parityfuzz.triage import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 #: No repository on the path: what a user's project sees of the installed package.
@@ -41,7 +41,7 @@ def test_the_installed_package_list_is_every_folder_mapped_under_parityfuzz():
 
 
 def test_a_users_project_sees_parityfuzz_and_no_generic_top_level_names(tmp_path):
-    code = ("import importlib.util as u, parityfuzz.strategies, parityfuzz.plugin; "
+    code = ("import importlib.util as u, parityfuzz.strategies, parityfuzz.frontends.plugin; "
             "print([n for n in ('fuzz', 'strategies', 'tests') if u.find_spec(n)])")
     result = run([sys.executable, "-c", code], tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from parityfuzz.case import Case
 from parityfuzz.case.reduce import simplifications, size
 from parityfuzz.engine.reduce import reduce_failure
-from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.strategies import cases
 
 PASS = Verdict("pass")
@@ -161,7 +161,7 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
     """A fuzz run with a fault inside torch's gradient path (any module called twice in a forward loses its
     gradient): the recorded case is reduced until every part left is needed: each single simplification of
     it, run for real, no longer fails that way."""
-    from parityfuzz.verify import check
+    from parityfuzz.judge.verify import check
     from tests.test_fuzz_loop import fuzz
 
     stats = fuzz(executor, tmp_path, "tests.faults:TwiceGradDrop", max_cases=40, max_shrink_runs=20,
@@ -183,7 +183,8 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
 def test_an_interrupt_while_reducing_records_the_failure_then_goes_on(executor, tmp_path):
     """Ctrl-C during the reduction: the failure (as reduced so far) is in the corpus, then the interrupt
     propagates."""
-    from parityfuzz import corpus, engine
+    from parityfuzz import engine
+    from parityfuzz.triage import corpus
     from parityfuzz.engine import Fuzzer, FuzzOptions
 
     def log(message):

@@ -1,4 +1,4 @@
-"""The HTML report of a run (parityfuzz.report) and the seed tests' grids it shows (parityfuzz.seedgrids)."""
+"""The HTML report of a run (parityfuzz.frontends.report) and the seed tests' grids it shows (parityfuzz.engine.seedgrids)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parityfuzz import report, seedgrids
+from parityfuzz.engine import seedgrids
+from parityfuzz.frontends import report
 from parityfuzz.case import Delay, MeshSpec
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.judge.verdict import Divergence, Verdict
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,12 +80,12 @@ def test_the_command_writes_the_page_and_names_a_bad_file_and_field(tmp_path):
     run = tmp_path / "run.json"
     run.write_text(json.dumps(run_report(tmp_path)))
     out = tmp_path / "report.html"
-    ok = subprocess.run([sys.executable, "-m", "parityfuzz.report", str(run), "-o", str(out)], capture_output=True,
+    ok = subprocess.run([sys.executable, "-m", "parityfuzz.frontends.report", str(run), "-o", str(out)], capture_output=True,
                         text=True, timeout=60)
     assert ok.returncode == 0 and out.read_text().count("<svg") == 2, ok.stderr
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"targets": {}, "failures": [], "verdicts": {}}))
-    result = subprocess.run([sys.executable, "-m", "parityfuzz.report", str(bad), "-o", str(out)],
+    result = subprocess.run([sys.executable, "-m", "parityfuzz.frontends.report", str(bad), "-o", str(out)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "bad.json" in result.stderr and "'cases_run'" in result.stderr
 

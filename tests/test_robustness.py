@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from parityfuzz import corpus
+from parityfuzz.triage import corpus
 from parityfuzz.engine import Fuzzer, FuzzOptions
-from parityfuzz.verdict import Divergence, Verdict
+from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.strategies import cases
 from tests.test_case import simple
 from tests.test_cli import ENV, ROOT
@@ -159,7 +159,8 @@ def test_two_writers_in_one_corpus_lose_nothing(tmp_path):
 def test_an_interrupt_swallowed_in_a_finalizer_still_stops_the_run_at_the_next_case(executor, tmp_path):
     """Python only prints a KeyboardInterrupt raised while a finalizer runs; the flag the signal handler sets
     makes the fuzz loop stop before the next case all the same."""
-    from parityfuzz import engine, plugin
+    from parityfuzz import engine
+    from parityfuzz.frontends import plugin
 
     class Finalized:
         def __del__(self):
@@ -191,7 +192,7 @@ def test_a_shrunk_hang_is_recorded_only_if_it_hangs_under_the_full_timeout(tmp_p
     """Shrinking a hang judges candidates under a short timeout, so the shrunk "hang" may only be slow: it is
     judged again under the full case timeout, and where it ends there the case as found is recorded."""
     from parityfuzz.engine.outcomes import CaseFailed
-    from parityfuzz.verdict import Verdict
+    from parityfuzz.judge.verdict import Verdict
 
     first, shrunk = simple(seed=1), simple(seed=2)
     hang = Verdict("hang")

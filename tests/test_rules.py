@@ -118,7 +118,7 @@ def test_the_reduction_never_steps_from_a_valid_plan_to_an_invalid_one():
 def test_repro_refuses_the_invalid_case_naming_the_rule(tmp_path):
     path = tmp_path / "b722ca2695c5ca5c.json"
     path.write_text(json.dumps(B722))
-    run = subprocess.run([sys.executable, "-m", "parityfuzz.repro", str(path)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "parityfuzz.frontends.repro", str(path)], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "tp.parameters-see-full-tensors" in run.stderr and "plan.tp[2]" in run.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz import corpus
+from parityfuzz.triage import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -6,8 +6,8 @@ import pytest
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from parityfuzz.verdict import Verdict
-from parityfuzz.verify import check, traces, verdict_from_outcomes
+from parityfuzz.judge.verdict import Verdict
+from parityfuzz.judge.verify import check, traces, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
@@ -105,9 +105,9 @@ def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executo
     such a case was then judged on the rounding floor alone."""
     import dataclasses
 
-    from parityfuzz import dtypes
-    from parityfuzz.oracle import compare
-    from parityfuzz.verify import tolerance
+    from parityfuzz.case import dtypes
+    from parityfuzz.judge.oracle import compare
+    from parityfuzz.judge.verify import tolerance
 
     case = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16", reduce_dtype="float32")
     outcomes = executor.run(case, roles=("reference", "perturbed_reference"))
@@ -295,7 +295,7 @@ def test_per_rank_control_flow_under_tensor_parallelism(executor):
     case = simple(world_size=4, mesh=MESHES["dp_shard x tp"], model=ModelSpec(body=body, in_dim=5),
                   plan=FSDP2TPPlan(wraps=(Wrap(""),), tp=styles, reduce_scatter_unused=True),
                   train=TrainSpec(steps=2, batch=2, seq_len=2, lr=0.1)).validate()
-    from parityfuzz import dtypes
+    from parityfuzz.case import dtypes
 
     assert dtypes.promise(case).flows == (0, 0, 1, 1)
     outcomes = executor.run(case)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from parityfuzz.trace import Rec, ShardInfo, assemble
+from parityfuzz.run.trace import Rec, ShardInfo, assemble
 
 
 def pieces(full: np.ndarray, placements, mesh_shape):

@@ -6,7 +6,7 @@ import pytest
 
 from parityfuzz.case import Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.test_case import simple
 
 BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="tanh"), Node("linear", out=5),
@@ -68,7 +68,7 @@ def test_training_stays_bounded_so_every_step_is_compared(executor):
     """The loss has a minimum (MSE against per-rank targets): at lr 0.1 for 10 steps the reference stays
     finite and small, so the oracle compares every step (with ``out.sum()`` a model's loss passes 1e6 within
     a few steps at this lr, and the previous oracle stopped comparing there)."""
-    from parityfuzz.verify import traces
+    from parityfuzz.judge.verify import traces
 
     case = simple(model=ModelSpec(body=BODY), plan=PLAN, train=TrainSpec(steps=10, lr=0.1, batch=4, loss="mean")).validate()
     outcomes = executor.run(case)

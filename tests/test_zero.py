@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from parityfuzz.strategies import cases
 from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.zero import ZeroPlan
-from parityfuzz.verify import check
+from parityfuzz.judge.verify import check
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 
@@ -83,7 +83,7 @@ def test_overlap_warm_up_is_modelled(executor, monkeypatch, static_graph):
     """With gloo's refusal taken out of torch (the non-interleaved hook runs on gloo), ZeRO overlapped with DDP
     trains like the reference that skips the first two (three with a static graph) steps, and unlike plain
     DDP, which does not skip them."""
-    from parityfuzz import verify
+    from parityfuzz.judge import verify
 
     monkeypatch.setattr(verify, "expectation", lambda case, device_type: None)
     case = dataclasses.replace(overlapped(static_graph), system="tests.faults:ZeroOverlapOnGloo")

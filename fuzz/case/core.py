@@ -58,7 +58,7 @@ class Case:
     system: str = ""
     reference: str = ""
     #: An error torch must raise for this case wherever it runs (e.g. a combination it documents refusing);
-    #: a family may add one that depends on the device (:func:`parityfuzz.expected.expectation`).
+    #: a family may add one that depends on the device (:func:`parityfuzz.judge.expected.expectation`).
     expect_error: ExpectedError = ExpectedError()
     #: Save, load into a fresh system (possibly of another plan, mesh or world size) and train on
     #: (:mod:`parityfuzz.case.checkpoint`).

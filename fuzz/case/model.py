@@ -1,6 +1,6 @@
 """The model a case trains, as plain data: an input stage, a tree of modules, an optional head.
 
-Torch-free: :mod:`parityfuzz.build` gives it meaning.
+Torch-free: :mod:`parityfuzz.run.build` gives it meaning.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def _rank() -> int:
 
 def expected_keys(case) -> set[str]:
     """The model state dict's keys: those of the case's model built plainly (no parallel API)."""
-    from parityfuzz.build import build_model
+    from parityfuzz.run.build import build_model
 
     return set(build_model(case, 0).state_dict())
 

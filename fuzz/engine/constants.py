@@ -4,7 +4,7 @@ Hypothesis (6.131 and later) draws, now and then, a constant found in the source
 process has loaded (every module in ``sys.modules`` outside the standard library and site-packages: this
 package, the tests, a conftest, a user's plug-in).  The cases a fuzz seed draws then depend on which modules
 the process happened to import before, and on their source: a fixed-seed test shrank to 4 modules alone and to
-7 after ``tests/test_cli.py`` had imported ``parityfuzz.report``, because its 13th case came out another.  A
+7 after ``tests/test_cli.py`` had imported ``parityfuzz.frontends.report``, because its 13th case came out another.  A
 seed must name one run wherever it runs, so parityfuzz fuzzes with that pool empty (Hypothesis's own global
 constants stay: they depend on nothing of the process).
 

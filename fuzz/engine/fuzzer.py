@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from parityfuzz import corpus
+from parityfuzz.triage import corpus
 from parityfuzz.case import Case
 from parityfuzz.engine.constants import without_local_constants
 from parityfuzz.engine.database import open_database
@@ -47,8 +47,8 @@ from parityfuzz.engine.soak import precondition, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.executor import Executor
 from parityfuzz.triage import IN_CORPUS, Explanation, Found, explain
-from parityfuzz.verdict import PASS, Verdict
-from parityfuzz.verify import check, locate
+from parityfuzz.judge.verdict import PASS, Verdict
+from parityfuzz.judge.verify import check, locate
 
 
 #: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer
@@ -79,7 +79,7 @@ class FuzzOptions:
     #: The reduction to a 1-minimal case after Hypothesis's shrink: seconds and runs per failure (0: none).
     reduce_budget_s: float = 120.0
     max_reduce_runs: int | None = None
-    #: Say where each recorded mismatch begins (:func:`parityfuzz.verify.locate`: one probed re-run per failure).
+    #: Say where each recorded mismatch begins (:func:`parityfuzz.judge.verify.locate`: one probed re-run per failure).
     locate: bool = True
     #: Hypothesis's example database shared with other fuzzers (:mod:`parityfuzz.engine.database`): a directory
     #: or a ``redis://`` URL; "" for none.
@@ -342,7 +342,7 @@ class Fuzzer:
         return first
 
     def _locate(self, name: str, failure: CaseFailed) -> Verdict:
-        """The failure's verdict with where its mismatch begins (:func:`parityfuzz.verify.locate`); as it was where
+        """The failure's verdict with where its mismatch begins (:func:`parityfuzz.judge.verify.locate`); as it was where
         locating fails (the failure is recorded all the same)."""
         if failure.verdict.kind != "mismatch" or not self.options.locate:
             return failure.verdict

@@ -14,8 +14,8 @@ except NameError:  # Python 3.10: the backport Hypothesis depends on
 from parityfuzz.case import Case
 from parityfuzz.engine.reduce import Reduction
 from parityfuzz.export import refusal
-from parityfuzz.show import describe_case
-from parityfuzz.verdict import Verdict
+from parityfuzz.frontends.show import describe_case
+from parityfuzz.judge.verdict import Verdict
 
 
 class CaseFailed(AssertionError):

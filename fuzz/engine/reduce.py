@@ -3,7 +3,7 @@
 Hypothesis shrinks the choices a strategy made, so a shrunk case can keep parts no choice could drop alone
 (a module whose removal would renumber the plan's paths, a setting two draws depend on).  This pass tries
 every single simplification of :mod:`parityfuzz.case.reduce` on the case itself, keeps the first that still fails
-with the same :meth:`~parityfuzz.verdict.Verdict.bug_signature`, and starts over, until none does: then every part
+with the same :meth:`~parityfuzz.judge.verdict.Verdict.bug_signature`, and starts over, until none does: then every part
 left is needed (the case is 1-minimal).  A budget of seconds or runs may stop it earlier; the result says
 whether it got there.  An interrupt ends it with the smallest failure reached (the caller records it, then
 lets the interrupt go on).
@@ -17,7 +17,7 @@ from typing import Callable
 
 from parityfuzz.case import Case
 from parityfuzz.case.reduce import simplifications
-from parityfuzz.verdict import Verdict
+from parityfuzz.judge.verdict import Verdict
 
 
 @dataclass

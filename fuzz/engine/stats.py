@@ -6,11 +6,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from parityfuzz import seedgrids
+from parityfuzz.engine import seedgrids
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
 from parityfuzz.triage import Explanation
-from parityfuzz.verdict import Verdict
+from parityfuzz.judge.verdict import Verdict
 
 
 @dataclass
@@ -58,7 +58,7 @@ class TargetStats:
 
     def seed_grids(self) -> dict[str, dict]:
         """How much of each seed test's grid about this target's families the run covered
-        (:mod:`parityfuzz.seedgrids`)."""
+        (:mod:`parityfuzz.engine.seedgrids`)."""
         combos = list(self.combinations.items())
         return {g.source: seedgrids.coverage(g, combos) for g in seedgrids.GRIDS
                 if f"family={g.family}" in self.features}

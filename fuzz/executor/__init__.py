@@ -87,7 +87,7 @@ class Executor:
         event resumes at another world size, the pool that trains up to the save and the one that loads
         (the second only where the first finished).  A checkpoint event saves into a scratch directory made
         here and removed after.  ``probe=True`` also records what locating a divergence's origin needs
-        (:func:`parityfuzz.train.run_system`)."""
+        (:func:`parityfuzz.run.train.run_system`)."""
         job = {"probe": True} if probe else {}
         if not case.checkpoint:
             return [self._run(case.world_size, case, timeout_s, roles, job)]

@@ -141,7 +141,7 @@ class RankPool:
     def run(self, payload: str, timeout_s: float, roles: tuple[str, ...] = ("reference", "system"),
             job: dict | None = None) -> list[RankOutcome]:
         """Send one case (JSON) to every rank, to be run by each of ``roles``, and collect their outcomes.
-        ``job`` says which segment of a checkpoint event to run, and where to save (:func:`parityfuzz.train.run_system`)."""
+        ``job`` says which segment of a checkpoint event to run, and where to save (:func:`parityfuzz.run.train.run_system`)."""
         assert not self.broken, "a broken pool must be replaced"
         self.busy = True
         for conn in self.conns:

@@ -106,7 +106,7 @@ def serve(conn, ctx, log_path: str) -> bool:
     the local pool's ranks and of ranks attached from torchrun (:mod:`parityfuzz.executor.attach`)."""
     from parityfuzz.case import Case
     from parityfuzz.executor.isolation import Snapshot
-    from parityfuzz.train import run_system
+    from parityfuzz.run.train import run_system
 
     clean = Snapshot.take()
     while True:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import inspect
 
-from parityfuzz import build
+from parityfuzz.run import build
 from parityfuzz.case import Case, Node, child_names
 
-#: Node kinds built from a class of :mod:`parityfuzz.build`, and those classes' own dependencies.
+#: Node kinds built from a class of :mod:`parityfuzz.run.build`, and those classes' own dependencies.
 CLASSES = {"scale": ["Scale"], "mlp": ["MLP"], "attention": ["Attention"], "block": ["Block"],
            "residual": ["Residual"], "twice": ["Twice"], "gate": ["ForwardClock", "Gate"]}
 ACTS = {"relu": "nn.ReLU()", "gelu": "nn.GELU()", "tanh": "nn.Tanh()", "silu": "nn.SiLU()"}

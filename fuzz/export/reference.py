@@ -172,7 +172,7 @@ def _fsdp2(case: Case) -> str:
 
 
 def _fsdp1(case: Case) -> str:
-    from parityfuzz.build import build_model
+    from parityfuzz.run.build import build_model
     from parityfuzz.systems.fsdp1_mp import arguments
 
     shard, replicate = _groups(case)

@@ -8,14 +8,14 @@ import inspect
 import json
 import textwrap
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case import Case
 from parityfuzz.export import checkpoint, reference
 from parityfuzz.export.model import model_source
 from parityfuzz.export.parts import Parts
-from parityfuzz.oracle import FLOOR_ULPS, K
-from parityfuzz.verify import NOISE_SAMPLES
-from parityfuzz.show import describe_case
+from parityfuzz.judge.oracle import FLOOR_ULPS, K
+from parityfuzz.judge.verify import NOISE_SAMPLES
+from parityfuzz.frontends.show import describe_case
 
 
 def refusal(case: Case) -> str | None:
@@ -32,8 +32,8 @@ def constants(case: Case) -> str:
     promise = dtypes.promise(case)
     groups = [(tuple(g.paths), g.lr_scale, g.weight_decay) for g in t.groups]
     extra = {"momentum": t.momentum, "nesterov": t.nesterov} if t.optimizer == "sgd" else {}
-    from parityfuzz.expected import expectation
-    from parityfuzz.verify import tolerance
+    from parityfuzz.judge.expected import expectation
+    from parityfuzz.judge.verify import tolerance
 
     rows = [
         ("SEED", case.seed, "initial weights; inputs and dropout masks are keyed by it too"),
@@ -135,7 +135,7 @@ def _uses_math(case: Case) -> bool:
 
 def _perturbation() -> str:
     """The harness's perturbations of weights and gradients (what measures the rounding noise), copied."""
-    from parityfuzz import train, trace
+    from parityfuzz.run import train, trace
 
     return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients))
 
@@ -440,7 +440,7 @@ def train(role, dp, device, mesh):
 '''
 
 RUNTIME_COMPARE = '''
-# ---- the comparison (parityfuzz.oracle's rules), on rank 0 over every rank's records
+# ---- the comparison (parityfuzz.judge.oracle's rules), on rank 0 over every rank's records
 
 
 class Divergence(Exception):

@@ -46,7 +46,7 @@ class Family:
     features: Callable
     #: ``describe(case)``: ``(notes per module path, lines about the plan)`` for the case printout.
     describe: Callable
-    #: ``promise(case)``: the dtypes the case promises (:class:`parityfuzz.dtypes.Promise`) and ``precision(case)``:
+    #: ``promise(case)``: the dtypes the case promises (:class:`parityfuzz.case.dtypes.Promise`) and ``precision(case)``:
     #: its least precise dtype, where the family's mixed precision is not FSDP2's ``MixedPrecisionPolicy``.
     promise: Callable | None = None
     precision: Callable | None = None

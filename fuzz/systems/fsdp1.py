@@ -27,13 +27,13 @@ from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDa
                                     MixedPrecision, ShardingStrategy)
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
 
-from parityfuzz import build
+from parityfuzz.run import build
 from parityfuzz.families.fsdp1 import HYBRID
 from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint, dtype
 
-#: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.build``).
+#: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.run.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
                 "block": build.Block, "residual": build.Residual, "twice": build.Twice, "scale": build.Scale,
                 "gate": build.Gate, "layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "embedding": nn.Embedding}

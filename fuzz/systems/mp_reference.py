@@ -31,7 +31,7 @@ arguments): an exported script copies it by source (:mod:`parityfuzz.export.prec
 :class:`MixedPrecisionReference` trains a case through it.
 
 What remains between this and FSDP2 is BLAS rounding, which the measured noise covers (the oracle's floor
-is the model dtype's: the tolerance of ``fuzz/verify.py``).  Torch documents no summation order; the
+is the model dtype's: the tolerance of ``fuzz/judge/verify.py``).  Torch documents no summation order; the
 emulation reproduces FSDP2's low-precision one (its collectives, buffer layout and autograd graph) so
 that a comparison can be bit for bit.
 """

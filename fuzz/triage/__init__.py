@@ -22,7 +22,7 @@ from pathlib import Path
 
 from parityfuzz.case import Case
 from parityfuzz.triage.known import KnownBug, known_bug
-from parityfuzz.verdict import Verdict
+from parityfuzz.judge.verdict import Verdict
 
 KNOWN_BUG = "known bug"
 FOUND_IN_RUN = "found in this run"
@@ -95,7 +95,7 @@ def explain(case: Case, verdict: Verdict, found_before: tuple[Found, ...] | list
     if found is not None:
         return Explanation(FOUND_IN_RUN, signature, found=found)
     if corpus_dir is not None:
-        from parityfuzz import corpus
+        from parityfuzz.triage import corpus
 
         entry = corpus.existing(corpus_dir, case)
         if entry is not None:

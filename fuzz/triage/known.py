@@ -19,7 +19,7 @@ from typing import Callable
 
 from parityfuzz import families
 from parityfuzz.case import Case
-from parityfuzz.verdict import Verdict
+from parityfuzz.judge.verdict import Verdict
 
 #: The shipped data file: ``corpus/known_bugs.toml`` of the checkout parityfuzz runs from.
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "corpus" / "known_bugs.toml"

@@ -15,7 +15,7 @@ the wrapping kept to instances every rank runs alike (not size wrapping, whose i
 name).
 
 ``CPUOffload`` and/or ``sync_module_states`` on a coin rarer than rare: on a machine without an accelerator
-FSDP1 refuses both, and the case then expects that error (:mod:`parityfuzz.expected`).  Not drawn: non-root passes
+FSDP1 refuses both, and the case then expects that error (:mod:`parityfuzz.judge.expected`).  Not drawn: non-root passes
 (tensor parallelism is the ``fsdp1_tp`` family's).
 
 Shrinking: toward world size 2, ``FULL_SHARD``, manual wrapping of the root alone, ``use_orig_params=True``,

@@ -34,10 +34,11 @@ def fully_shard_below_a_replicate_root_unused_in_a_later_backward(case: Case) ->
 
 def fully_shard_roots_of_their_own_unused_in_a_later_backward(case: Case) -> bool:
     """No FSDP2-based call on the root (each outermost fully_shard module is a root of its own) and a fully_shard
-    module at, above or below a gate, with several microbatches a step."""
+    module at, above or below a gate, with a gradient for the skipping backward to drop: several microbatches a
+    step, or the zeros of zero_grad(set_to_none=False)."""
     applies = case.plan.applies
     gates = case.model.gates()
-    return (case.train.microbatches > 1
+    return ((case.train.microbatches > 1 or case.train.zero_grad != "none")
             and not any(c.path == "" and c.api in ("fully_shard", "replicate_fsdp") for c in applies)
             and any(c.api == "fully_shard" and any(under(c.path, (g,)) or under(g, (c.path,)) for g in gates)
                     for c in applies))
@@ -54,3 +55,9 @@ def replicate_unsynced_with_a_gate(case: Case) -> bool:
     return (case.plan.no_sync and case.train.microbatches > 1
             and any(api == "replicate" and any(under(path, (g,)) or under(g, (path,)) for g in gates)
                     for path, api in case.plan.data_parallel().items()))
+
+
+def replicate_unsynced_over_fully_shard_with_a_gate(case: Case) -> bool:
+    """The DDP-based replicate, gradient sync off on the non-last microbatches, near a gate, over a module that
+    fully_shard manages."""
+    return replicate_unsynced_with_a_gate(case) and ("fully_shard", "replicate") in case.plan.nestings()

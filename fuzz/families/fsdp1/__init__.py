@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods, under

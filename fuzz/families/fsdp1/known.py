@@ -3,7 +3,7 @@ what the shrunk cases of each bug needed.  Each takes a case and says whether th
 
 from __future__ import annotations
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case import Case
 from parityfuzz.case.checkpoint import FSDP1_FAMILIES
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
@@ -117,7 +117,7 @@ def dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -
     r = case.resumed()
     if r.family != "fsdp1" or case.checkpoint.load_way != "dcp" or r.plan.sharding == "NO_SHARD":
         return False
-    from parityfuzz.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
+    from parityfuzz.run.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
 
     # FSDP1's sharded state dicts split each parameter in torch.chunk pieces over dim 0: a rank past the last
     # piece holds nothing (1 over 2, but also 5 over 4: 2, 2, 1, 0), whatever the smallest dimension is

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case.core import Case, Plan
 from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods
-from parityfuzz.dtypes import MP_DTYPES
+from parityfuzz.case.dtypes import MP_DTYPES
 from parityfuzz.families import Family
 
 

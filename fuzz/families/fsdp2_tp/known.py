@@ -3,7 +3,7 @@ what the shrunk cases of each bug needed.  Each takes a case and says whether th
 
 from __future__ import annotations
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case import Case
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 

@@ -48,7 +48,7 @@ class Divergence:
     check: str = "value"
     #: The ranks concerned (replicas that disagree; ranks with and without a gradient; a rank with a bad dtype).
     ranks: tuple[int, ...] = ()
-    #: For a value check: the largest difference the oracle allowed (noise-derived; see ``parityfuzz.oracle``).
+    #: For a value check: the largest difference the oracle allowed (noise-derived; see ``parityfuzz.judge.oracle``).
     allowed: float = 0.0
 
     def where(self) -> str:
@@ -66,7 +66,7 @@ class Divergence:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a mismatch begins (:mod:`parityfuzz.origin`): the first module, in execution order, whose forward output
+    """Where a mismatch begins (:mod:`parityfuzz.judge.origin`): the first module, in execution order, whose forward output
     or output gradient leaves the reference's; or, where every module's agree up to the oracle's divergence,
     that divergence's own tensor (a gradient whose reduction or a parameter whose update went wrong)."""
 
@@ -74,7 +74,7 @@ class Origin:
     phase: str
     #: The module (case path; ``model`` for the root, ``""`` where the divergence is a loss).
     module: str
-    #: ``output`` or ``output grad`` (:mod:`parityfuzz.activations`), else the divergence's ``what``.
+    #: ``output`` or ``output grad`` (:mod:`parityfuzz.run.activations`), else the divergence's ``what``.
     what: str
     #: Which call of the module in the pass (microbatches, a module called twice); -1 where not a module's.
     call: int = -1
@@ -128,7 +128,7 @@ class Verdict:
     #: How close the system came to failing the value checks: the largest ratio of a difference to what the
     #: oracle allowed (> 1 for a value mismatch).  Hypothesis's ``target()`` steers toward near misses with it.
     closeness: float = 0.0
-    #: For a mismatch, where it begins (:func:`parityfuzz.verify.locate`), once located; None before.
+    #: For a mismatch, where it begins (:func:`parityfuzz.judge.verify.locate`), once located; None before.
     origin: Origin | None = None
 
     @property

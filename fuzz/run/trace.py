@@ -122,7 +122,7 @@ class RankTrace:
     grads: list[Tensors] = field(default_factory=list)
     params: list[Tensors] = field(default_factory=list)
     #: Per pass, the collectives its forwards and backwards issued, ``{op: count}``
-    #: (:class:`parityfuzz.collectives.CollectiveCounter`), for systems that count them; empty otherwise.
+    #: (:class:`parityfuzz.run.collectives.CollectiveCounter`), for systems that count them; empty otherwise.
     collectives: list[dict] = field(default_factory=list)
     #: Per pass, the largest magnitude of each parameter's gradient as computed on this rank before any
     #: reduction across ranks (``{name: float}``), for reference systems; empty otherwise.
@@ -130,7 +130,7 @@ class RankTrace:
     #: What a checkpoint event's save or load broke (:mod:`parityfuzz.checkpoint.invariants`): ``(pass index, kind,
     #: tensor, message, max_abs)``, at the last pass before the save or the pass right after the load.
     violations: list[tuple] = field(default_factory=list)
-    #: Per pass, in a probed run (:mod:`parityfuzz.activations`), every module's forward output and output gradient
+    #: Per pass, in a probed run (:mod:`parityfuzz.run.activations`), every module's forward output and output gradient
     #: in execution order (``{label: Rec}``); empty otherwise.
     activations: list[dict] = field(default_factory=list)
 

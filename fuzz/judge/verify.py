@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from parityfuzz import dtypes, origin
+from parityfuzz.case import dtypes
+from parityfuzz.judge import origin
 from parityfuzz.case import LEAF_SUBMODULES, Case
 from parityfuzz.executor import Executor, RankOutcome
-from parityfuzz.expected import expectation, judge
-from parityfuzz.oracle import Tolerance, compare
-from parityfuzz.trace import Trace
-from parityfuzz.verdict import CRASH, ERROR, HANG, MISMATCH, PASS, Verdict
+from parityfuzz.judge.expected import expectation, judge
+from parityfuzz.judge.oracle import Tolerance, compare
+from parityfuzz.run.trace import Trace
+from parityfuzz.judge.verdict import CRASH, ERROR, HANG, MISMATCH, PASS, Verdict
 
 
 def traces(outcomes: list[RankOutcome], role: str) -> Trace:
@@ -37,7 +38,7 @@ def failure_verdict(outcomes: list[RankOutcome]) -> Verdict | None:
 
 
 #: Perturbed runs a near miss gets: one perturbed run is one sample of the noise, and an unlucky one can
-#: measure a thirtieth of what the others do (``parityfuzz.oracle``).
+#: measure a thirtieth of what the others do (``parityfuzz.judge.oracle``).
 NOISE_SAMPLES = 3
 #: A value mismatch is a near miss when its difference is within this multiple of what was allowed: a
 #: subtle bug (a bf16 reduction, 0.5% on one gradient) is thousands of times beyond the noise, and takes
@@ -46,7 +47,7 @@ RESAMPLE_WITHIN = 100.0
 
 
 def tolerance(case: Case) -> Tolerance:
-    """The case's tolerance: noise-derived, floored at the rounding of the model's dtype (``parityfuzz.oracle``)."""
+    """The case's tolerance: noise-derived, floored at the rounding of the model's dtype (``parityfuzz.judge.oracle``)."""
     groups = tuple((f"{path}.{sub}", path) for path, node in case.model.body.walk("body")
                    for sub in LEAF_SUBMODULES.get(node.kind, ()))
     return Tolerance(dtypes.model_dtype(case), scale_groups=groups)
@@ -63,7 +64,7 @@ def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace 
 def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
     """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
     measured by a perturbed reference run, and a near miss with the largest noise of
-    :data:`NOISE_SAMPLES` such runs (``parityfuzz.oracle``).  A case torch must refuse (:mod:`parityfuzz.expected`) runs
+    :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``).  A case torch must refuse (:mod:`parityfuzz.judge.expected`) runs
     the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
     resumes at another world size runs on two pools: each part is compared on its own, the first finding is
     the verdict."""
@@ -118,7 +119,7 @@ def verdict_of_segments(case: Case, segments: list[list[RankOutcome]], noises: l
 def locate(case: Case, executor: Executor, verdict: Verdict, timeout_s: float | None = None) -> Verdict:
     """``verdict`` with its :attr:`~Verdict.origin` where it is a mismatch: the case re-run with every module's
     output and output gradient recorded in the reference, the system under test and a perturbed reference
-    (the noise), and walked in execution order up to the divergence (:mod:`parityfuzz.origin`).  Unchanged where
+    (the noise), and walked in execution order up to the divergence (:mod:`parityfuzz.judge.origin`).  Unchanged where
     the re-run fails otherwise (the probes change nothing a run computes, so it does not on a sound torch)."""
     if verdict.kind != MISMATCH or verdict.divergence is None:
         return verdict

@@ -1,5 +1,5 @@
 """A fuzz run's JSON report (``--fuzz-report``) as one self-contained HTML page: ``parityfuzz report RUN.json -o
-report.html`` (or ``python -m parityfuzz.report``).
+report.html`` (or ``python -m parityfuzz.frontends.report``).
 
 The page shows the run's figures; per target, its cases per verdict over time, a pairwise feature-coverage
 heatmap (which pairs of features the run drew together, and which it never did) and how much of each seed

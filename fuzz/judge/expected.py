@@ -13,7 +13,7 @@ import re
 
 from parityfuzz.case import Case, ExpectedError
 from parityfuzz.executor import RankOutcome
-from parityfuzz.verdict import ERROR, MISMATCH, PASS, Divergence, Verdict
+from parityfuzz.judge.verdict import ERROR, MISMATCH, PASS, Divergence, Verdict
 
 
 def expectation(case: Case, device_type: str) -> ExpectedError | None:

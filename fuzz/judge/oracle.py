@@ -13,7 +13,7 @@ under test (:mod:`parityfuzz.checkpoint.invariants`; check ``checkpoint``), then
    - present on every rank of both systems (a tensor missing on some rank is a finding);
    - a gradient exists on all ranks or on none, and where the reference has one (a gradient on some ranks
      only, a missing gradient and an extra one are findings);
-   - its dtype on every rank is the one the case promises (:mod:`parityfuzz.dtypes`), even where the values
+   - its dtype on every rank is the one the case promises (:mod:`parityfuzz.case.dtypes`), even where the values
      happen to agree;
    - replicas agree: ranks holding the same piece (every rank, for a plain tensor; the ranks of one
      replicate group, for an HSDP shard) hold it bit for bit, in the system under test and in the
@@ -27,8 +27,8 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
 
 - ``noise`` is the rounding noise two correct implementations can show, *measured* for this case, pass
   and tensor: ``max |perturbed - ref|`` for the reference re-run from weights perturbed by 2 ulps
-  (:func:`parityfuzz.train.perturb`), with every reduced gradient perturbed by 2 ulps at its module's scale
-  (below) before each optimizer step (:func:`parityfuzz.train.perturb_gradients`: what another summation order does,
+  (:func:`parityfuzz.run.train.perturb`), with every reduced gradient perturbed by 2 ulps at its module's scale
+  (below) before each optimizer step (:func:`parityfuzz.run.train.perturb_gradients`: what another summation order does,
   down to the rounding residue of cancelled elements, which Adam's ``eps`` term amplifies).  It grows with
   the steps exactly as far as this model and optimizer amplify rounding, so a model that amplifies a
   thousandfold per step is judged by its own noise, and a fault well beyond it is a finding at whatever
@@ -36,8 +36,8 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   tensor can all but vanish by chance (a cancelled attention gradient 1e-9 in size, whose measured noise
   dropped twentyfold for one step while the system's rounding did not): so the noise of a tensor, relative
   to its scale, is pooled over passes, the largest seen for it in this and the earlier passes.  A near
-  miss (a value mismatch within :data:`parityfuzz.verify.RESAMPLE_WITHIN` of what one sample allowed) takes
-  more samples (:data:`parityfuzz.verify.NOISE_SAMPLES` in all, each from other perturbations) and the largest
+  miss (a value mismatch within :data:`parityfuzz.judge.verify.RESAMPLE_WITHIN` of what one sample allowed) takes
+  more samples (:data:`parityfuzz.judge.verify.NOISE_SAMPLES` in all, each from other perturbations) and the largest
   noise among them: a 20-minute run met a LayerNorm over width 2 whose upstream gradients are rounding
   residues of the norm's backward, where one sample measured a thirtieth of what the five others did.
 - ``floor = FLOOR_ULPS * eps(dtype) * scale`` covers what the perturbation does not model (summation
@@ -77,9 +77,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parityfuzz.dtypes import EPS, Promise
-from parityfuzz.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
-from parityfuzz.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
+from parityfuzz.case.dtypes import EPS, Promise
+from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
+from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 
 #: Multiple of the measured noise a difference may reach (see the module docstring and README).
 K = 16.0

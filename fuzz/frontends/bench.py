@@ -7,12 +7,12 @@
 
 The same generated cases (fixed seed) run twice per world size:
 
-- **executor**: ``parityfuzz.verify.check`` per case: the driver sends each case to the
+- **executor**: ``parityfuzz.judge.verify.check`` per case: the driver sends each case to the
   persistent rank pool, ranks train reference and system under test, record
   losses, full gradients and parameters, send them back, and the oracle compares;
 - **bare**: persistent rank processes that receive all cases up front and, in a
   tight loop, train the same reference and system on each with
-  ``parityfuzz.train.run_system(record=False)`` (the same training code, so the same
+  ``parityfuzz.run.train.run_system(record=False)`` (the same training code, so the same
   wrapping, accumulation and delays), recording, shipping and comparing nothing.
 
 Pool start-up is excluded from both.  The ratio executor/bare is the share of
@@ -70,7 +70,7 @@ def _bare_rank(rank: int, world_size: int, store_path: str, payload: list[str], 
     import torch.distributed as dist
 
     from parityfuzz.systems import RankContext
-    from parityfuzz.train import run_system
+    from parityfuzz.run.train import run_system
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")  # as the executor's ranks do
@@ -108,7 +108,7 @@ def bare_seconds(cases: list[Case], world_size: int) -> float:
 
 def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
     from parityfuzz.executor import Executor
-    from parityfuzz.verify import check
+    from parityfuzz.judge.verify import check
 
     verdicts: dict[str, int] = {}
     with Executor() as ex:
@@ -126,7 +126,7 @@ def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
     import subprocess
 
     from parityfuzz.executor import Executor
-    from parityfuzz.verify import check
+    from parityfuzz.judge.verify import check
 
     def port() -> int:
         with socket.socket() as s:
@@ -158,7 +158,7 @@ def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
 
 def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
     from parityfuzz.executor import Executor
-    from parityfuzz.verify import check
+    from parityfuzz.judge.verify import check
 
     def figures(ex) -> list[dict]:
         return ex.pool(world_size).resources()

@@ -1,4 +1,4 @@
-"""The ``parityfuzz`` command: thin over the pytest plugin and :mod:`parityfuzz.repro`.
+"""The ``parityfuzz`` command: thin over the pytest plugin and :mod:`parityfuzz.frontends.repro`.
 
     parityfuzz fuzz [PYTEST OPTIONS]       fuzz every family's target (pytest; e.g. --fuzz-budget=600 -k fsdp2)
     parityfuzz replay [PYTEST OPTIONS]     replay the corpus as a regression suite (--corpus-dir=DIR)
@@ -8,7 +8,7 @@
 
 ``fuzz`` and ``replay`` run pytest over the fuzz targets shipped in the package, from the current directory
 (its ``corpus/`` unless ``--corpus-dir`` says otherwise; its pytest configuration), and take every option
-pytest and the plugin take; exit codes are pytest's.  The others exit as ``python -m parityfuzz.repro`` does
+pytest and the plugin take; exit codes are pytest's.  The others exit as ``python -m parityfuzz.frontends.repro`` does
 (0 pass, 1 a finding, 2 bad input).
 """
 
@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # the package root, where the fuzz targets are
 #: The corpus replay, which ``fuzz`` leaves out and ``replay`` runs alone.
 REPLAY = "test_corpus.py"
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = targets() if argv[0] == "fuzz" else [str(PACKAGE / REPLAY)]
         return _pytest(paths, argv[1:])
     args = parser.parse_args(argv)
-    from parityfuzz import repro as repro_module
+    from parityfuzz.frontends import repro as repro_module
 
     if args.command == "repro":
         rest = [args.file] + (["--timeout", args.timeout] if args.timeout else [])
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return repro_module.main(rest)
     if args.command == "export":
         return repro_module.main([args.file, "--export", args.output])
-    from parityfuzz import report as report_module
+    from parityfuzz.frontends import report as report_module
 
     return report_module.main([args.run, "-o", args.output])
 

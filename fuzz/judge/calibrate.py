@@ -15,7 +15,7 @@ one round trip.  For every pass, loss and tensor it takes the deviation ``max |s
 It also runs the full oracle and lists every non-pass verdict on these cases (``--findings DIR`` writes each
 one's case file there, to replay with ``python -m fuzz.repro``): each must be explained, as a torch bug or a
 harness bug.  Cases with a finding are left out of the table, which is about what correct runs do.
-``parityfuzz.oracle``'s ``K`` and ``FLOOR_ULPS`` come from this table; the README has the figures.
+``parityfuzz.judge.oracle``'s ``K`` and ``FLOOR_ULPS`` come from this table; the README has the figures.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parityfuzz import dtypes
-from parityfuzz.bench import generate
+from parityfuzz.case import dtypes
+from parityfuzz.frontends.bench import generate
 from parityfuzz.case import Case
 
 KS = (2, 4, 8, 16, 32)
@@ -45,8 +45,8 @@ def dtype_class(case: Case) -> str:
 
 def run(n: int, world_sizes: tuple[int, ...], seed: int, log=print) -> dict:
     from parityfuzz.executor import Executor
-    from parityfuzz.oracle import measure
-    from parityfuzz.verify import tolerance, traces, verdict_from_outcomes
+    from parityfuzz.judge.oracle import measure
+    from parityfuzz.judge.verify import tolerance, traces, verdict_from_outcomes
 
     cases = generate(n, world_sizes, seed)
     rows, findings, failed = [], [], 0

@@ -1,10 +1,10 @@
-"""Rank side: tensors as this rank holds them, as plain data (:class:`parityfuzz.trace.Rec`)."""
+"""Rank side: tensors as this rank holds them, as plain data (:class:`parityfuzz.run.trace.Rec`)."""
 
 from __future__ import annotations
 
 import torch
 
-from parityfuzz.trace import Rec, ShardInfo
+from parityfuzz.run.trace import Rec, ShardInfo
 
 
 def numpy_of(t: torch.Tensor):

@@ -193,7 +193,7 @@ class FuzzSession:
 
 def format_failure(f) -> str:
     from parityfuzz.export import refusal
-    from parityfuzz.show import describe_case
+    from parityfuzz.frontends.show import describe_case
 
     parts = [f"parityfuzz: {f.target}: {f.verdict.describe()}",
              *([f"the mismatch {f.verdict.origin.describe()}"] if f.verdict.origin else []),

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parityfuzz import dtypes
+from parityfuzz.case import dtypes
 from parityfuzz.case import Case, ModelSpec, Node, child_names
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

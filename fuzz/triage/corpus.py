@@ -24,7 +24,7 @@ from pathlib import Path
 
 from parityfuzz import __version__
 from parityfuzz.case import Case, CaseError
-from parityfuzz.verdict import KINDS, Verdict
+from parityfuzz.judge.verdict import KINDS, Verdict
 
 CORPUS_FORMAT = 1
 EXPECTATIONS = ("pass", "fail")

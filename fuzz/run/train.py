@@ -8,13 +8,13 @@ import os
 import numpy as np
 import torch
 
-from parityfuzz.activations import Probe
-from parityfuzz.build import ForwardClock, batch_for, build_model, target_for
-from parityfuzz.collectives import CollectiveCounter
+from parityfuzz.run.activations import Probe
+from parityfuzz.run.build import ForwardClock, batch_for, build_model, target_for
+from parityfuzz.run.collectives import CollectiveCounter
 from parityfuzz.case import Case
 from parityfuzz.systems import RankContext, resolve
-from parityfuzz.record import dtype_name, record_tensors
-from parityfuzz.trace import RankTrace, Rec, module_of
+from parityfuzz.run.record import dtype_name, record_tensors
+from parityfuzz.run.trace import RankTrace, Rec, module_of
 
 
 def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
@@ -75,7 +75,7 @@ def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
-#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the rounding noise of a case; see ``parityfuzz.oracle``).
+#: perturbed at rounding level and with every reduced gradient perturbed likewise (run to measure the rounding noise of a case; see ``parityfuzz.judge.oracle``).
 ROLES = ("reference", "system", "perturbed_reference")
 
 
@@ -90,8 +90,8 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
     uninterrupted.  ``segment`` 0 trains up to the save, 1 from the load (a resumed case of another world size
     runs in another pool); None both.  Right after the load, a pass ``(step, "loaded")`` records the loaded
     parameters (no loss, nothing stepped).  ``probe=True`` also records every module's forward output and output
-    gradient (:mod:`parityfuzz.activations`) and counts every pass's collectives, whatever the system: what locating
-    a divergence's origin needs (:mod:`parityfuzz.origin`).
+    gradient (:mod:`parityfuzz.run.activations`) and counts every pass's collectives, whatever the system: what locating
+    a divergence's origin needs (:mod:`parityfuzz.judge.origin`).
     """
     role, _, sample = role.partition("/")  # "perturbed_reference/<n>": the n-th sample of the noise
     if role not in ROLES or (sample and (role != "perturbed_reference" or not sample.isdigit())):

@@ -1,4 +1,4 @@
-"""Where a divergence begins: pure comparison of probed traces (:mod:`parityfuzz.activations`).
+"""Where a divergence begins: pure comparison of probed traces (:mod:`parityfuzz.run.activations`).
 
 The oracle names the first tensor that differs, a gradient or a parameter, which is often far from the
 cause: a wrong forward shows first in some gradient, a lost reduction at step 0 in every later output.
@@ -15,10 +15,10 @@ got wrong, or an optimizer update.
 
 from __future__ import annotations
 
-from parityfuzz.activations import parse
-from parityfuzz.oracle import Tolerance, difference, magnitude
-from parityfuzz.trace import Trace, module_of
-from parityfuzz.verdict import Divergence, Origin
+from parityfuzz.run.activations import parse
+from parityfuzz.judge.oracle import Tolerance, difference, magnitude
+from parityfuzz.run.trace import Trace, module_of
+from parityfuzz.judge.verdict import Divergence, Origin
 
 
 def _labels(trace: Trace, i: int) -> list[str]:

@@ -1,5 +1,5 @@
 """Rank side: each module's forward output and, in backward, the gradient that reaches its output and the one
-its backward hands on to its input, for locating where a divergence begins (:mod:`parityfuzz.origin`).
+its backward hands on to its input, for locating where a divergence begins (:mod:`parityfuzz.judge.origin`).
 
 :class:`Probe` hooks every module of a system's (unwrapped) model: a forward hook records the module's output,
 and a hook on that output records the gradient backward brings to it (what the module's own backward starts
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from parityfuzz.record import record_tensors
+from parityfuzz.run.record import record_tensors
 
 #: What a record holds: the module's forward output, the gradient backward brought to that output, the gradient
 #: the module's backward gave its first input.
