@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from parityfuzz import families
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case import Case
 from parityfuzz.strategies.perturbation import delays
 
-def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = (1, 2, 4), system: str = "",
+def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,
           perturb: bool = True) -> st.SearchStrategy[Case]:
     """Valid parity cases of ``family`` on ``world_sizes`` ranks.

@@ -22,6 +22,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case, CaseError, MeshSpec
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (DCP_FAMILIES, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
                                    saves_from)
 
@@ -98,7 +99,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
 
 
 @st.composite
-def checkpointed_cases(draw, world_sizes: tuple[int, ...] = (1, 2, 4), max_steps: int = 10, max_depth: int = 2,
+def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, max_steps: int = 10, max_depth: int = 2,
                        families: tuple[str, ...] = DCP_FAMILIES, system: str = "") -> Case:
     """A case of one of ``families`` (those that checkpoint through ``get_state_dict`` or FSDP1's state dicts),
     with an event.  ``system``: a system under test of the family's own (a plug-in, a test-only fault); its

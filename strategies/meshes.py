@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
+
 
 #: World sizes in shrinking order, with their weights.  Hypothesis draws the ends of a list more often than
 #: its middle, so the rare size 1 sits in the middle.
@@ -22,7 +24,7 @@ def weighted(weights: dict) -> list:
     return [key for key, weight in weights.items() for _ in range(weight)]
 
 
-def world_sizes(allowed: tuple[int, ...] = (1, 2, 4)) -> st.SearchStrategy[int]:
+def world_sizes(allowed: tuple[int, ...] = DEFAULT_WORLD_SIZES) -> st.SearchStrategy[int]:
     """One of ``allowed``, weighted by :data:`WORLD_SIZE_WEIGHTS` (unknown sizes get weight 1)."""
     if not allowed or any(not isinstance(w, int) or w < 1 for w in allowed):
         raise ValueError(f"world sizes must be positive integers, got {allowed!r}")

@@ -5,7 +5,8 @@ import dataclasses
 import torch
 from hypothesis import given, settings
 
-from parityfuzz.run.build import DTYPES, batch_for, build_model
+from parityfuzz.run.build import batch_for, build_model
+from parityfuzz.run.record import torch_dtype
 from parityfuzz.case import MeshSpec, ModelSpec, Node
 from parityfuzz.strategies import cases
 from tests.test_case import simple
@@ -22,7 +23,7 @@ def test_generated_cases_build_and_run_forward(case):
     if case.train.to_float64:  # as every system does, before or after wrapping
         model = model.to(torch.float64)
     out = model(batch_for(case, 0, 0))
-    assert out.dtype == (torch.float64 if case.train.to_float64 else DTYPES[case.train.dtype])
+    assert out.dtype == (torch.float64 if case.train.to_float64 else torch_dtype(case.train.dtype))
     assert out.shape[:2] == (case.train.batch, case.train.seq_len)
     out.sum().backward()
     assert all(p.grad is not None for p in model.parameters())

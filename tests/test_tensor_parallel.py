@@ -103,8 +103,6 @@ def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executo
     """The perturbed reference of an MP case under TP perturbs DTensor gradients (signs drawn for the whole
     tensor, each rank adding its part): it ran into "mixed torch.Tensor and DTensor" before, and a near miss of
     such a case was then judged on the rounding floor alone."""
-    import dataclasses
-
     from parityfuzz.case import dtypes
     from parityfuzz.judge.oracle import compare
     from parityfuzz.judge.verify import tolerance

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from parityfuzz.case.errors import check
 
+#: The world sizes a run draws unless told otherwise (``--world-sizes``; 3 and 8 only when asked).
+DEFAULT_WORLD_SIZES = (1, 2, 4)
+
 #: Every axis a mesh may have, outermost first.
 AXES = ("pp", "dp_replicate", "dp_shard", "tp")
 #: Axes whose ranks see different data.

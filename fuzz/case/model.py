@@ -210,6 +210,13 @@ class ModelSpec:
         return out
 
 
+def children_first(items, path=lambda item: item) -> list:
+    """``items`` (module paths, or things with one: ``path``) in the order wrapping applies to them: the deepest
+    first, the root last; modules of one depth in the given order.  ``fully_shard`` "should be called bottom-up"
+    (_fully_shard.py), and nested FSDP1 instances are made inside out."""
+    return sorted(items, key=lambda item: -path(item).count(".") - (path(item) != ""))
+
+
 def check_rank_gate_periods(m: ModelSpec, dp: int) -> None:
     """Every per-rank gate's child is used by some rank: its period is at most the data-parallel size ``dp``."""
     nodes = dict(m.body.walk("body"))

@@ -1,5 +1,6 @@
-"""Preconditions of the known torch bugs of checkpoint events in any family (``corpus/known_bugs.toml`` names them ``checkpoint:<function>``):
-what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+"""Preconditions of the known torch bugs of checkpoint events in any family (``corpus/known_bugs.toml`` names them
+``checkpoint:<function>``): what the shrunk cases of each bug needed. Each takes a case and says whether the bug
+can show in it."""
 
 from __future__ import annotations
 

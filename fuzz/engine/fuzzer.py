@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 
 from parityfuzz.triage import corpus
 from parityfuzz.case import Case
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.engine.constants import without_local_constants
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
@@ -66,7 +67,7 @@ class FuzzOptions:
     budget_s: float = 30.0
     shrink_budget_s: float = 300.0
     corpus_dir: Path = Path("corpus")
-    world_sizes: tuple[int, ...] = (1, 2, 4)
+    world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
     seed: int | None = None
     case_timeout_s: float | None = None
     progress_every_s: float = 10.0

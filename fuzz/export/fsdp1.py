@@ -14,6 +14,7 @@ from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp1 import HYBRID, FSDP1Plan
 from parityfuzz.systems import fsdp1 as system
+from parityfuzz.case.model import children_first
 
 IMPORTS = ("import functools\n"
            "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"
@@ -93,7 +94,7 @@ def plan_lines(case: Case, mesh: str = "") -> list[str]:
     lines += [fsdp2.checkpoint_line(c) for c in plan.checkpoints if c.before]
     lines += kwargs_lines(case, mesh) + policy_lines(case)
     if plan.wrapping == "manual":
-        for path in sorted(plan.wraps, key=lambda p: -p.count(".")):  # children before parents
+        for path in children_first(plan.wraps):
             lines.append(f'owner, attr = holder(model, "{path}")\n'
                          "setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))")
     lines.append("model = FSDP(model, auto_wrap_policy=policy, **kwargs)")

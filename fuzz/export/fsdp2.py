@@ -6,6 +6,7 @@ from __future__ import annotations
 from parityfuzz.case import Case
 from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
+from parityfuzz.case.model import children_first
 
 IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
            "from torch.distributed._composable import checkpoint\n"
@@ -53,7 +54,7 @@ def mp_policy(w: Wrap) -> str:
 def plan_lines(plan: FSDP2Plan, mesh: str = "mesh") -> list[str]:
     """The calls, in FSDP2System.wrap's order."""
     lines = [checkpoint_line(c) for c in plan.checkpoints if c.before]
-    for w in sorted(plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):  # children before parents
+    for w in children_first(plan.wraps, lambda w: w.path):
         lines.append(fully_shard_line(w, mesh))
     lines += [checkpoint_line(c) for c in plan.checkpoints if not c.before]
     if plan.reduce_scatter_unused:

@@ -116,7 +116,7 @@ The case:
         + parts.imports + reference.imports(case) + checkpoint.imports(case),
         constants(case),
         model_source(case),
-        RUNTIME_DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()),
+        RUNTIME_DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()).replace("$SEEDS", _seeds()),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
             (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
              parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
@@ -140,6 +140,13 @@ def _perturbation() -> str:
     return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients))
 
 
+def _seeds() -> str:
+    """The harness's seed arithmetic, as it is (:mod:`parityfuzz.run.seeds`)."""
+    from parityfuzz.run import seeds
+
+    return inspect.getsource(seeds).split('"""', 2)[2].strip() + "\n"
+
+
 def _wrapper_helpers() -> str:
     """The harness's own helpers for case paths through wrappers (checkpoint wrappers, FSDP1 instances)."""
     from parityfuzz.systems import base
@@ -152,10 +159,10 @@ RUNTIME_DATA = '''
 # ---- data: the fuzzer's inputs, keyed by the case's seed, the rank's data-parallel index, step and microbatch
 
 
+$SEEDS
+
 def generator(dp, step, micro, salt):
-    data = 0 if SAME_INPUT else dp + 1
-    key = SEED * 1_000_003 + data * 7919 + step * 97 + micro + salt * 2**40
-    return torch.Generator().manual_seed(key % 2**63)
+    return torch.Generator().manual_seed(data_key(SEED, 0 if SAME_INPUT else dp + 1, step, micro, salt))
 
 
 def batch(dp, step, micro, nonroot=False):
@@ -177,7 +184,7 @@ def target(dp, step, micro, nonroot=False):
 
 def forward_seed(dp, step, micro):
     """The global RNG seed of one forward (dropout masks): alike in every system."""
-    return (SEED * 1_000_003 + dp * 7919 + step * 97 + micro * 13 + 1) % 2**63
+    return forward_seed_key(SEED, dp, step, micro)
 
 
 def loss_fn(out, tgt):
@@ -275,7 +282,7 @@ def build(role, dp, device, mesh, step=0):
         if TO_FLOAT64:
             model = model.to(torch.float64)
         if role.startswith("perturbed"):
-            perturb(model, SEED + 7919 * int(role.partition("/")[2]))
+            perturb(model, perturbation_key(SEED, int(role.partition("/")[2])))
         inner, model = model, reference(model, device, mesh)
     if role == "system":
         optim, scheduler = SYSTEM_OPTIMIZER([(case_name(n), p) for n, p in inner.named_parameters()])
@@ -356,7 +363,7 @@ def train(role, dp, device, mesh):
                   "local": {**local, **(reference_local(model) if role != "system" else {})}}
         local.clear()
         if role.startswith("perturbed"):
-            perturb_gradients(named(), SEED * 1009 + len(passes) + 1 + 7919 * int(role.partition("/")[2]))
+            perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1))
         if role == "system":
             sleep("before_step")
         with step_context() if role == "system" else reference_step_context():
@@ -628,5 +635,6 @@ if __name__ == "__main__":
 
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (RUNTIME_DATA, RUNTIME_TRAIN, RUNTIME_COMPARE, RUNTIME_MAIN):
-    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", ""), "<parityfuzz.export.script>", "exec")
+    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", ""),
+            "<parityfuzz.export.script>", "exec")
 del _source

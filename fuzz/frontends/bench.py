@@ -1,9 +1,9 @@
 """Throughput of the executor against a bare hand-written loop, side by side in one run.
 
-    python -m fuzz.bench [--cases N] [--world-sizes 2,4] [--json]
-    python -m fuzz.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
-    python -m fuzz.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults.py)
-    python -m fuzz.bench --attached [--cases N] [--world-sizes 2] [--json]
+    python -m parityfuzz.frontends.bench [--cases N] [--world-sizes 2,4] [--json]
+    python -m parityfuzz.frontends.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
+    python -m parityfuzz.frontends.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults.py)
+    python -m parityfuzz.frontends.bench --attached [--cases N] [--world-sizes 2] [--json]
 
 The same generated cases (fixed seed) run twice per world size:
 
@@ -228,7 +228,7 @@ def side_by_side(sizes: list[int], n: int, seed: int, ways) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fuzz.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m parityfuzz.frontends.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=60, help="cases per world size (default 60)")
     parser.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
     parser.add_argument("--seed", type=int, default=0)

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import Verbosity, settings
 
 from parityfuzz import engine
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.engine import Fuzzer, FuzzOptions
 from parityfuzz.executor.devices import fuzzer_share
 
 DEFAULT_BUDGET_S = 30.0
-DEFAULT_WORLD_SIZES = (1, 2, 4)
 SUPPORTED_WORLD_SIZES = (1, 2, 3, 4, 8)
 
 settings.register_profile("dev", max_examples=50, deadline=None, report_multiple_bugs=False)

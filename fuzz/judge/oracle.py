@@ -58,7 +58,7 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   residues follow the gradients flowing into it.  ``dtype`` is the model's: the mixed-precision reference reproduces FSDP2's
   low-precision arithmetic bit for bit (:mod:`parityfuzz.systems.mp_reference`), so a reduction done in bf16
   where the policy says fp32 (~1e-3 relative) is caught.
-- ``k`` and ``FLOOR_ULPS`` were chosen from measurement over clean cases (``python -m fuzz.calibrate``;
+- ``k`` and ``FLOOR_ULPS`` were chosen from measurement over clean cases (``python -m parityfuzz.frontends.calibrate``;
   the figures are in the README).
 
 The noise is measured lazily: the comparison runs first with ``noise = 0`` (the floor alone); only a case
@@ -311,7 +311,7 @@ def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: flo
 
 def measure(ref: Trace, sut: Trace, noise: Trace, tol: Tolerance):
     """``(pass, what, tensor, deviation, noise, scale)`` for every loss and tensor both systems hold, up to the
-    reference's first non-finite pass: the raw figures behind the tolerance (``python -m fuzz.calibrate``)."""
+    reference's first non-finite pass: the raw figures behind the tolerance (``python -m parityfuzz.frontends.calibrate``)."""
     stop = _first_non_finite(ref)
     for i, at in enumerate(ref.passes[:stop]):
         rows = [(f"loss[rank {r}]", "loss", a, b, n)

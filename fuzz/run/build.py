@@ -16,8 +16,9 @@ import torch.nn.functional as F
 
 from parityfuzz.case import dtypes
 from parityfuzz.case import Case, ModelSpec, Node, child_names
+from parityfuzz.run.record import torch_dtype
+from parityfuzz.run.seeds import data_key
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 _ACTS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -195,15 +196,14 @@ def build_model(case: Case, rank: int = 0, clock: ForwardClock | None = None) ->
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seed)
         model = Net(case.model, clock or ForwardClock(), case.mesh.dp_index(rank))
-    return model.to(DTYPES[case.train.dtype])
+    return model.to(torch_dtype(case.train.dtype))
 
 
 def _generator(case: Case, rank: int, step: int, micro: int, salt: int) -> torch.Generator:
     """A generator keyed by the case, the rank's data (its data-parallel index; all ranks alike under
     ``train.same_input``), the step, the microbatch and what is drawn: independent of any global RNG state."""
     data = 0 if case.train.same_input else case.mesh.dp_index(rank) + 1
-    key = case.seed * 1_000_003 + data * 7919 + step * 97 + micro + salt * 2**40
-    return torch.Generator().manual_seed(key % 2**63)
+    return torch.Generator().manual_seed(data_key(case.seed, data, step, micro, salt))
 
 
 def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0,
@@ -220,7 +220,7 @@ def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cp
     if width is None:
         x = torch.randint(0, case.model.vocab, shape, generator=g)
     else:
-        dtype = getattr(torch, dtypes.activation_dtype(case, path))
+        dtype = torch_dtype(dtypes.activation_dtype(case, path))
         x = torch.randn(shape + (width,), generator=g, dtype=torch.float64).to(dtype)
     return x.to(device)
 

@@ -11,8 +11,14 @@ def numpy_of(t: torch.Tensor):
     return t.detach().to("cpu", torch.float64, copy=True).numpy()
 
 
-def dtype_name(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
+def dtype_name(t: torch.Tensor | torch.dtype) -> str:
+    """The name a case gives a tensor's dtype (or a dtype): ``float32``, ``bfloat16``."""
+    return str(t if isinstance(t, torch.dtype) else t.dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> torch.dtype | None:
+    """The torch dtype a case names (:data:`parityfuzz.case.dtypes.MP_DTYPES`); ``""`` is ``None``."""
+    return getattr(torch, name) if name else None
 
 
 def record_tensors(tensors: dict, ctx=None, rank_local: frozenset[str] = frozenset()) -> dict:

@@ -11,6 +11,7 @@ import torch
 from parityfuzz.run.activations import Probe
 from parityfuzz.run.build import ForwardClock, batch_for, build_model, target_for
 from parityfuzz.run.collectives import CollectiveCounter
+from parityfuzz.run.seeds import forward_seed_key, gradient_perturbation_key, perturbation_key
 from parityfuzz.case import Case
 from parityfuzz.systems import RankContext, resolve
 from parityfuzz.run.record import dtype_name, record_tensors
@@ -71,7 +72,7 @@ def reset_rank_state(seed: int) -> None:
 def forward_seed(case: Case, rank: int, step: int, micro: int) -> int:
     """The RNG seed of one forward: differs per data-parallel rank, step and microbatch, equal across systems
     and across the ranks of a tensor-parallel group."""
-    return (case.seed * 1_000_003 + case.mesh.dp_index(rank) * 7919 + step * 97 + micro * 13 + 1) % 2**63
+    return forward_seed_key(case.seed, case.mesh.dp_index(rank), step, micro)
 
 
 #: Roles a rank can run: the reference, the system under test, and the reference started from weights
@@ -132,7 +133,7 @@ class _Run:
         self.case, self.role, self.ctx, self.record = case, role, ctx, record
         self.probing = probe
         self.probe: Probe | None = None
-        self.shift = 7919 * sample
+        self.sample = sample
         self.trace = RankTrace()
         self.clock = ForwardClock()
         self.system = None
@@ -148,7 +149,7 @@ class _Run:
         if self.role == "perturbed_reference" and step == 0:
             if case.train.to_float64:
                 model = model.to(torch.float64)  # perturb what is trained, at its own precision
-            perturb(model, case.seed + self.shift)
+            perturb(model, perturbation_key(case.seed, self.sample))
         # Frozen before the parallel API is applied, as users do; a system resumed at a checkpoint's step is frozen
         # as the saved one was (after the step before), and unfreezes at the step as the uninterrupted one does.
         for name, p in model.named_parameters():
@@ -190,7 +191,8 @@ class _Run:
             trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
             trace.local_grad_scales.append(system.local_gradient_scales())
         if trains and self.role == "perturbed_reference":
-            perturb_gradients(system.named_parameters(), case.seed * 1009 + len(trace.passes) + self.shift)
+            perturb_gradients(system.named_parameters(),
+                              gradient_perturbation_key(case.seed, self.sample, len(trace.passes)))
         if trains:
             system.optimizer_step()
         if self.record:

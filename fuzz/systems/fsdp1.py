@@ -31,7 +31,9 @@ from parityfuzz.run import build
 from parityfuzz.families.fsdp1 import HYBRID
 from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
-from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint, dtype
+from parityfuzz.run.record import torch_dtype as dtype
+from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint
+from parityfuzz.case.model import children_first
 
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.run.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
@@ -107,7 +109,7 @@ class FSDP1System(System):
         kwargs = self.fsdp_kwargs(model)
         policy = self.auto_wrap_policy(model)
         if plan.wrapping == "manual":
-            for path in sorted(plan.wraps, key=lambda p: -p.count(".")):  # children before parents
+            for path in children_first(plan.wraps):
                 owner, attr = holder(model, path)
                 setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))
         model = FSDP(model, auto_wrap_policy=policy, **kwargs)

@@ -59,7 +59,7 @@ from torch.utils._pytree import tree_map
 
 from parityfuzz.families.fsdp1 import HYBRID
 from parityfuzz.systems.fsdp1 import KIND_CLASSES
-from parityfuzz.systems.fsdp2 import dtype
+from parityfuzz.run.record import dtype_name, torch_dtype as dtype
 from parityfuzz.systems.masters import EmulatedReference, Masters
 from parityfuzz.systems.mp_reference import _cast, divide_factors
 
@@ -284,7 +284,7 @@ def arguments(case, model: nn.Module) -> dict:
     return dict(units=sorted(units(model, plan)), compute_dtype=dtype(mp.param_dtype) or master_dtype,
                 # MixedPrecision.reduce_dtype: "If this is None but param_dtype is not None, then this takes on the
                 # param_dtype value" (fsdp/api.py).
-                reduce_dtype=dtype(mp.reduce(str(master_dtype).removeprefix("torch."))),
+                reduce_dtype=dtype(mp.reduce(dtype_name(master_dtype))),
                 buffer_dtype=dtype(mp.buffer_dtype), cast_root_inputs=bool(mp.param_dtype and mp.cast_root_forward_inputs),
                 keep_low_precision_grads=mp.keep_low_precision_grads,
                 # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns

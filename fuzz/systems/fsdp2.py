@@ -22,6 +22,8 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 
 from parityfuzz.families.fsdp2 import Checkpoint, Wrap
 from parityfuzz.systems.base import System, resolve
+from parityfuzz.case.model import children_first
+from parityfuzz.run.record import torch_dtype as dtype
 
 
 def apply_checkpoint(model: nn.Module, c: Checkpoint, **kwargs) -> None:
@@ -42,11 +44,6 @@ def apply_checkpoint(model: nn.Module, c: Checkpoint, **kwargs) -> None:
     parent_path, _, name = c.path.rpartition(".")
     parent = resolve(model, parent_path)
     setattr(parent, name, checkpoint_wrapper(getattr(parent, name), **kwargs))
-
-
-def dtype(name: str) -> torch.dtype | None:
-    """The torch dtype a case names; ``""`` is ``None``."""
-    return getattr(torch, name) if name else None
 
 
 def mp_policy(w: Wrap) -> MixedPrecisionPolicy:
@@ -74,7 +71,7 @@ class FSDP2System(System):
             if c.before:
                 apply_checkpoint(model, c, **self.checkpoint_kwargs)
         # Children before parents: deepest paths first, the root ("") last.
-        for w in sorted(plan.wraps, key=lambda w: -w.path.count(".") - (w.path != "")):
+        for w in children_first(plan.wraps, lambda w: w.path):
             offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
             fully_shard(resolve(model, w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward,
                         offload_policy=offload, mp_policy=mp_policy(w))

@@ -45,7 +45,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from parityfuzz.systems.fsdp2 import dtype
+from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.masters import EmulatedReference, Masters
 
 

@@ -48,7 +48,6 @@ IGNORED_VIA = ("modules", "states")
 
 
 #: Dtypes FSDP1's ``MixedPrecision`` may name here (``""``: None).
-MP_DTYPES = ("bfloat16", "float16", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -305,7 +304,7 @@ def _validate_precision(case: Case) -> None:
     mp, plan, t = case.plan.precision, case.plan, case.train
     for name in ("param_dtype", "reduce_dtype", "buffer_dtype"):
         value = getattr(mp, name)
-        check(value in ("",) + MP_DTYPES, f"plan.precision.{name}", f"must be one of {MP_DTYPES} or ''")
+        check(value in ("",) + dtypes.MP_DTYPES, f"plan.precision.{name}", f"must be one of {dtypes.MP_DTYPES} or ''")
     if not mp.active():
         check(mp == Precision(), "plan.precision", "flags without a dtype: leave them at their defaults")
         return

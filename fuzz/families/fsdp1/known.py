@@ -1,5 +1,6 @@
-"""Preconditions of the known torch bugs of the FSDP1 families (fsdp1, and fsdp1_tp where a record says so) (``corpus/known_bugs.toml`` names them ``fsdp1:<function>``):
-what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+"""Preconditions of the known torch bugs of the FSDP1 families (fsdp1, and fsdp1_tp where a record says so)
+(``corpus/known_bugs.toml`` names them ``fsdp1:<function>``): what the shrunk cases of each bug needed. Each
+takes a case and says whether the bug can show in it."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def no_shard_unit_unused(case: Case) -> bool:
 def no_shard_no_sync_unfrozen(case: Case) -> bool:
     """FSDP1 NO_SHARD (or a one-rank shard group), use_orig_params=True, no_sync() accumulation, and a parameter
     frozen at first and unfrozen on a later step."""
-    return runs_unsharded(case) and case.plan.use_orig_params and case.plan.no_sync and any(f.until for f in case.train.frozen)
+    return (runs_unsharded(case) and case.plan.use_orig_params and case.plan.no_sync
+            and any(f.until for f in case.train.frozen))
 
 
 def orig_params_unused_in_a_step(case: Case) -> bool:

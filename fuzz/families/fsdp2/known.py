@@ -1,5 +1,6 @@
-"""Preconditions of the known torch bugs of the fsdp2 family (``corpus/known_bugs.toml`` names them ``fsdp2:<function>``):
-what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can show in it."""
+"""Preconditions of the known torch bugs of the fsdp2 family (``corpus/known_bugs.toml`` names them
+``fsdp2:<function>``): what the shrunk cases of each bug needed. Each takes a case and says whether the bug can
+show in it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def mixed_precision_group_unfrozen_later(case: Case) -> bool:
 
 
 def mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
-    return bool(case.model.gates()) and case.mixed_precision() and case.train.microbatches > 1 and bool(case.plan.no_sync)
+    return (bool(case.model.gates()) and case.mixed_precision() and case.train.microbatches > 1
+            and bool(case.plan.no_sync))
 
 
 def rank_flow_with_several_groups(case: Case) -> bool:

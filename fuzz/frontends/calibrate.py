@@ -1,7 +1,7 @@
 """Measure the oracle's tolerance on clean cases: how far correct FSDP2 strays from its reference, against the
 noise a perturbed reference measures.
 
-    python -m fuzz.calibrate [--cases 500] [--world-sizes 1,2,4] [--seed 0] [--json rows.json] [--findings DIR]
+    python -m parityfuzz.frontends.calibrate [--cases 500] [--world-sizes 1,2,4] [--seed 0] [--json rows.json] [--findings DIR]
 
 Each generated case runs the reference, the system under test and the reference from perturbed weights in
 one round trip.  For every pass, loss and tensor it takes the deviation ``max |sut - ref|``, the noise
@@ -32,6 +32,7 @@ import numpy as np
 from parityfuzz.case import dtypes
 from parityfuzz.frontends.bench import generate
 from parityfuzz.case import Case
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 
 KS = (2, 4, 8, 16, 32)
 FLOORS = (4, 8, 16, 32, 64, 128)
@@ -114,9 +115,9 @@ def summarize(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fuzz.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m parityfuzz.frontends.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=500)
-    parser.add_argument("--world-sizes", default="1,2,4")
+    parser.add_argument("--world-sizes", default=",".join(map(str, DEFAULT_WORLD_SIZES)))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write every measured row here")
     parser.add_argument("--findings", metavar="DIR", help="write the case of every non-pass verdict here")
