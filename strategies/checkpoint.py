@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import Case, CaseError, MeshSpec
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
-from parityfuzz.case.checkpoint import (DCP_FAMILIES, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
+from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
                                    saves_from)
 
 RESHARDS = ("none", "world_size", "fsdp2", "ddp")
 
 
 def ways_into(case: Case, fmt: str) -> list[str]:
-    return [w for w in saves_from(case) if WAYS[w][0] == fmt]
+    return [w for w in saves_from(case) if WAYS[w] == fmt]
 
 
 def can_reshard(case: Case) -> bool:
@@ -81,7 +81,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     except CaseError:
         event = Checkpoint(step=step, save=save)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
-    load = draw(st.sampled_from(ways_into(resumed, WAYS[save][0])))
+    load = draw(st.sampled_from(ways_into(resumed, WAYS[save])))
     options = {}
     if save == "dcp":
         options["full_state_dict"] = draw(st.booleans())
@@ -100,14 +100,14 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
 
 @st.composite
 def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, max_steps: int = 10, max_depth: int = 2,
-                       families: tuple[str, ...] = DCP_FAMILIES, system: str = "") -> Case:
-    """A case of one of ``families`` (those that checkpoint through ``get_state_dict`` or FSDP1's state dicts),
-    with an event.  ``system``: a system under test of the family's own (a plug-in, a test-only fault); its
+                       families: tuple[str, ...] | None = None, system: str = "") -> Case:
+    """A case of one of ``families`` (default: every family that takes checkpoint events, through
+    ``get_state_dict`` or FSDP1's state dicts), with an event.  ``system``: a system under test of the family's own (a plug-in, a test-only fault); its
     cases resume within the family."""
     from parityfuzz.judge.expected import expectation
     from parityfuzz.strategies.cases import cases
 
-    family = draw(st.sampled_from(families))
+    family = draw(st.sampled_from(families or checkpoint_families()))
     case = draw(cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth,
                       system=system))
     # A case torch refuses (an expected error) trains to no checkpoint, and one with tensors of a value per rank

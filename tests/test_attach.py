@@ -121,9 +121,9 @@ def test_a_fuzz_run_on_attached_ranks_finds_and_shrinks_a_fault(tmp_path):
 
 
 def test_attach_needs_one_world_size():
+    target = str(ROOT / "fuzz" / "test_families.py") + "::test_family_trains_like_its_reference[zero]"
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fuzz-attach=127.0.0.1:1",
-                             str(ROOT / "fuzz" / "test_zero.py")], cwd=ROOT, env=ENV, capture_output=True,
-                            text=True, timeout=120)
+                             target], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert result.returncode == 4 and "--fuzz-attach: give --world-sizes=N" in result.stderr, result.stderr
 
 

@@ -15,6 +15,8 @@ from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+#: The fsdp2 family's fuzz target.
+FSDP2_TARGET = "fuzz/test_families.py::test_family_trains_like_its_reference[fsdp2]"
 
 
 def pytest_run(*args, cwd=ROOT, timeout=300):
@@ -33,7 +35,7 @@ def pytest_run(*args, cwd=ROOT, timeout=300):
     ("--fuzz-max-failures=0", "--fuzz-max-failures"),
 ])
 def test_bad_option_is_a_one_line_usage_error(tmp_path, option, needle):
-    result = pytest_run("fuzz/test_fsdp2.py", option, f"--fuzz-report={tmp_path}/r.json")
+    result = pytest_run(FSDP2_TARGET, option, f"--fuzz-report={tmp_path}/r.json")
     assert result.returncode == 4, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and needle in errors[0]
@@ -166,7 +168,7 @@ def test_replay_xpass_is_loud_and_bad_files_fail_alone(tmp_path):
 
 def test_clean_fuzz_run_exits_zero_and_reports(tmp_path):
     report = tmp_path / "report.json"
-    result = pytest_run("fuzz/test_fsdp2.py", "--fuzz-budget=8", "--world-sizes=1,2", "--fuzz-seed=1",
+    result = pytest_run(FSDP2_TARGET, "--fuzz-budget=8", "--world-sizes=1,2", "--fuzz-seed=1",
                         f"--corpus-dir={tmp_path}", f"--fuzz-report={report}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "distinct feature combinations" in result.stdout and "--fuzz-seed=1" in result.stdout
@@ -181,7 +183,7 @@ def test_a_seed_and_a_case_count_make_the_same_run_anywhere(tmp_path):
     reports = []
     for n in range(2):
         report = tmp_path / f"report{n}.json"
-        result = pytest_run("fuzz/test_fsdp2.py", "--fuzz-budget=600", "--fuzz-seed=5", "--fuzz-max-cases=6",
+        result = pytest_run(FSDP2_TARGET, "--fuzz-budget=600", "--fuzz-seed=5", "--fuzz-max-cases=6",
                             "--world-sizes=2", f"--corpus-dir={tmp_path}", f"--fuzz-report={report}")
         assert result.returncode == 0, result.stdout[-2000:]
         reports.append(json.loads(report.read_text()))
@@ -194,7 +196,7 @@ def test_hypothesis_observability_records_each_case_with_its_features(tmp_path):
     them per case (its end-of-run statistics are not noted for a run that the budget stops)."""
     (tmp_path / "corpus").mkdir()
     env = {**ENV, "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY": "1"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "fuzz/test_fsdp2.py"),
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / FSDP2_TARGET),
                              "--fuzz-budget=4", "--world-sizes=1", f"--corpus-dir={tmp_path / 'corpus'}"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -257,7 +259,7 @@ def test_repro_says_where_a_mismatch_begins():
 
 
 def test_global_pytest_timeout_does_not_cut_a_fuzz_budget(tmp_path):
-    result = pytest_run("fuzz/test_fsdp2.py", "-o", "timeout=2", "--fuzz-budget=5", "--world-sizes=2",
+    result = pytest_run(FSDP2_TARGET, "-o", "timeout=2", "--fuzz-budget=5", "--world-sizes=2",
                         f"--corpus-dir={tmp_path}")
     assert result.returncode == 0, result.stdout[-3000:]
     assert "1 passed" in result.stdout

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from parityfuzz.triage import corpus
-from parityfuzz.export import FAMILIES, ExportError, export, refusal
+from parityfuzz import families
+from parityfuzz.export import ExportError, export, refusal
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.judge.verify import check
 from parityfuzz.case import MeshSpec, TrainSpec
@@ -40,7 +41,7 @@ def torchrun(script: Path, world_size: int, *launch: str) -> subprocess.Complete
 
 def exported_corpus() -> list[Path]:
     """The corpus files of the exported families the export writes out (the others are refused: below)."""
-    files = [p for p in corpus.discover(ROOT / "corpus") if p.parent.name in FAMILIES]
+    files = [p for p in corpus.discover(ROOT / "corpus") if families.get(p.parent.name).export]
     return [p for p in files if refusal(corpus.load(p).case) is None]
 
 
@@ -146,7 +147,7 @@ def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
     assert "a checkpoint loaded into another world size" in refusal(resharded.validate())
     assert "overlap_with_ddp" in refusal(zero_case(2, optimizer="adam", overlap="hook",
                                                  training={"groups": (), "microbatches": 1, "scheduler": ""}))
-    assert {p.parent.name for p in corpus.discover(ROOT / "corpus")} <= set(FAMILIES)
+    assert {p.parent.name for p in corpus.discover(ROOT / "corpus")} <= {f.name for f in families.records() if f.export}
 
 
 def test_corpus_file_exports_to_a_script_with_its_verdict(tmp_path, corpus_file):

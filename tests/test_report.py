@@ -1,4 +1,4 @@
-"""The HTML report of a run (parityfuzz.frontends.report) and the seed tests' grids it shows (parityfuzz.engine.seedgrids)."""
+"""The HTML report of a run (parityfuzz.frontends.report) and the seed tests' grids it shows (parityfuzz.case.seedgrids)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parityfuzz.engine import seedgrids
+from parityfuzz.case import seedgrids
 from parityfuzz.frontends import report
 from parityfuzz.case import Delay, MeshSpec
 from parityfuzz.engine.stats import TargetStats
@@ -17,7 +17,7 @@ from parityfuzz.judge.verdict import Divergence, Verdict
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]
-MULTI_GROUP = next(g for g in seedgrids.GRIDS if g.source.endswith("test_train_parity_multi_group"))
+MULTI_GROUP = next(g for g in seedgrids.grids() if g.source.endswith("test_train_parity_multi_group"))
 
 
 def fsdp2(reshard, *delays: str):

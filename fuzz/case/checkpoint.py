@@ -38,19 +38,28 @@ from parityfuzz.case.plan import Plan
 if TYPE_CHECKING:
     from parityfuzz.case.core import Case
 
-#: Families whose systems hold their state in what ``get_state_dict`` takes (ZeRO's own round trip is the
-#: ``zero`` family's ``reload_at``).
-DCP_FAMILIES = ("fsdp2", "fsdp2_tp", "fsdp1", "fsdp1_tp", "composable")
-FSDP1_FAMILIES = ("fsdp1", "fsdp1_tp")
+#: Way -> the format it writes and reads.  Which families save and load each way is theirs to say
+#: (:attr:`parityfuzz.families.Family.checkpoint_ways`).
+WAYS = {"dcp": "dcp", "full": "file", "fsdp1_full": "file", "fsdp1_sharded": "dcp", "fsdp1_local": "local"}
 
-#: Way -> (format, families that can save or load that way).
-WAYS = {
-    "dcp": ("dcp", DCP_FAMILIES),
-    "full": ("file", DCP_FAMILIES),
-    "fsdp1_full": ("file", FSDP1_FAMILIES),
-    "fsdp1_sharded": ("dcp", FSDP1_FAMILIES),
-    "fsdp1_local": ("local", FSDP1_FAMILIES),
-}
+
+def way_families(way: str) -> tuple[str, ...]:
+    """The families that can save or load ``way``."""
+    from parityfuzz import families
+
+    return tuple(f.name for f in families.records() if way in f.checkpoint_ways)
+
+
+def checkpoint_families() -> tuple[str, ...]:
+    """The families whose cases take checkpoint events (their state is what the state-dict APIs take)."""
+    from parityfuzz import families
+
+    return tuple(f.name for f in families.records() if f.checkpoint_ways)
+
+
+def fsdp1_families() -> tuple[str, ...]:
+    """The families built on FSDP1 (those that save FSDP1's own state dicts)."""
+    return way_families("fsdp1_full")
 
 #: The boolean options that are off by default.
 OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate")
@@ -99,7 +108,7 @@ class Checkpoint:
 def saves_from(case: Case) -> list[str]:
     """The ways ``case``'s system can save (and load, into the same plan)."""
     local = not getattr(case.plan, "use_orig_params", False)
-    return [w for w, (_, families) in WAYS.items() if case.family in families and (w != "fsdp1_local" or local)]
+    return [w for w in WAYS if case.family in way_families(w) and (w != "fsdp1_local" or local)]
 
 
 def resumed(case: Case) -> Case:
@@ -133,10 +142,10 @@ def validate_checkpoint(case: Case) -> None:
     for key, way in (("save", c.save), ("load", c.load_way)):
         check(way in WAYS, f"checkpoint.{key}", f"must be one of {sorted(WAYS)}, got {way!r}")
     r = resumed(case)
-    check(case.family in WAYS[c.save][1], "checkpoint.save",
-          f"{c.save!r} saves only from the families {list(WAYS[c.save][1])}, not {case.family!r}")
-    check(WAYS[c.load_way][0] == WAYS[c.save][0], "checkpoint.load",
-          f"{c.load_way!r} reads the {WAYS[c.load_way][0]} format, {c.save!r} writes the {WAYS[c.save][0]} one")
+    check(case.family in way_families(c.save), "checkpoint.save",
+          f"{c.save!r} saves only from the families {list(way_families(c.save))}, not {case.family!r}")
+    check(WAYS[c.load_way] == WAYS[c.save], "checkpoint.load",
+          f"{c.load_way!r} reads the {WAYS[c.load_way]} format, {c.save!r} writes the {WAYS[c.save]} one")
     check(c.world_size >= 0, "checkpoint.world_size", f"must be >= 1 (0: the case's), got {c.world_size}")
     if c.mesh is None:
         check(r.mesh.size == r.world_size, "checkpoint.mesh", f"world size {r.world_size} needs its own mesh")
@@ -146,8 +155,8 @@ def validate_checkpoint(case: Case) -> None:
         raise CaseError(f"checkpoint.{e.field}", f"(in the resumed case) {e.message}") from None
     check(not case.system or r.family == case.family, "checkpoint.plan",
           f"the named system under test {case.system!r} runs {case.family!r} plans only")
-    check(r.family in WAYS[c.load_way][1], "checkpoint.load",
-          f"{c.load_way!r} loads only into the families {list(WAYS[c.load_way][1])}, not {r.family!r}")
+    check(r.family in way_families(c.load_way), "checkpoint.load",
+          f"{c.load_way!r} loads only into the families {list(way_families(c.load_way))}, not {r.family!r}")
     if c.save == "fsdp1_local":
         check(not reshards(case), "checkpoint.save",
               "a LOCAL state dict holds this plan's own flat shards: it loads only into the same plan and mesh")
@@ -162,7 +171,7 @@ def validate_checkpoint(case: Case) -> None:
           "an option of the 'dcp' and 'full' ways")
     check(not c.broadcast_from_rank0 or c.load_way == "full", "checkpoint.broadcast_from_rank0",
           "an option of the 'full' load")
-    check(not c.broadcast_from_rank0 or r.family not in FSDP1_FAMILIES, "checkpoint.broadcast_from_rank0",
+    check(not c.broadcast_from_rank0 or r.family not in fsdp1_families(), "checkpoint.broadcast_from_rank0",
           "documented for DTensor state only, not FSDP1's ShardedTensor")
     try:
         families.get(r.family).validate(r)

@@ -5,13 +5,13 @@ can show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import Case
-from parityfuzz.case.checkpoint import FSDP1_FAMILIES
+from parityfuzz.case.checkpoint import fsdp1_families
 
 
 def full_load_into_a_stateless_optimizer(case: Case) -> bool:
     r = case.resumed()
     return (case.checkpoint.load_way == "full" and case.train.optimizer == "sgd" and not case.train.momentum
-            and r.family not in FSDP1_FAMILIES)
+            and r.family not in fsdp1_families())
 
 
 def broadcast_through_set_state_dict(case: Case) -> bool:

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from parityfuzz.engine import seedgrids
+from parityfuzz.case import seedgrids
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
 from parityfuzz.triage import Explanation
@@ -58,9 +58,9 @@ class TargetStats:
 
     def seed_grids(self) -> dict[str, dict]:
         """How much of each seed test's grid about this target's families the run covered
-        (:mod:`parityfuzz.engine.seedgrids`)."""
+        (:mod:`parityfuzz.case.seedgrids`)."""
         combos = list(self.combinations.items())
-        return {g.source: seedgrids.coverage(g, combos) for g in seedgrids.GRIDS
+        return {g.source: seedgrids.coverage(g, combos) for g in seedgrids.grids()
                 if f"family={g.family}" in self.features}
 
     def summary_line(self) -> str:

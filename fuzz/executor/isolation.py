@@ -15,22 +15,25 @@ from dataclasses import dataclass
 
 import torch
 
-#: Namespaces whose attributes a system (or a test-only fault) could patch.
-_FSDP2 = "torch.distributed.fsdp._fully_shard"
-PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
-             "torch.distributed.fsdp", "torch.autograd", "torch.optim", f"{_FSDP2}._fsdp_collectives",
-             f"{_FSDP2}._fsdp_param_group", f"{_FSDP2}._fsdp_state", f"{_FSDP2}._fsdp_param",
-             "torch.distributed.fsdp._runtime_utils",  # FSDP1's gradient reduction
-             "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook",  # ZeRO's overlap with DDP
-             # the state-dict code checkpoint events go through (a fault left there leaked into later cases)
-             "torch.distributed._state_dict_utils", "torch.distributed.checkpoint.state_dict")
-#: Classes whose methods a test-only fault may patch inside torch (FSDP2's internals, the TP styles, ZeRO).
-_TP = "torch.distributed.tensor.parallel.style"
-PATCHABLE_CLASSES = (("torch", "Tensor"), (f"{_FSDP2}._fsdp_state", "FSDPState"),
-                     (f"{_FSDP2}._fsdp_param_group", "FSDPParamGroup"), (f"{_FSDP2}._fsdp_param", "FSDPParam"),
-                     (_TP, "ColwiseParallel"), (_TP, "RowwiseParallel"), (_TP, "SequenceParallel"),
-                     ("torch.distributed.optim.zero_redundancy_optimizer", "ZeroRedundancyOptimizer"),
-                     ("torch.distributed._composable.replicate", "_ReplicateState"))
+#: Namespaces whose attributes any system (or a test-only fault) could patch; each family adds its own
+#: (:attr:`parityfuzz.families.Family.patchable`).
+GENERIC_PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
+                     "torch.autograd", "torch.optim",
+                     # the state-dict code checkpoint events go through (a fault left there leaked into later cases)
+                     "torch.distributed._state_dict_utils", "torch.distributed.checkpoint.state_dict")
+#: Classes whose methods a test-only fault may patch inside torch, beyond each family's.
+GENERIC_PATCHABLE_CLASSES = (("torch", "Tensor"),)
+
+
+def patchable() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The namespaces and classes a rank restores after every case: the generic ones and every family's."""
+    from parityfuzz import families
+
+    names, classes = dict.fromkeys(GENERIC_PATCHABLE), dict.fromkeys(GENERIC_PATCHABLE_CLASSES)
+    for family in families.records():
+        names.update(dict.fromkeys(family.patchable))
+        classes.update(dict.fromkeys(family.patchable_classes))
+    return tuple(names), tuple(classes)
 
 
 def _class(module: str, name: str) -> type:
@@ -59,9 +62,10 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> Snapshot:
+        names, classes = patchable()
         return cls(
-            namespaces={name: dict(vars(importlib.import_module(name))) for name in PATCHABLE},
-            class_attrs={key: dict(vars(_class(*key))) for key in PATCHABLE_CLASSES},
+            namespaces={name: dict(vars(importlib.import_module(name))) for name in names},
+            class_attrs={key: dict(vars(_class(*key))) for key in classes},
             hooks=[(d, dict(d)) for d in _global_hook_dicts()],
             dtype=torch.get_default_dtype(),
             grad=torch.is_grad_enabled(),

@@ -10,7 +10,7 @@ and parameter present alike, in the reference's dtype, equal across replicas bit
 parity; an error on any rank ends the torchrun job with a non-zero code.  ``torchrun --nproc-per-node=N``
 runs it on CPU/gloo, or on CUDA/NCCL where N GPUs are present.
 
-Each family brings one module here (:data:`FAMILIES`) that writes out its plan; a case using a feature the
+Each family brings one module here (its record's ``export``) that writes out its plan; a case using a feature the
 export does not write out yet is refused with :class:`ExportError` naming the feature.
 """
 
@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import importlib
 
+from parityfuzz import families
 from parityfuzz.case import Case
-
-#: family -> the module that writes out its plan (``refusal(case)``, ``parts(case)``).
-FAMILIES = {"fsdp2": "parityfuzz.export.fsdp2", "fsdp2_tp": "parityfuzz.export.fsdp2_tp", "fsdp1": "parityfuzz.export.fsdp1",
-            "fsdp1_tp": "parityfuzz.export.fsdp1_tp", "composable": "parityfuzz.export.composable", "zero": "parityfuzz.export.zero"}
 
 
 class ExportError(ValueError):
@@ -36,9 +33,11 @@ def refusal(case: Case) -> str | None:
     if case.system:
         return (f"its system under test is {case.system!r}, not the {case.family} family's (the script writes out "
                 "torch's own APIs)")
-    if case.family not in FAMILIES:
-        return f"the {case.family} family is not exported yet (exported: {', '.join(FAMILIES)})"
-    return script.refusal(case) or importlib.import_module(FAMILIES[case.family]).refusal(case)
+    writer = families.get(case.family).export
+    if not writer:
+        return (f"the {case.family} family is not exported: "
+                f"{families.get(case.family).missing.get('export', 'its record names no writer')}")
+    return script.refusal(case) or importlib.import_module(writer).refusal(case)
 
 
 def export(case: Case, source: str = "") -> str:
@@ -48,4 +47,4 @@ def export(case: Case, source: str = "") -> str:
     why = refusal(case)
     if why:
         raise ExportError(f"cannot export case {case.case_id()}: {why}")
-    return script.render(case, importlib.import_module(FAMILIES[case.family]).parts(case), source)
+    return script.render(case, importlib.import_module(families.get(case.family).export).parts(case), source)

@@ -1,19 +1,23 @@
-"""System families: one registry, torch-free.
+"""System families: one record each, one registry, torch-free.
 
 A family is a way of training in parallel (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``,
-``composable``).  Each brings one module here (its plan type, validation, feature tags, mesh axes,
-reference rule and printout), one strategy module in ``strategies/`` and one system module in ``fuzz/systems/``.  This registry
-is the only place that maps a family name to them: the executor, the oracle and the engine never name a
-family.
+``composable``).  Its folder here holds its plan type, validation, feature tags, reference rule and printout, and
+its :class:`Family` record (``FAMILY`` in the folder's ``__init__``) names every other layer: its strategy
+(``strategies/``), its systems (``fuzz/systems/``), its export writer (``fuzz/export/``), the torch modules its test
+faults may patch, and its known bugs' preconditions (``known.py`` in the folder).  Every registry that maps a family
+to a layer is derived from these records (:func:`records`): the systems', the export's, the rank isolation's and
+the fuzz targets (``fuzz/test_families.py``).  Adding a family is one folder and one line in :data:`REGISTRY` (or,
+for a family that lives outside the package, :func:`register`).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Callable
 
-#: Family name -> its module in this package.
+#: Family name -> the module whose ``FAMILY`` is its record.
 REGISTRY = {
     "fsdp2": "parityfuzz.families.fsdp2",
     "fsdp2_tp": "parityfuzz.families.fsdp2_tp",
@@ -22,6 +26,40 @@ REGISTRY = {
     "zero": "parityfuzz.families.zero",
     "composable": "parityfuzz.families.composable",
 }
+
+#: Families registered from outside the package (:func:`register`), ``name=module`` joined by commas: an
+#: environment variable, so that the ranks (spawned processes) and a pytest subprocess see them too.
+ENVIRONMENT = "PARITYFUZZ_FAMILIES"
+
+
+def _from_environment() -> None:
+    for item in filter(None, os.environ.get(ENVIRONMENT, "").split(",")):
+        name, _, module = item.partition("=")
+        REGISTRY.setdefault(name, module)
+
+
+_from_environment()
+
+
+def register(name: str, module: str) -> None:
+    """Register the family whose record is ``module``'s ``FAMILY`` under ``name``, in this process and in every
+    process it starts from now on (ranks spawned later, a pytest subprocess)."""
+    if REGISTRY.get(name, module) != module:
+        raise ValueError(f"family {name!r} is already registered as {REGISTRY[name]}")
+    REGISTRY[name] = module
+    entries = dict(item.partition("=")[::2] for item in filter(None, os.environ.get(ENVIRONMENT, "").split(",")))
+    entries[name] = module
+    os.environ[ENVIRONMENT] = ",".join(f"{k}={v}" for k, v in entries.items())
+
+
+def unregister(name: str) -> None:
+    """Undo :func:`register` (tests)."""
+    REGISTRY.pop(name, None)
+    entries = [item for item in os.environ.get(ENVIRONMENT, "").split(",") if item and not item.startswith(name + "=")]
+    if entries:
+        os.environ[ENVIRONMENT] = ",".join(entries)
+    else:
+        os.environ.pop(ENVIRONMENT, None)
 
 
 @dataclass(frozen=True)
@@ -53,6 +91,26 @@ class Family:
     #: ``expected_error(case, device_type)``: the :class:`parityfuzz.case.ExpectedError` torch raises for this case on
     #: this kind of device (``"cpu"``, ``"cuda"``), or None: documented refusals that depend on the machine.
     expected_error: Callable | None = None
+    #: The fuzz target's claim (``fuzz/test_families.py``): what the family's systems must do.
+    target: str = ""
+    #: The systems the family brings, ``{registered name: "module:Class"}`` (its system under test, and the
+    #: references only it uses); the systems registry is the union of these and the generic ``ddp``.
+    systems: dict = field(default_factory=dict)
+    #: The module (``fuzz/export/``) that writes out its plan (``refusal(case)``, ``parts(case)``).
+    export: str = ""
+    #: Torch namespaces, and ``(module, class)`` pairs, whose attributes its systems or its test faults may patch
+    #: on a rank: the rank restores them after every case (:mod:`parityfuzz.executor.isolation`).
+    patchable: tuple[str, ...] = ()
+    patchable_classes: tuple[tuple[str, str], ...] = ()
+    #: The validity rules its plans obey (:mod:`parityfuzz.rules`), and the hand-written grids of PyTorch's own
+    #: tests about it (:mod:`parityfuzz.case.seedgrids`: how much of each a run covered).
+    rules: tuple = ()
+    seed_grids: tuple = ()
+    #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
+    checkpoint_ways: tuple[str, ...] = ()
+    #: The layers it does not supply, each with the reason (``{"export": "..."}``): a test checks that every
+    #: family supplies every layer or says why not here.
+    missing: dict = field(default_factory=dict)
 
 
 def get(name: str) -> Family:
@@ -62,4 +120,13 @@ def get(name: str) -> Family:
     return importlib.import_module(REGISTRY[name]).FAMILY
 
 
-__all__ = ["REGISTRY", "Family", "get"]
+def records() -> list[Family]:
+    """Every registered family's record, in registration order."""
+    return [get(name) for name in REGISTRY]
+
+
+#: The layers a family record names (a test checks each is supplied or said missing).
+LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids")
+
+
+__all__ = ["ENVIRONMENT", "LAYERS", "REGISTRY", "Family", "get", "records", "register", "unregister"]

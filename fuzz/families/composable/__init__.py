@@ -153,6 +153,29 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return {path: ", ".join(parts) for path, parts in notes.items()}, lines
 
 
-FAMILY = Family(name="composable", plan_type=ComposablePlan, meshes=MESHES, system="composable",
-                strategy="parityfuzz.strategies.composable", reference=reference, validate=validate, features=features,
-                describe=describe, expected_error=expected_error)
+FAMILY = Family(
+    name="composable",
+    plan_type=ComposablePlan,
+    meshes=MESHES,
+    system="composable",
+    strategy="parityfuzz.strategies.composable",
+    reference=reference,
+    validate=validate,
+    features=features,
+    describe=describe,
+    expected_error=expected_error,
+    target=(
+        "fully_shard, both replicate APIs and composable checkpoint on one module tree, in any order the "
+        "documentation allows, must train exactly like DDP, and refuse what torch documents refusing."
+    ),
+    systems={
+        "composable": "parityfuzz.systems.composable:ComposableSystem",
+    },
+    export="parityfuzz.export.composable",
+    patchable_classes=(
+        ("torch.distributed._composable.replicate", "_ReplicateState"),
+    ),
+    checkpoint_ways=("dcp", "full"),
+    rules=rules.RULES,
+    missing={"seed_grids": "PyTorch's composable tests' grids are not transcribed yet"},
+)

@@ -25,6 +25,7 @@ from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
 from parityfuzz.families import Family
 from parityfuzz.rules import fsdp1 as fsdp1_rules
 from parityfuzz.families.fsdp2 import Checkpoint
+from parityfuzz.families.fsdp1 import grids
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 HYBRID = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -396,6 +397,34 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
-FAMILY = Family(name="fsdp1", plan_type=FSDP1Plan, meshes=MESHES, system="fsdp1", strategy="parityfuzz.strategies.fsdp1",
-                reference=reference, validate=validate, features=features, describe=describe, promise=promise,
-                precision=precision, expected_error=expected_error)
+FAMILY = Family(
+    name="fsdp1",
+    plan_type=FSDP1Plan,
+    meshes=MESHES,
+    system="fsdp1",
+    strategy="parityfuzz.strategies.fsdp1",
+    reference=reference,
+    validate=validate,
+    features=features,
+    describe=describe,
+    promise=promise,
+    precision=precision,
+    expected_error=expected_error,
+    target=(
+        "FSDP1 (``FullyShardedDataParallel``) with any sharding strategy and wrapping must train exactly like "
+        "DDP."
+    ),
+    systems={
+        "fsdp1": "parityfuzz.systems.fsdp1:FSDP1System",
+        "ddp_ignoring": "parityfuzz.systems.fsdp1:DDPIgnoringSystem",
+        "ddp_mp_fsdp1": "parityfuzz.systems.fsdp1_mp:FSDP1MixedPrecisionReference",
+    },
+    export="parityfuzz.export.fsdp1",
+    patchable=(
+        "torch.distributed.fsdp",
+        "torch.distributed.fsdp._runtime_utils",
+    ),
+    checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
+    seed_grids=grids.GRIDS,
+    rules=fsdp1_rules.RULES,
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from parityfuzz.case import dtypes
 from parityfuzz.case import Case
-from parityfuzz.case.checkpoint import FSDP1_FAMILIES
+from parityfuzz.case.checkpoint import fsdp1_families
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 from parityfuzz.case.model import under
 from parityfuzz.families.fsdp1 import HYBRID, units
@@ -87,7 +87,7 @@ def tied_weight_unsharded_no_sync_mixed_precision(case: Case) -> bool:
 
 def stateless_optimizer_through_dcp(case: Case) -> bool:
     c = case.checkpoint
-    return (case.family in FSDP1_FAMILIES and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
+    return (case.family in fsdp1_families() and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
             and case.train.optimizer == "sgd" and not case.train.momentum)
 
 
@@ -95,20 +95,20 @@ def hybrid_rank0_only(case: Case) -> bool:
     c = case.checkpoint
     rank0_only = (c.save == "fsdp1_full" and c.rank0_only) or (c.cpu_offload and (c.save == "full" or (
         c.save == "dcp" and c.full_state_dict)))
-    return case.family in FSDP1_FAMILIES and case.mesh.axis_size("dp_replicate") > 1 and rank0_only
+    return case.family in fsdp1_families() and case.mesh.axis_size("dp_replicate") > 1 and rank0_only
 
 
 def full_state_dict_offloaded_on_cpu(case: Case) -> bool:
     c = case.checkpoint
     full = c.save in ("fsdp1_full", "full") or (c.save == "dcp" and c.full_state_dict)
-    return case.family in FSDP1_FAMILIES and full and c.cpu_offload
+    return case.family in fsdp1_families() and full and c.cpu_offload
 
 
 def load_through_a_checkpoint_wrapper_applied_before_fsdp1(case: Case) -> bool:
     """A full or DCP load through set_state_dict into FSDP1 with a checkpoint wrapper applied before wrapping:
     around a module FSDP1 makes an instance of, or (use_orig_params=False) anywhere inside an instance."""
     r = case.resumed()
-    if r.family not in FSDP1_FAMILIES or case.checkpoint.load_way not in ("full", "dcp"):
+    if r.family not in fsdp1_families() or case.checkpoint.load_way not in ("full", "dcp"):
         return False
     found = units(r)  # None: a size-based policy, whose instances the plan does not name
     flat = not getattr(r.plan, "use_orig_params", True)

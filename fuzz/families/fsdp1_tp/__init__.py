@@ -21,6 +21,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.families import Family
 from parityfuzz.families import fsdp1, fsdp2_tp
 from parityfuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.families.fsdp1_tp import grids
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 MESHES = (("dp_shard", "tp"),)
@@ -86,6 +87,35 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines + style_lines
 
 
-FAMILY = Family(name="fsdp1_tp", plan_type=FSDP1TPPlan, meshes=MESHES, system="fsdp1_tp",
-                strategy="parityfuzz.strategies.fsdp1_tp", reference=reference, validate=validate, features=features,
-                describe=describe, expected_error=fsdp1.expected_error)
+FAMILY = Family(
+    name="fsdp1_tp",
+    plan_type=FSDP1TPPlan,
+    meshes=MESHES,
+    system="fsdp1_tp",
+    strategy="parityfuzz.strategies.fsdp1_tp",
+    reference=reference,
+    validate=validate,
+    features=features,
+    describe=describe,
+    expected_error=fsdp1.expected_error,
+    target=(
+        "tensor parallelism, then FSDP1 (``FullyShardedDataParallel``) on the data-parallel sub-mesh, must "
+        "train exactly like DDP."
+    ),
+    systems={
+        "fsdp1_tp": "parityfuzz.systems.fsdp1_tp:FSDP1TPSystem",
+    },
+    export="parityfuzz.export.fsdp1_tp",
+    patchable=(
+        "torch.distributed.fsdp",
+        "torch.distributed.fsdp._runtime_utils",
+    ),
+    patchable_classes=(
+        ("torch.distributed.tensor.parallel.style", "ColwiseParallel"),
+        ("torch.distributed.tensor.parallel.style", "RowwiseParallel"),
+        ("torch.distributed.tensor.parallel.style", "SequenceParallel"),
+    ),
+    checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
+    seed_grids=grids.GRIDS,
+    rules=fsdp2_tp.FAMILY.rules + fsdp1.FAMILY.rules,
+)

@@ -17,6 +17,7 @@ from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods
 from parityfuzz.case.dtypes import MP_DTYPES
 from parityfuzz.families import Family
+from parityfuzz.families.fsdp2 import grids
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,35 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
-FAMILY = Family(name="fsdp2", plan_type=FSDP2Plan, meshes=MESHES, system="fsdp2",
-                strategy="parityfuzz.strategies.fsdp2", reference=reference,
-                validate=validate, features=features, describe=describe)
+FAMILY = Family(
+    name="fsdp2",
+    plan_type=FSDP2Plan,
+    meshes=MESHES,
+    system="fsdp2",
+    strategy="parityfuzz.strategies.fsdp2",
+    reference=reference,
+    validate=validate,
+    features=features,
+    describe=describe,
+    target="FSDP2 ``fully_shard`` must train exactly like DDP.",
+    systems={
+        "fsdp2": "parityfuzz.systems.fsdp2:FSDP2System",
+        "ddp_mp": "parityfuzz.systems.mp_reference:MixedPrecisionReference",
+    },
+    export="parityfuzz.export.fsdp2",
+    patchable=(
+        "torch.distributed.fsdp",
+        "torch.distributed.fsdp._fully_shard._fsdp_collectives",
+        "torch.distributed.fsdp._fully_shard._fsdp_param_group",
+        "torch.distributed.fsdp._fully_shard._fsdp_state",
+        "torch.distributed.fsdp._fully_shard._fsdp_param",
+    ),
+    patchable_classes=(
+        ("torch.distributed.fsdp._fully_shard._fsdp_state", "FSDPState"),
+        ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup"),
+        ("torch.distributed.fsdp._fully_shard._fsdp_param", "FSDPParam"),
+    ),
+    checkpoint_ways=("dcp", "full"),
+    seed_grids=grids.GRIDS,
+    missing={"rules": "its plan's checks are field checks in validate(); no documented composition rule of its own yet"},
+)

@@ -242,6 +242,31 @@ def describe_styles(case: Case) -> tuple[dict[str, str], list[str]]:
     return {path: ", then ".join(applied) for path, applied in styles.items()}, lines
 
 
-FAMILY = Family(name="fsdp2_tp", plan_type=FSDP2TPPlan, meshes=MESHES, system="fsdp2_tp",
-                strategy="parityfuzz.strategies.fsdp2_tp", reference=reference,
-                validate=validate, features=features, describe=describe)
+FAMILY = Family(
+    name="fsdp2_tp",
+    plan_type=FSDP2TPPlan,
+    meshes=MESHES,
+    system="fsdp2_tp",
+    strategy="parityfuzz.strategies.fsdp2_tp",
+    reference=reference,
+    validate=validate,
+    features=features,
+    describe=describe,
+    target=(
+        "tensor (and sequence) parallelism, then FSDP2, must train exactly like DDP over the data-parallel "
+        "ranks."
+    ),
+    systems={
+        "fsdp2_tp": "parityfuzz.systems.fsdp2_tp:FSDP2TPSystem",
+        "ddp_mp_tp": "parityfuzz.systems.fsdp2_tp:MixedPrecisionTPReference",
+    },
+    export="parityfuzz.export.fsdp2_tp",
+    patchable_classes=(
+        ("torch.distributed.tensor.parallel.style", "ColwiseParallel"),
+        ("torch.distributed.tensor.parallel.style", "RowwiseParallel"),
+        ("torch.distributed.tensor.parallel.style", "SequenceParallel"),
+    ),
+    checkpoint_ways=("dcp", "full"),
+    rules=tp_rules.RULES,
+    missing={"seed_grids": "PyTorch's tensor-parallel tests' grids are not transcribed yet"},
+)
