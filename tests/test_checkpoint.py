@@ -13,7 +13,7 @@ from parityfuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpe
 from parityfuzz.case.checkpoint import Checkpoint, reshard_kind
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
-from parityfuzz.families.fsdp2 import Checkpoint as ActivationCheckpoint
+from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
 from parityfuzz.run.trace import Trace

@@ -9,7 +9,7 @@ import pytest
 from parityfuzz.case import dtypes
 from parityfuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.fsdp1 import FSDP1Plan, Precision
-from parityfuzz.families.fsdp2 import Checkpoint
+from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.judge.verify import check, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
@@ -43,7 +43,7 @@ def test_each_sharding_strategy_trains_like_ddp(executor, sharding, via, shape, 
     ("module_class", {"wrap_kinds": ("mlp", "layernorm")}), ("size", {"min_num_params": 20}),
     ("lambda", {"wraps": ("body.2.fc1", "body.2")}), ("manual", {"wraps": ("body.2.fc1", "body.2", "body.4")})])
 def test_wrappings_with_checkpointing_before_and_after(executor, wrapping, extra):
-    checkpoints = (Checkpoint("body.2", api="wrapper"), Checkpoint("body.4", api="apply", before=False))
+    checkpoints = (ActivationCheckpoint("body.2", api="wrapper"), ActivationCheckpoint("body.4", api="apply", before=False))
     case = fsdp1_case((2,), wrapping=wrapping, checkpoints=checkpoints, backward_prefetch="BACKWARD_POST",
                       forward_prefetch=True, limit_all_gathers=False, **extra)
     verdict = check(case, executor)

@@ -9,7 +9,7 @@ import pytest
 from parityfuzz.triage import corpus
 from parityfuzz.run.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
 from parityfuzz.case import ModelSpec, Node, TrainSpec
-from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.judge.oracle import Tolerance
 from parityfuzz.judge.origin import at_divergence, locate
 from parityfuzz.run.trace import RankTrace, Rec, Trace
@@ -77,7 +77,7 @@ def test_an_origin_survives_the_corpus_round_trip(tmp_path):
     assert corpus.load(path).verdict == verdict
 
 
-CHECKPOINTED = FSDP2Plan(wraps=(Wrap("body.1"), Wrap("")), checkpoints=(Checkpoint("body.1", api="wrapper"), Checkpoint("body.3")))
+CHECKPOINTED = FSDP2Plan(wraps=(Wrap("body.1"), Wrap("")), checkpoints=(ActivationCheckpoint("body.1", api="wrapper"), ActivationCheckpoint("body.3")))
 
 
 @pytest.mark.parametrize("case", [

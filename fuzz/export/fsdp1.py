@@ -142,3 +142,34 @@ def parts(case: Case) -> Parts:
                   f"    return model.no_sync() if {plan.no_sync} and not last else contextlib.nullcontext()\n")
     clip = "def clip(model, params, max_norm):\n    model.clip_grad_norm_(max_norm)\n"
     return Parts(imports=IMPORTS, apply_plan=apply_plan, accumulate=accumulate, clip=clip, records=records_source())
+
+
+# ---- the reference ddp_mp_fsdp1 (this family's): FSDP1's MixedPrecision emulated, copied from the harness
+
+
+def reference_title(case: Case) -> str:
+    return "replicated training doing what FSDP1's MixedPrecision promises"
+
+
+def reference_uses_math(case: Case) -> bool:
+    return False
+
+
+def reference_source(case: Case) -> tuple:
+    """``(where it is copied from, the classes to copy, the construction, the contexts)``."""
+    from parityfuzz.export.reference import groups
+    from parityfuzz.run.build import build_model
+    from parityfuzz.systems import fsdp1_mp, masters
+    from parityfuzz.systems import mp_reference as mp
+
+    shard, replicate = groups(case)
+    args = {**fsdp1_mp.arguments(case, build_model(case)), "shard_group": shard, "replicate_group": replicate}
+    units = args.pop("units")
+    rendered = ",\n".join(f"        {k}={v if k.endswith('_group') else repr(v)}" for k, v in args.items())
+    construct = (f"#: The modules FSDP1 makes instances of (the root: \"\"), by its wrapping policy's rule.\n"
+                 f"UNITS = {units!r}\n\n\n"
+                 "def reference(inner, device, mesh):\n"
+                 f"    return FSDP1Precision(\n        inner, UNITS,\n{rendered})\n")
+    classes = [mp._cast, mp.divide_factors, masters.Masters, fsdp1_mp._Unit, fsdp1_mp.FSDP1Precision]
+    return "parityfuzz.systems.fsdp1_mp", classes, construct, \
+        "reference_step_context = reference_loss_context = contextlib.nullcontext\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.export.parts import Parts
-from parityfuzz.families.fsdp2 import Checkpoint, FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.case.model import children_first
 
 IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
@@ -22,7 +22,7 @@ def _at(path: str) -> str:
     return f'resolve(model, "{path}")' if path else "model"
 
 
-def checkpoint_line(c: Checkpoint) -> str:
+def checkpoint_line(c: ActivationCheckpoint) -> str:
     if c.api == "composable":
         return f"checkpoint({_at(c.path)})"
     if c.api == "apply":
@@ -110,3 +110,43 @@ def parts(case: Case, mesh_line: str = "") -> Parts:
                else "def forward(model, batch):\n    return model(batch)\n")
     return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + apply_plan,
                  accumulate=accumulate_source(case), after_backward=AFTER_BACKWARD, forward=forward)
+
+
+# ---- the reference ddp_mp (this family's): FSDP2's MixedPrecisionPolicy emulated, copied from the harness
+
+
+def reference_title(case: Case) -> str:
+    return "replicated training doing what FSDP2's MixedPrecisionPolicy promises"
+
+
+def reference_uses_math(case: Case) -> bool:
+    return True
+
+
+def reference_source(case: Case, tensor_parallel: bool = False, styles: str = "") -> tuple:
+    """``(where it is copied from, the classes to copy, the construction, the contexts)``; ``styles``: the lines
+    that apply the plan's tensor-parallel styles to the reference's own model first (``ddp_mp_tp``)."""
+    from parityfuzz.systems import masters, mp_reference as mp
+    from parityfuzz.systems import fsdp2_tp as tp_system
+
+    classes = [mp._cast, mp.divide_factors, masters.Masters, mp._PostBackward, mp._register_post_backward, mp._Group,
+               mp.FSDP2Precision] + ([tp_system.FSDP2PrecisionTP] if tensor_parallel else [])
+    where = "parityfuzz.systems.mp_reference" + (", parityfuzz.systems.fsdp2_tp" if tensor_parallel else "")
+    return where, classes, _precision_reference(case, tensor_parallel, styles), \
+        "reference_step_context = reference_loss_context = contextlib.nullcontext\n"
+
+
+def _precision_reference(case: Case, tensor_parallel: bool, styles: str) -> str:
+    """The policies and the construction (after ``styles``)."""
+    from parityfuzz.export.reference import dtype_literal as dtype, groups
+
+    plan = case.plan
+    policies = ",\n    ".join(
+        f'dict(path="{w.path}", param_dtype={dtype(w.param_dtype)}, reduce_dtype={dtype(w.reduce_dtype)}, '
+        f"output_dtype={dtype(w.output_dtype)}, cast_forward_inputs={w.cast_forward_inputs})" for w in plan.wraps)
+    return (f"#: Each fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
+            f"POLICIES = [\n    {policies},\n]\n\n\n"
+            "def reference(inner, device, mesh):\n" + styles +
+            f"    return FSDP2Precision{'TP' if tensor_parallel else ''}(inner, POLICIES, {', '.join(groups(case))}, "
+            f"unsynced={sorted(plan.no_sync)!r},\n"
+            f"        reduce_scatter_unused={plan.reduce_scatter_unused}, no_all_reduce={plan.no_all_reduce})\n")

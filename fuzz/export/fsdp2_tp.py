@@ -57,3 +57,24 @@ def parts(case: Case) -> Parts:
                  accumulate=base.accumulate, after_backward=base.after_backward, forward=base.forward,
                  contexts=f"step_context = implicit_replication  # a model only partly tensor parallel\n"
                           f"loss_context = {loss}\n")
+
+
+# ---- the reference ddp_mp_tp (this family's): the tensor-parallel model, FSDP2's policy emulated over dp
+
+
+def reference_title(case: Case) -> str:
+    return "the tensor-parallel model, FSDP2's MixedPrecisionPolicy emulated over the data-parallel ranks"
+
+
+def reference_uses_math(case: Case) -> bool:
+    return True
+
+
+def reference_source(case: Case) -> tuple:
+    # the plan's styles applied to the reference's own model first (the system's calls)
+    styles = "".join(f"    parallelize_module({fsdp2._at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
+                     f"{style_source(p)})\n" for p in case.plan.tp)
+    where, classes, construct, _ = fsdp2.reference_source(case, tensor_parallel=True, styles=styles)
+    contexts = ("reference_step_context = implicit_replication  # the system's: a model only partly tensor parallel\n"
+                f"reference_loss_context = {'loss_parallel' if case.plan.loss_parallel else 'contextlib.nullcontext'}\n")
+    return where, classes, construct, contexts

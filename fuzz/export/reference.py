@@ -1,6 +1,8 @@
 """The reference of an exported script, written out: DDP, or under mixed precision the harness's emulation of the
-policy (:class:`parityfuzz.systems.mp_reference.FSDP2Precision`, :class:`parityfuzz.systems.fsdp1_mp.FSDP1Precision`),
-copied by source and constructed with the case's arguments as literals.
+policy, written by the export module of the family whose record names that reference (:func:`writer`: FSDP2's
+``MixedPrecisionPolicy`` emulation by :mod:`parityfuzz.export.fsdp2`, on a tensor-parallel model by
+:mod:`parityfuzz.export.fsdp2_tp`, FSDP1's ``MixedPrecision`` by :mod:`parityfuzz.export.fsdp1`), copied by
+source and constructed with the case's arguments as literals.
 
 The script's training loop calls the same functions whatever the reference: ``reference`` builds it over the
 plainly built model, ``reference_thawed`` after frozen parameters are unfrozen, ``reference_parameters`` (what
@@ -14,6 +16,7 @@ emulation reducing each parameter's tp-local gradient, with the system's context
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 from parityfuzz.case import Case
@@ -88,98 +91,56 @@ def reference_nonroot(model, inner, x, y):
 IMPORTS = "from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten\n"
 
 
-def _emulated(case: Case) -> str:
-    """``"fsdp2"``, ``"fsdp2_tp"`` or ``"fsdp1"`` where the case's reference emulates that mixed precision, else
-    ``""``."""
-    return {"ddp_mp": "fsdp2", "ddp_mp_tp": "fsdp2_tp", "ddp_mp_fsdp1": "fsdp1"}.get(case.reference_name(), "")
+def writer(case: Case):
+    """The export module of the family whose record names the case's reference, where it writes that reference
+    out (None: the script's DDP, which the plain references are).  It
+    writes that reference out: ``reference_title(case)``, ``reference_source(case)`` (the classes, copied by
+    source, and the construction), ``reference_uses_math(case)``."""
+    name = case.reference_name()
+    if name == "ddp":
+        return None
+    from parityfuzz import families
+
+    owner = next((f for f in families.records() if name in f.systems), None)
+    module = importlib.import_module(owner.export) if owner is not None and owner.export else None
+    return module if module is not None and hasattr(module, "reference_source") else None
 
 
 def refusal(case: Case) -> str | None:
-    name = case.reference_name()
-    if case.mixed_precision() and not _emulated(case):
-        return f"mixed precision with the reference {name!r}, which the export does not write out"
+    if case.mixed_precision() and writer(case) is None:
+        return f"mixed precision with the reference {case.reference_name()!r}, which the export does not write out"
     return None
 
 
 def title(case: Case) -> str:
-    return {"fsdp2": "replicated training doing what FSDP2's MixedPrecisionPolicy promises",
-            "fsdp2_tp": "the tensor-parallel model, FSDP2's MixedPrecisionPolicy emulated over the data-parallel ranks",
-            "fsdp1": "replicated training doing what FSDP1's MixedPrecision promises"}.get(_emulated(case), "DDP")
+    w = writer(case)
+    return w.reference_title(case) if w else "DDP"
 
 
 def uses_math(case: Case) -> bool:
-    return _emulated(case) in ("fsdp2", "fsdp2_tp")
+    w = writer(case)
+    return bool(w and w.reference_uses_math(case))
 
 
 def imports(case: Case) -> str:
-    return IMPORTS if _emulated(case) else ""
+    return IMPORTS if writer(case) else ""
 
 
 def source(case: Case) -> str:
-    kind = _emulated(case)
-    if not kind:
+    w = writer(case)
+    if w is None:
         return DDP
-    from parityfuzz.systems import fsdp1_mp, fsdp2_tp, masters, mp_reference as mp
-
-    shared = [mp._cast, mp.divide_factors, masters.Masters]
-    if kind.startswith("fsdp2"):
-        classes = [*shared, mp._PostBackward, mp._register_post_backward, mp._Group, mp.FSDP2Precision]
-        classes += [fsdp2_tp.FSDP2PrecisionTP] if kind == "fsdp2_tp" else []
-        construct = _fsdp2(case)
-        where = "parityfuzz.systems.mp_reference" + (", parityfuzz.systems.fsdp2_tp" if kind == "fsdp2_tp" else "")
-    else:
-        classes = [*shared, fsdp1_mp._Unit, fsdp1_mp.FSDP1Precision]
-        construct = _fsdp1(case)
-        where = "parityfuzz.systems.fsdp1_mp"
-    head = (f"# ---- the reference: {title(case)} (the harness's emulation, {where}, copied)\n\n\n")
-    contexts = ("reference_step_context = implicit_replication  # the system's: a model only partly tensor parallel\n"
-                f"reference_loss_context = {'loss_parallel' if case.plan.loss_parallel else 'contextlib.nullcontext'}\n"
-                if kind == "fsdp2_tp" else "reference_step_context = reference_loss_context = contextlib.nullcontext\n")
-    return (head + "\n\n".join(inspect.getsource(c) for c in classes) + "\n\n" + construct + "\n\n" + EMULATED
+    head, classes, construct, contexts = w.reference_source(case)
+    return (f"# ---- the reference: {w.reference_title(case)} (the harness's emulation, {head}, copied)\n\n\n"
+            + "\n\n".join(inspect.getsource(c) for c in classes) + "\n\n" + construct + "\n\n" + EMULATED
             + "\n\n" + contexts)
 
 
-def _groups(case: Case) -> tuple[str, str]:
+def groups(case: Case) -> tuple[str, str]:
     """The shard and replicate groups' expressions (the script's mesh has the case's axis names)."""
     replicate = 'mesh.get_group("dp_replicate")' if "dp_replicate" in case.mesh.names else "None"
     return 'mesh.get_group("dp_shard")', replicate
 
 
-def _dtype(name: str) -> str:
+def dtype_literal(name: str) -> str:
     return f"torch.{name}" if name else "None"
-
-
-def _fsdp2(case: Case) -> str:
-    """The policies and the construction; under tensor parallelism the plan's styles applied first (the system's
-    calls, on the reference's own model)."""
-    plan = case.plan
-    tensor_parallel = _emulated(case) == "fsdp2_tp"
-    styles = ""
-    if tensor_parallel:
-        from parityfuzz.export import fsdp2, fsdp2_tp
-
-        styles = "".join(f"    parallelize_module({fsdp2._at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
-                         f"{fsdp2_tp.style_source(p)})\n" for p in plan.tp)
-    policies = ",\n    ".join(
-        f'dict(path="{w.path}", param_dtype={_dtype(w.param_dtype)}, reduce_dtype={_dtype(w.reduce_dtype)}, '
-        f"output_dtype={_dtype(w.output_dtype)}, cast_forward_inputs={w.cast_forward_inputs})" for w in plan.wraps)
-    return (f"#: Each fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
-            f"POLICIES = [\n    {policies},\n]\n\n\n"
-            "def reference(inner, device, mesh):\n" + styles +
-            f"    return FSDP2Precision{'TP' if tensor_parallel else ''}(inner, POLICIES, {', '.join(_groups(case))}, "
-            f"unsynced={sorted(plan.no_sync)!r},\n"
-            f"        reduce_scatter_unused={plan.reduce_scatter_unused}, no_all_reduce={plan.no_all_reduce})\n")
-
-
-def _fsdp1(case: Case) -> str:
-    from parityfuzz.run.build import build_model
-    from parityfuzz.systems.fsdp1_mp import arguments
-
-    shard, replicate = _groups(case)
-    args = {**arguments(case, build_model(case)), "shard_group": shard, "replicate_group": replicate}
-    units = args.pop("units")
-    rendered = ",\n".join(f"        {k}={v if k.endswith('_group') else repr(v)}" for k, v in args.items())
-    return (f"#: The modules FSDP1 makes instances of (the root: \"\"), by its wrapping policy's rule.\n"
-            f"UNITS = {units!r}\n\n\n"
-            "def reference(inner, device, mesh):\n"
-            f"    return FSDP1Precision(\n        inner, UNITS,\n{rendered})\n")

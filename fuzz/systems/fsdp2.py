@@ -20,14 +20,14 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from parityfuzz.families.fsdp2 import Checkpoint, Wrap
+from parityfuzz.families.fsdp2 import ActivationCheckpoint, Wrap
 from parityfuzz.systems.base import System, resolve
 from parityfuzz.case.model import children_first
 from parityfuzz.run.record import torch_dtype as dtype
 
 
-def apply_checkpoint(model: nn.Module, c: Checkpoint, **kwargs) -> None:
-    """Checkpoint the module at ``c.path`` with ``c.api``; ``kwargs`` go to the checkpoint function."""
+def apply_checkpoint(model: nn.Module, c: ActivationCheckpoint, **kwargs) -> None:
+    """ActivationCheckpoint the module at ``c.path`` with ``c.api``; ``kwargs`` go to the checkpoint function."""
     if c.api == "composable":
         from torch.distributed._composable import checkpoint
 
@@ -58,7 +58,7 @@ class InvariantViolation(AssertionError):
 class FSDP2System(System):
     name = "fsdp2"
     converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
-    checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every Checkpoint in the plan
+    checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every ActivationCheckpoint in the plan
 
     def data_parallel_mesh(self):
         """The mesh ``fully_shard`` takes: the case's whole mesh (1-D, or HSDP's 2-D)."""

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case, MeshSpec, ModelSpec, under
 from parityfuzz.families.fsdp1 import (HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan,
                                       checkpoint_flow_problem, rank_flow_problem)
-from parityfuzz.families.fsdp2 import Checkpoint
+from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
 from parityfuzz.strategies.fsdp1.precision import precisions
@@ -158,7 +158,7 @@ def call_options(draw, model: ModelSpec, train, ignored: tuple[str, ...] = ()) -
     for path in draw(st.lists(st.sampled_from([p for p, _ in model.module_paths() if p]), unique=True, max_size=2)):
         if not under(path, ignored):
             before = not draw(st.booleans())
-            checkpoints.append(Checkpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
+            checkpoints.append(ActivationCheckpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
                                           before=before))
     return dict(backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
                 # forward_prefetch only where every forward runs the same modules (fuzz/rules/fsdp1.py)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from parityfuzz.case import MeshSpec, ModelSpec
-from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, Checkpoint, FSDP2Plan, Prefetch, Wrap
+from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint, FSDP2Plan, Prefetch, Wrap
 from parityfuzz.strategies.coins import RARE
 
 
@@ -53,7 +53,7 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> FSDP2Plan:
     checkpoints = []
     for path in picked:
         api = draw(st.sampled_from(CHECKPOINT_APIS if path else ("composable",)))
-        checkpoints.append(Checkpoint(path, api=api, before=not draw(st.booleans())))
+        checkpoints.append(ActivationCheckpoint(path, api=api, before=not draw(st.booleans())))
     choices = reshard_choices(mesh.axis_size("dp_shard"))
     offload = draw(RARE)  # on a CPU close to a no-op: a case-level rare coin, then one per module
     wraps = [Wrap(p, draw(st.sampled_from(choices)), offload=draw(st.booleans()) and offload)

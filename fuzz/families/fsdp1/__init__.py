@@ -24,7 +24,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
 from parityfuzz.families import Family
 from parityfuzz.rules import fsdp1 as fsdp1_rules
-from parityfuzz.families.fsdp2 import Checkpoint
+from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.fsdp1 import grids
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -106,7 +106,7 @@ class FSDP1Plan(Plan):
     limit_all_gathers: bool = True
     sync_module_states: bool = False
     no_sync: bool = False
-    checkpoints: tuple[Checkpoint, ...] = ()
+    checkpoints: tuple[ActivationCheckpoint, ...] = ()
     precision: Precision = Precision()
 
     def mixed_precision(self) -> bool:

@@ -47,7 +47,7 @@ CHECKPOINT_APIS = ("composable", "wrapper", "apply")
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class ActivationCheckpoint:
     """Activation checkpointing of the module at ``path``.
 
     ``api``: ``composable`` (``torch.distributed._composable.checkpoint``) or
@@ -86,7 +86,7 @@ class FSDP2Plan(Plan):
     family = "fsdp2"
 
     wraps: tuple[Wrap, ...] = (Wrap(""),)
-    checkpoints: tuple[Checkpoint, ...] = ()
+    checkpoints: tuple[ActivationCheckpoint, ...] = ()
     prefetch: tuple[Prefetch, ...] = ()
     #: ``set_reduce_scatter_unused_params(True)`` on every wrapped module: zero gradients for parameters a
     #: rank did not use, so the ranks' reduce-scatters match (needed by per-rank control flow).
