@@ -13,7 +13,6 @@ from parityfuzz.case import Case
 from parityfuzz.export import checkpoint, reference
 from parityfuzz.export.model import model_source
 from parityfuzz.export.parts import Parts
-from parityfuzz.judge.oracle import FLOOR_ULPS, K
 from parityfuzz.judge.verify import NOISE_SAMPLES
 from parityfuzz.frontends.show import describe_case
 
@@ -79,7 +78,6 @@ def constants(case: Case) -> str:
         f"OPTIMIZER = torch.optim.{ {'sgd': 'SGD', 'adam': 'Adam', 'adamw': 'AdamW'}[t.optimizer] }",
         f"PROMISED = {_py({'loss': promise.output(''), 'grad': promise.tensor('grad', ''), 'param': promise.tensor('param', ''), 'buffer': promise.tensor('param', 'buffer:')})}"
         "  # the dtypes the system under test must produce",
-        f"K, FLOOR_ULPS = {K}, {FLOOR_ULPS}  # values match within K * noise + FLOOR_ULPS * eps * scale",
         f"NOISE_SAMPLES = {NOISE_SAMPLES}  # perturbed reference runs; the noise is the largest they show",
         f"EPS = {dtypes.EPS[dtypes.model_dtype(case)]!r}  # of the dtype the model trains in",
     ]
@@ -123,7 +121,7 @@ The case:
         reference.source(case),
         checkpoint.source(case),
         RUNTIME_TRAIN.replace("$PERTURBATION", _perturbation()),
-        RUNTIME_COMPARE,
+        RUNTIME_COMPARE.replace("$TOLERANCE", _tolerance()),
         RUNTIME_MAIN,
     ]
     return "\n\n".join(b.strip("\n") + "\n" for b in body if b)
@@ -138,6 +136,13 @@ def _perturbation() -> str:
     from parityfuzz.run import train, trace
 
     return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients))
+
+
+def _tolerance() -> str:
+    """The harness's tolerance rule, as it is (:mod:`parityfuzz.judge.tolerance`)."""
+    from parityfuzz.judge import tolerance
+
+    return inspect.getsource(tolerance).split('"""', 2)[2].strip() + "\n"
 
 
 def _seeds() -> str:
@@ -466,22 +471,21 @@ def difference(a, b):
     return torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
 
 
+$TOLERANCE
+
 def check_value(where, key, ref, sut, noises, scale, pooled):
-    """``sut`` within K * noise + FLOOR_ULPS * EPS * scale of ``ref``, the noise the largest difference of a
-    perturbed run from ``ref``; the noise relative to the scale is pooled over passes per tensor (``key``): the
-    largest seen so far."""
+    """``sut`` within the tolerance of ``ref`` (the rule above, the harness's own), the noise the largest
+    difference of a perturbed run from ``ref``, pooled over passes per tensor (``key``)."""
     if ref.shape != sut.shape:
         raise Divergence(f"{where}: shapes differ (system {list(sut.shape)}, reference {list(ref.shape)})")
     scale = max(scale, magnitude(ref))
     samples = [n for n in noises if n is not None and n.shape == ref.shape]
     measured = max((float(difference(ref, n).max()) for n in samples), default=0.0) if ref.numel() else 0.0
-    if scale > 0 and measured == measured and measured != float("inf"):
-        pooled[key] = relative = max(pooled.get(key, 0.0), measured / scale)
-        measured = relative * scale
-    allowed = K * measured + FLOOR_ULPS * EPS * scale
+    measured = pooled_noise(measured, scale, pooled, key) if samples else measured
+    limit = allowed(scale, measured, EPS)
     dev = float(difference(ref, sut).max()) if ref.numel() else 0.0
-    if dev > allowed:
-        raise Divergence(f"{where}: max abs err {dev:.3g} (allowed {allowed:.3g}; measured noise {measured:.3g}, "
+    if dev > limit:
+        raise Divergence(f"{where}: max abs err {dev:.3g} (allowed {limit:.3g}; measured noise {measured:.3g}, "
                          f"scale {scale:.3g})")
 
 
@@ -556,8 +560,7 @@ def compare(ref, noises, sut):
                         if other.shape != first.shape or not torch.equal(first.nan_to_num(), other.nan_to_num()):
                             raise Divergence(f"{where}: in the {role}, rank {r}'s copy differs from rank 0's "
                                              "(replicas disagree)")
-                key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
-                scale = group_scales.get(key, 0.0) or max(group_scales.values(), default=0.0)
+                scale = scale_of(group_scales, SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0]))
                 samples = [n[0][i][what].get(name) for n in noises]
                 check_value(where, f"{what} {name}", a[1], b[1], [n[1] for n in samples if n is not None], scale,
                             pooled)
@@ -635,6 +638,7 @@ if __name__ == "__main__":
 
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (RUNTIME_DATA, RUNTIME_TRAIN, RUNTIME_COMPARE, RUNTIME_MAIN):
-    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", ""),
+    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", "")
+            .replace("$TOLERANCE", ""),
             "<parityfuzz.export.script>", "exec")
 del _source

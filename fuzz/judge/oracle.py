@@ -79,12 +79,9 @@ import numpy as np
 
 from parityfuzz.case.dtypes import EPS, Promise
 from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
+from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, scale_of
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 
-#: Multiple of the measured noise a difference may reach (see the module docstring and README).
-K = 16.0
-#: Ulps of the model's dtype, at the tensor's scale, a difference may reach whatever the noise.
-FLOOR_ULPS = 32.0
 #: A passing case whose allowed difference somewhere exceeded this share of the tensor's scale was
 #: checked only loosely there: the verdict's note says so (and the run summary counts such cases).
 LOOSE_SHARE = 0.01
@@ -102,7 +99,7 @@ class Tolerance:
     scale_groups: tuple[tuple[str, str], ...] = ()
 
     def allowed(self, scale: float, noise: float) -> float:
-        return self.k * noise + self.floor_ulps * EPS[self.dtype] * scale
+        return allowed(scale, noise, EPS[self.dtype], self.k, self.floor_ulps)
 
     def group(self, name: str) -> str:
         """The scale group of the tensor ``name``: its module, or the block that module belongs to."""
@@ -147,11 +144,9 @@ class _Pass:
         scale = max(scale, magnitude(ref))
         measured = 0.0
         samples = [n for n in noises if n.shape == ref.shape]
-        if samples:
-            measured = max(float(difference(ref, n).max(initial=0.0)) for n in samples)
-            if scale > 0 and np.isfinite(measured):  # pooled over passes: the worst relative noise so far
-                relative = self.pooled[(what, tensor)] = max(self.pooled.get((what, tensor), 0.0), measured / scale)
-                measured = relative * scale
+        if samples:  # pooled over passes: the worst relative noise so far
+            measured = pooled_noise(max(float(difference(ref, n).max(initial=0.0)) for n in samples), scale,
+                                    self.pooled, (what, tensor))
         allowed = self.tol.allowed(scale, measured)
         dev = float(diff.max()) if diff.size else 0.0
         ratio = dev / allowed if allowed > 0 else (0.0 if dev == 0 else float("inf"))
@@ -189,12 +184,6 @@ def module_scales(trace: Trace, i: int, what: str, tol: Tolerance) -> dict[str, 
                 key = tol.group(name)
                 out[key] = max(out.get(key, 0.0), value)
     return out
-
-
-def scale_of(scales: dict[str, float], group: str) -> float:
-    """The scale of a tensor of scale group ``group`` (:meth:`Tolerance.group`): the group's, or for a group
-    whose reference tensors are all zero the largest scale of the pass (see the module docstring)."""
-    return scales.get(group, 0.0) or max(scales.values(), default=0.0)
 
 
 def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:

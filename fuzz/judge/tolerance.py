@@ -1,0 +1,36 @@
+"""The tolerance rule, in one place: how far a value may be from the reference's.  The oracle
+(:mod:`parityfuzz.judge.oracle`) judges by it, and the exported script (:mod:`parityfuzz.export.script`) embeds
+this module's source, so the two cannot drift apart.  Plain arithmetic on floats and dicts, no imports: the
+script copies it as it is (each side measures differences with its own arrays: numpy here, torch there).
+
+A value passes when it is within ``K * noise + FLOOR_ULPS * eps * scale`` of the reference's (see the oracle's
+docstring for why): ``noise`` is the largest difference a perturbed reference run showed, pooled over the passes
+of one comparison as the worst noise relative to the scale so far; ``scale`` the magnitude of the tensor's scale
+group (the largest of the pass where the group's reference tensors are all zero).
+"""
+
+#: Multiple of the measured noise a difference may reach (the README gives the measurements).
+K = 16.0
+#: Ulps of the model's dtype, at the tensor's scale, a difference may reach whatever the noise.
+FLOOR_ULPS = 32.0
+
+
+def allowed(scale: float, noise: float, eps: float, k: float = K, floor_ulps: float = FLOOR_ULPS) -> float:
+    """The largest difference allowed at ``scale`` with ``noise`` measured, in a dtype of machine epsilon
+    ``eps``."""
+    return k * noise + floor_ulps * eps * scale
+
+
+def pooled_noise(measured: float, scale: float, pooled: dict, key) -> float:
+    """The noise to allow for the tensor ``key``: ``measured`` now, or more where an earlier pass of the same
+    comparison measured a larger noise relative to the scale (``pooled`` keeps that ratio per tensor)."""
+    if scale > 0 and measured == measured and measured != float("inf"):
+        pooled[key] = max(pooled.get(key, 0.0), measured / scale)
+        return pooled[key] * scale
+    return measured
+
+
+def scale_of(scales: dict, group: str) -> float:
+    """The scale of a tensor of scale group ``group``: the group's, or where the group's reference tensors are
+    all zero (an analytically zero gradient) the largest scale of the pass."""
+    return scales.get(group, 0.0) or max(scales.values(), default=0.0)
