@@ -1,0 +1,535 @@
+"""The body every exported script shares, as text: its data, its training loop (every role, on every rank), the
+comparison on rank 0 and the main function.  Torch-only code; where it needs what the harness computes, the
+harness's own source is embedded rather than copied by hand: the seeds (:mod:`parityfuzz.run.seeds`), the
+perturbations that measure the rounding noise (:mod:`parityfuzz.run.train`), the tolerance rule
+(:mod:`parityfuzz.judge.tolerance`) and the helpers for paths through wrappers (:mod:`parityfuzz.systems.base`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+
+def data() -> str:
+    return DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()).replace("$SEEDS", _seeds())
+
+
+def train() -> str:
+    return TRAIN.replace("$PERTURBATION", _perturbation())
+
+
+def compare() -> str:
+    return COMPARE.replace("$TOLERANCE", _tolerance())
+
+
+def _perturbation() -> str:
+    """The harness's perturbations of weights and gradients (what measures the rounding noise), copied."""
+    from parityfuzz.run import train, trace
+
+    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients))
+
+
+def _tolerance() -> str:
+    """The harness's tolerance rule, as it is (:mod:`parityfuzz.judge.tolerance`)."""
+    from parityfuzz.judge import tolerance
+
+    return inspect.getsource(tolerance).split('"""', 2)[2].strip() + "\n"
+
+
+def _seeds() -> str:
+    """The harness's seed arithmetic, as it is (:mod:`parityfuzz.run.seeds`)."""
+    from parityfuzz.run import seeds
+
+    return inspect.getsource(seeds).split('"""', 2)[2].strip() + "\n"
+
+
+def _wrapper_helpers() -> str:
+    """The harness's own helpers for case paths through wrappers (checkpoint wrappers, FSDP1 instances)."""
+    from parityfuzz.systems import base
+
+    return "\n\n".join([f"WRAPPER_ATTRS = {base.WRAPPER_ATTRS!r}"] + [
+        inspect.getsource(f) for f in (base.case_name, base.resolve, base.holder, base._wrapped, base.unwrap)])
+
+
+DATA = '''
+# ---- data: the fuzzer's inputs, keyed by the case's seed, the rank's data-parallel index, step and microbatch
+
+
+$SEEDS
+
+def generator(dp, step, micro, salt):
+    return torch.Generator().manual_seed(data_key(SEED, 0 if SAME_INPUT else dp + 1, step, micro, salt))
+
+
+def batch(dp, step, micro, nonroot=False):
+    """The input of the root (or, ``nonroot``, of the module at NONROOT) for one forward."""
+    g = generator(dp, step, micro, 0)
+    width, dtype = (NONROOT_IN_WIDTH, NONROOT_INPUT_DTYPE) if nonroot else (None if EMBEDDING else IN_WIDTH, INPUT_DTYPE)
+    if width is None:
+        return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
+    return torch.randn((BATCH, SEQ_LEN, width), generator=g, dtype=torch.float64).to(dtype)
+
+
+def target(dp, step, micro, nonroot=False):
+    g = generator(dp, step, micro, 1)
+    if EMBEDDING and not nonroot:
+        return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
+    return torch.randn((BATCH, SEQ_LEN, NONROOT_OUT_WIDTH if nonroot else OUT_WIDTH), generator=g,
+                       dtype=torch.float64)
+
+
+def forward_seed(dp, step, micro):
+    """The global RNG seed of one forward (dropout masks): alike in every system."""
+    return forward_seed_key(SEED, dp, step, micro)
+
+
+def loss_fn(out, tgt):
+    if not tgt.is_floating_point():
+        return F.cross_entropy(out.flatten(0, -2), tgt.flatten(), reduction=LOSS)
+    return F.mse_loss(out, tgt.to(out.dtype), reduction=LOSS)
+
+
+def under(module, paths):
+    return any(module == p or module.startswith(p + ".") or p == "" for p in paths)
+
+
+def frozen_at(name, step):
+    """Whether the parameter ``name`` has requires_grad=False during ``step``."""
+    return any(under(name.rpartition(".")[0], (path,)) and (until == 0 or step < until) for path, until in FROZEN)
+
+
+$WRAPPER_HELPERS
+
+def param_groups(named):
+    """The case's parameter groups over ``(name, parameter)`` pairs (a group takes its modules' parameters; the
+    rest form the default group)."""
+    default, grouped = [], [[] for _ in GROUPS]
+    for name, p in named:
+        i = next((i for i, (paths, _, _) in enumerate(GROUPS) if under(name.rpartition(".")[0], paths)), None)
+        (default if i is None else grouped[i]).append(p)
+    groups = [{"params": default}] if default else []
+    return groups + [{"params": ps, "lr": LR * scale, "weight_decay": wd} for (_, scale, wd), ps in zip(GROUPS, grouped)]
+
+
+def make_optimizer(named=None, groups=None, cls=None):
+    """The case's optimizer and LR scheduler (None) over ``named`` pairs, or over ready parameter ``groups``;
+    ``cls`` builds the optimizer instead of the case's class (a wrapper such as ZeroRedundancyOptimizer)."""
+    optim = (cls or OPTIMIZER)(param_groups(named) if groups is None else groups, lr=LR, weight_decay=WEIGHT_DECAY,
+                               foreach=FOREACH, maximize=MAXIMIZE, **OPTIMIZER_EXTRA)
+    if SCHEDULER == "step":
+        return optim, torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
+    if SCHEDULER == "linear":
+        return optim, torch.optim.lr_scheduler.LinearLR(optim, start_factor=1.0, end_factor=0.1, total_iters=STEPS)
+    return optim, None
+'''
+
+TRAIN = '''
+# ---- training, as the fuzzer's loop does it
+
+
+$PERTURBATION
+
+def whole(t):
+    """``(dtype, the whole tensor as float64 on the CPU)``; a DTensor is gathered (every rank takes part)."""
+    if t is None:
+        return None
+    dtype = str(t.dtype).removeprefix("torch.")
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return dtype, t.detach().to("cpu", torch.float64, copy=True)
+
+
+def sleep(where):
+    """The case's delay at this point on this rank (the system under test only)."""
+    seconds = DELAYS.get(dist.get_rank(), {}).get(where)
+    if seconds:
+        time.sleep(seconds)
+
+
+def delay_collectives():
+    """Sleep before each of FSDP2's all-gathers and reduce-scatters where the case delays them on this rank."""
+    for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
+        original = getattr(dist, name)
+        if DELAYS.get(dist.get_rank(), {}).get(where) and not hasattr(original, "delayed"):
+
+            def delayed(*args, original=original, where=where, **kwargs):
+                sleep(where)
+                return original(*args, **kwargs)
+
+            delayed.delayed = True
+            setattr(dist, name, delayed)
+
+
+def build(role, dp, device, mesh, step=0):
+    """``(module to call, module with the case's names, optimizer, scheduler)`` of one system on this rank, as it
+    stands at ``step`` (a system resumed there is frozen as the saved one was, after the step before)."""
+    torch.manual_seed(SEED)
+    torch.set_default_dtype(torch.float32)
+    model = build_model(dp)
+    for name, p in model.named_parameters():
+        p.requires_grad_(not frozen_at(name, max(step - 1, 0)))
+    model = model.to(device)
+    if role == "system":
+        model = apply_plan(model, mesh, device)
+        if TO_FLOAT64:
+            model.to(torch.float64)
+        inner = model.module if isinstance(model, DDP) else model
+    else:
+        if TO_FLOAT64:
+            model = model.to(torch.float64)
+        if role.startswith("perturbed"):
+            perturb(model, perturbation_key(SEED, int(role.partition("/")[2])))
+        inner, model = model, reference(model, device, mesh)
+    if role == "system":
+        optim, scheduler = SYSTEM_OPTIMIZER([(case_name(n), p) for n, p in inner.named_parameters()])
+        delay_collectives()
+    else:
+        optim, scheduler = make_optimizer(reference_parameters(model, inner))
+    return model, inner, optim, scheduler
+
+
+def ddp(module, device, **kwargs):
+    gated = any(type(m).__name__ == "Gate" for m in module.modules())  # unused parameters on some forwards
+    return DDP(module, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=gated,
+               **kwargs)
+
+
+def nonroot_backward(role, model, inner, x, y):
+    """A pass through only the module at NONROOT."""
+    if role != "system":
+        return reference_nonroot(model, inner, x, y)
+    if not isinstance(model, DDP):
+        with loss_context():
+            loss = loss_fn(resolve(model, NONROOT)(x), y)
+            sleep("after_forward")
+            loss.backward()
+        after_backward(model, True)
+        return loss.detach()
+    return averaged_nonroot(inner, x, y)
+
+
+def averaged_nonroot(inner, x, y):
+    """A pass through only the module at NONROOT that bypasses DDP (the reference's, a system under DDP's): its
+    gradients are averaged by hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark
+    them used)."""
+    module = resolve(inner, NONROOT)
+    loss = loss_fn(module(x), y)
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+        if grad is not None:
+            grad = grad.clone(memory_format=torch.contiguous_format)
+            dist.all_reduce(grad)
+            grad.div_(WORLD_SIZE)
+            p.grad = grad if p.grad is None else p.grad.add_(grad)
+    return loss.detach()
+
+
+def train(role, dp, device, mesh):
+    """One system's run on this rank: per pass of training its loss, its gradients (before the optimizer step)
+    and its parameters and buffers (after), and the largest local gradient of each parameter (before any
+    reduction); a pass is a step, a non-root pass after it (NONROOT), an evaluation forward (EVAL)."""
+    model, inner, optim, scheduler = build(role, dp, device, mesh)
+    local, watched = {}, set()
+
+    def named():  # asked afresh each time, as a user would: FSDP2 swaps the registered parameters
+        if role != "system":
+            return reference_parameters(model, inner)
+        return [(case_name(n), p) for n, p in inner.named_parameters()]
+
+    def watch():  # the reference's local gradients: the terms a reduction sums (its rounding is proportional)
+        def hook(grad, name):
+            value = grad.to_local() if isinstance(grad, DTensor) else grad
+            if value.numel():
+                local[name] = max(local.get(name, 0.0), float(value.detach().abs().max()))
+
+        for name, p in named():
+            if p.requires_grad and role != "system" and name not in watched:
+                watched.add(name)
+                p.register_hook(lambda grad, name=name: hook(grad, name))
+
+    def zero_grad(step):
+        with step_context() if role == "system" else reference_step_context():
+            optim.zero_grad(set_to_none=ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0))
+
+    def finish(at_, losses, step):
+        record = {"at": at_, "loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
+                                      torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
+                  "grad": gradients(model, named()) if role == "system" else
+                  {name: whole(p.grad) for name, p in named()},
+                  "local": {**local, **(reference_local(model) if role != "system" else {})}}
+        local.clear()
+        if role.startswith("perturbed"):
+            perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1))
+        if role == "system":
+            sleep("before_step")
+        with step_context() if role == "system" else reference_step_context():
+            if CLIP:
+                if role == "system":
+                    clip(model, [p for _, p in named()], CLIP)
+                else:
+                    torch.nn.utils.clip_grad_norm_([p for _, p in named() if p.grad is not None], CLIP)
+            optim.step()
+        if role != "system":
+            reference_stepped(model)
+        if scheduler is not None:
+            scheduler.step()
+        record["param"] = (parameters(model, named()) if role == "system" else
+                           {name: whole(p) for name, p in named()})
+        record["param"].update({"buffer:" + case_name(n): whole(b) for n, b in inner.named_buffers()})
+        passes.append(record)
+
+    def plain(loss):
+        loss = loss.detach()
+        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+
+    watch()
+    passes = []
+    for step in range(STEPS):
+        thawed = [name for name, _ in named() if step and frozen_at(name, step - 1) and not frozen_at(name, step)]
+        if thawed:  # unfrozen: DDP is built anew, as its documentation asks of a changed requires_grad
+            if role == "system":  # fully_shard: "the registered parameters must be the sharded parameters" first
+                for m in model.modules():
+                    if isinstance(m, FSDPModule):
+                        m.reshard()
+            for name, p in named():  # (after reshard(): the parameters registered now)
+                if name in thawed:
+                    p.requires_grad_(True)
+            if role != "system":
+                model = reference_thawed(model, inner, device, mesh)
+            elif isinstance(model, DDP):  # a system under DDP (zero) likewise
+                model = apply_plan(inner, mesh, device)
+            watch()
+        zero_grad(step)
+        losses = []
+        for micro in range(MICROBATCHES):
+            last = micro == MICROBATCHES - 1
+            if "CLOCK" in globals():
+                CLOCK.set(step, micro, MICROBATCHES)
+            torch.manual_seed(forward_seed(dp, step, micro))
+            x, y = batch(dp, step, micro).to(device), target(dp, step, micro).to(device)
+            if role == "system":
+                with accumulate(model, micro, last), loss_context():
+                    loss = loss_fn(forward(model, x), y)
+                    sleep("after_forward")
+                    loss.backward()
+                after_backward(model, last)
+            else:
+                with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
+                    loss = loss_fn(model(x), y)
+                    reference_backward(model, loss)
+            losses.append(plain(loss))
+        finish(f"step {step}", losses, step)
+        if NONROOT:
+            zero_grad(step)
+            torch.manual_seed(forward_seed(dp, step, MICROBATCHES))
+            x = batch(dp, step, MICROBATCHES, nonroot=True).to(device)
+            y = target(dp, step, MICROBATCHES, nonroot=True).to(device)
+            finish(f"step {step} (non-root {NONROOT} pass)", [plain(nonroot_backward(role, model, inner, x, y))], step)
+        if EVAL:  # an evaluation forward between steps: its loss is compared, nothing is stepped
+            if "CLOCK" in globals():
+                CLOCK.set(step, 0, MICROBATCHES)
+            x, y = batch(dp, step, MICROBATCHES + 1).to(device), target(dp, step, MICROBATCHES + 1).to(device)
+            model.eval()
+            with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()):
+                loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
+            model.train()
+            passes.append({"at": f"step {step} (eval pass)", "loss": (str(loss.dtype).removeprefix("torch."),
+                                                                    plain(loss).to("cpu", torch.float64)),
+                           "grad": {}, "param": {}, "local": {}})
+        if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
+            model, inner, optim, scheduler = checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler,
+                                                             passes, named)
+    return passes
+'''
+
+COMPARE = '''
+# ---- the comparison (parityfuzz.judge.oracle's rules), on rank 0 over every rank's records
+
+
+class Divergence(Exception):
+    pass
+
+
+def magnitude(t):
+    finite = t[torch.isfinite(t)].abs()
+    return float(finite.max()) if finite.numel() else 0.0
+
+
+def difference(a, b):
+    diff = (a - b).abs()
+    same = (a.isnan() & b.isnan()) | (a.isinf() & (a == b))
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    return torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
+
+
+$TOLERANCE
+
+def check_value(where, key, ref, sut, noises, scale, pooled):
+    """``sut`` within the tolerance of ``ref`` (the rule above, the harness's own), the noise the largest
+    difference of a perturbed run from ``ref``, pooled over passes per tensor (``key``)."""
+    if ref.shape != sut.shape:
+        raise Divergence(f"{where}: shapes differ (system {list(sut.shape)}, reference {list(ref.shape)})")
+    scale = max(scale, magnitude(ref))
+    samples = [n for n in noises if n is not None and n.shape == ref.shape]
+    measured = max((float(difference(ref, n).max()) for n in samples), default=0.0) if ref.numel() else 0.0
+    measured = pooled_noise(measured, scale, pooled, key) if samples else measured
+    limit = allowed(scale, measured, EPS)
+    dev = float(difference(ref, sut).max()) if ref.numel() else 0.0
+    if dev > limit:
+        raise Divergence(f"{where}: max abs err {dev:.3g} (allowed {limit:.3g}; measured noise {measured:.3g}, "
+                         f"scale {scale:.3g})")
+
+
+def scales(ref_pass, what):
+    """Per scale group, the largest magnitude among the reference's tensors (and, for gradients, the local
+    gradients the reduction summed)."""
+    out = {}
+    for name, rec in ref_pass[what].items():
+        if rec is not None:
+            key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
+            out[key] = max(out.get(key, 0.0), magnitude(rec[1]))
+    if what == "grad":
+        for name, value in ref_pass["local"].items():
+            key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
+            out[key] = max(out.get(key, 0.0), value)
+    return out
+
+
+def compare(ref, noises, sut):
+    """The first divergence of the system under test, raised as :class:`Divergence` (None: it trains like the
+    reference).  ``ref[r][i]`` is rank r's record of pass i; ``noises`` holds each perturbed run's records alike."""
+    pooled = {}
+    for i in range(len(ref[0])):
+        at_ = ref[0][i]["at"]
+
+        def finite(rec):
+            return rec is None or bool(torch.isfinite(rec[1]).all())
+
+        if not all(finite(r[i]["loss"]) and all(finite(v) for what in ("grad", "param") for v in r[i][what].values())
+                   for r in ref):
+            print(f"the reference went non-finite at {at_}: compared the passes before it")
+            return None
+        for r in range(WORLD_SIZE):  # a checkpoint event's save or load broke an invariant here
+            for kind, tensor, message, _ in sut[r][i].get("violations", ()):
+                raise Divergence(f"{at_} {kind} {tensor} on rank {r}: {message}")
+        for r in range(WORLD_SIZE):
+            if ref[r][i]["loss"] is None or sut[r][i]["loss"] is None:  # no forward (right after a checkpoint load)
+                if (ref[r][i]["loss"] is None) != (sut[r][i]["loss"] is None):
+                    raise Divergence(f"{at_} loss loss[rank {r}]: one system ran a forward, the other none")
+                continue
+            dtype = sut[r][i]["loss"][0]
+            if dtype != PROMISED["loss"]:
+                raise Divergence(f"{at_} loss loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")
+            check_value(f"{at_} loss loss[rank {r}]", f"loss {r}", ref[r][i]["loss"][1], sut[r][i]["loss"][1],
+                        [n[r][i]["loss"][1] for n in noises], 0.0, pooled)
+        for what in ("grad", "param"):
+            group_scales = scales(ref[0][i], what)
+            names = list(dict.fromkeys([*ref[0][i][what], *sut[0][i][what]]))
+            for name in names:
+                where = f"{at_} {what} {name}"
+                for role, recs in (("system under test", sut), ("reference", ref)):
+                    missing = [r for r in range(WORLD_SIZE) if name not in recs[r][i][what]]
+                    if missing:
+                        raise Divergence(f"{where}: not recorded by the {role} on ranks {missing}")
+                    none = [r for r in range(WORLD_SIZE) if recs[r][i][what][name] is None]
+                    if none and len(none) < WORLD_SIZE:
+                        raise Divergence(f"{where}: in the {role}, ranks {none} have no gradient, the others do")
+                a, b = ref[0][i][what][name], sut[0][i][what][name]
+                if a is None or b is None:
+                    if a is None and b is None:
+                        continue
+                    raise Divergence(f"{where}: " + ("no gradient in the system under test" if b is None
+                                                     else "a gradient the reference does not have"))
+                promised = PROMISED["buffer" if name.startswith("buffer:") else what]
+                for r in range(WORLD_SIZE):
+                    if sut[r][i][what][name][0] != promised:
+                        raise Divergence(f"{where} on rank {r}: dtype {sut[r][i][what][name][0]}, promised {promised}")
+                for role, recs in (("system under test", sut), ("reference", ref)):
+                    first = recs[0][i][what][name][1]
+                    for r in range(1, WORLD_SIZE):
+                        other = recs[r][i][what][name][1]
+                        if other.shape != first.shape or not torch.equal(first.nan_to_num(), other.nan_to_num()):
+                            raise Divergence(f"{where}: in the {role}, rank {r}'s copy differs from rank 0's "
+                                             "(replicas disagree)")
+                scale = scale_of(group_scales, SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0]))
+                samples = [n[0][i][what].get(name) for n in noises]
+                check_value(where, f"{what} {name}", a[1], b[1], [n[1] for n in samples if n is not None], scale,
+                            pooled)
+    return None
+'''
+
+MAIN = '''
+def main():
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD_SIZE
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
+    rank = dist.get_rank()
+    if dist.get_world_size() != WORLD_SIZE:
+        sys.exit(f"this case needs {WORLD_SIZE} ranks: torchrun --nproc-per-node={WORLD_SIZE}")
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    mesh = init_device_mesh(device.type, MESH_SHAPE, mesh_dim_names=MESH_NAMES)
+    dp = DP_INDEX[rank]
+    if device.type in EXPECTED_ERROR:
+        code = refused(EXPECTED_ERROR[device.type], dp, device, mesh)
+    else:
+        code = compared(dp, device, mesh)
+    outcome = [code]
+    dist.broadcast_object_list(outcome, src=0)
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(outcome[0])  # not sys.exit: gloo's threads can abort the interpreter's teardown
+
+
+def refused(expected, dp, device, mesh):
+    """Torch must refuse this case: the system under test alone, which must raise the expected error on every
+    rank (any other error is raised on)."""
+    kind, pattern = expected
+    try:
+        train("system", dp, device, mesh)
+        raised = None
+    except Exception as e:
+        if type(e).__name__ != kind or not re.search(pattern, str(e)):
+            raise
+        raised = f"{kind}: {str(e).splitlines()[0] if str(e) else ''}"
+    everyone = [None] * WORLD_SIZE
+    dist.all_gather_object(everyone, raised)
+    if dist.get_rank() != 0:
+        return 0
+    if all(everyone):
+        print(f"parity: torch refused the case as it must ({everyone[0]})")
+        return 0
+    print(f"DIVERGENCE step 0 error {kind}: expected {kind} matching {pattern!r} on every rank; ranks "
+          f"{[r for r, e in enumerate(everyone) if not e]} trained")
+    return 1
+
+
+def compared(dp, device, mesh):
+    """The reference, the perturbed reference and the system under test, compared on rank 0."""
+    roles = ("reference", "system", *(f"perturbed/{i}" for i in range(NOISE_SAMPLES)))
+    runs = [train(role, dp, device, mesh) for role in roles]
+    everyone = [None] * WORLD_SIZE
+    dist.all_gather_object(everyone, runs)
+    code = 0
+    if dist.get_rank() == 0:
+        ref, sut, *noises = ([everyone[r][k] for r in range(WORLD_SIZE)] for k in range(len(roles)))
+        try:
+            compare(ref, noises, sut)
+            print("parity: the system under test trains like the reference")
+        except Divergence as d:
+            print(f"DIVERGENCE {d}")
+            code = 1
+    return code
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
+for _source in (DATA, TRAIN, COMPARE, MAIN):
+    compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", "")
+            .replace("$TOLERANCE", ""),
+            "<parityfuzz.export.runtime>", "exec")
+del _source
