@@ -10,11 +10,11 @@ is fixed the run says so and the file's expectation should be flipped.
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.frontends.show import describe_case
+from parityfuzz.judge.verify import check
+from parityfuzz.triage import corpus
 from parityfuzz.triage import KNOWN_BUG, explain
 from parityfuzz.triage.known import shipped
-from parityfuzz.judge.verify import check
 
 
 def pytest_generate_tests(metafunc):

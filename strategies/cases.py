@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from parityfuzz import families
-from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case import Case
+from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.strategies.perturbation import delays
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.case import MeshSpec, ModelSpec, Node
 from parityfuzz.executor import Executor
 from parityfuzz.judge.verify import check
+from parityfuzz.triage import corpus
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]

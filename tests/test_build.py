@@ -5,9 +5,9 @@ import dataclasses
 import torch
 from hypothesis import given, settings
 
+from parityfuzz.case import MeshSpec, ModelSpec, Node
 from parityfuzz.run.build import batch_for, build_model
 from parityfuzz.run.record import torch_dtype
-from parityfuzz.case import MeshSpec, ModelSpec, Node
 from parityfuzz.strategies import cases
 from tests.test_case import simple
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 
 from parityfuzz.case import Case, CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.case.dtypes import activation_dtype
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.strategies import cases
 
 

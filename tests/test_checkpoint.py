@@ -16,8 +16,8 @@ from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from parityfuzz.run.trace import Trace
 from parityfuzz.judge.verify import check
+from parityfuzz.run.trace import Trace
 from parityfuzz.strategies.checkpoint import checkpointed_cases
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz

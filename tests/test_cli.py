@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.judge.verdict import Divergence, Verdict
+from parityfuzz.triage import corpus
 from tests.test_case import simple
 
 ROOT = Path(__file__).resolve().parents[1]

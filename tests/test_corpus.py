@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.judge.verdict import Divergence, Verdict
+from parityfuzz.triage import corpus
 from tests.test_case import simple
 
 MISMATCH = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1.0, max_rel=1.0))

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz import families
+from parityfuzz.case import MeshSpec, TrainSpec
+from parityfuzz.case.checkpoint import Checkpoint
 from parityfuzz.export import ExportError, export, refusal
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.judge.verify import check
-from parityfuzz.case import MeshSpec, TrainSpec
-from parityfuzz.case.checkpoint import Checkpoint
+from parityfuzz.triage import corpus
 from tests.test_case import simple
 from tests.test_zero import zero_case
 

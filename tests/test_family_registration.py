@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, find, settings
 
 from parityfuzz import families
 from parityfuzz.export import export
-from parityfuzz.strategies import cases
 from parityfuzz.judge.verdict import Verdict
+from parityfuzz.strategies import cases
 from parityfuzz.triage import corpus
 from tests.test_export import torchrun
 

@@ -3,13 +3,13 @@ the same budget against correct FSDP2 reports nothing."""
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.case import ModelSpec, Node
 from parityfuzz.engine import Fuzzer, FuzzOptions, precondition, simplest_features
-from parityfuzz.triage import FOUND_IN_RUN, NEW, Found, explain
 from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.judge.verify import check
 from parityfuzz.strategies import cases
+from parityfuzz.triage import corpus
+from parityfuzz.triage import FOUND_IN_RUN, NEW, Found, explain
 from tests.known import record, register
 from tests.test_case import simple
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.case import Case
+from parityfuzz.judge.verdict import Divergence, Verdict
+from parityfuzz.triage import corpus
 from parityfuzz.triage import FOUND_IN_RUN, IN_CORPUS, KNOWN_BUG, NEW, Found, explain, known
 from parityfuzz.triage.table import updated
-from parityfuzz.judge.verdict import Divergence, Verdict
 from tests.known import record, register
 from tests.test_case import simple
 

@@ -6,15 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from parityfuzz.triage import corpus
-from parityfuzz.run.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
 from parityfuzz.case import ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.judge.oracle import Tolerance
 from parityfuzz.judge.origin import at_divergence, locate
-from parityfuzz.run.trace import RankTrace, Rec, Trace
 from parityfuzz.judge.verdict import Divergence, Origin, Verdict
 from parityfuzz.judge.verify import check, locate as locate_case, traces
+from parityfuzz.run.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
+from parityfuzz.run.trace import RankTrace, Rec, Trace
+from parityfuzz.triage import corpus
 from tests.test_case import simple
 from tests.test_faults_in_fsdp2 import ATTENTION, MLP
 from tests.test_tensor_parallel import MESHES, PAIR, SP, tp_case

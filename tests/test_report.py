@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from parityfuzz.case import seedgrids
-from parityfuzz.frontends import report
 from parityfuzz.case import Delay, MeshSpec
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.frontends import report
 from parityfuzz.judge.verdict import Divergence, Verdict
 from tests.test_case import simple
 

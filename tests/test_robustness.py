@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from parityfuzz.triage import corpus
 from parityfuzz.engine import Fuzzer, FuzzOptions
 from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.strategies import cases
+from parityfuzz.triage import corpus
 from tests.test_case import simple
 from tests.test_cli import ENV, ROOT
 from tests.test_executor import alive

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 
-from parityfuzz.strategies import cases
 from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.zero import ZeroPlan
 from parityfuzz.judge.verify import check
+from parityfuzz.strategies import cases
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 

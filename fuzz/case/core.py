@@ -20,8 +20,8 @@ from parityfuzz.case import codec
 from parityfuzz.case.checkpoint import Checkpoint, resumed, validate_checkpoint
 from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.mesh import MeshSpec, validate_mesh
-from parityfuzz.case.plan import Plan
 from parityfuzz.case.model import ModelSpec, validate_model
+from parityfuzz.case.plan import Plan
 from parityfuzz.case.training import Delay, TrainSpec, validate_delays, validate_train
 
 SCHEMA = 2

@@ -37,7 +37,6 @@ from hypothesis import HealthCheck, Phase, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from parityfuzz.triage import corpus
 from parityfuzz.case import Case
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.engine.constants import without_local_constants
@@ -47,9 +46,10 @@ from parityfuzz.engine.reduce import Reduction, reduce_failure
 from parityfuzz.engine.soak import precondition, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.executor import Executor
-from parityfuzz.triage import IN_CORPUS, Explanation, Found, explain
 from parityfuzz.judge.verdict import PASS, Verdict
 from parityfuzz.judge.verify import check, locate
+from parityfuzz.triage import corpus
+from parityfuzz.triage import IN_CORPUS, Explanation, Found, explain
 
 
 #: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer

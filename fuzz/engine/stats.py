@@ -9,8 +9,8 @@ from itertools import combinations
 from parityfuzz.case import seedgrids
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
-from parityfuzz.triage import Explanation
 from parityfuzz.judge.verdict import Verdict
+from parityfuzz.triage import Explanation
 
 
 @dataclass

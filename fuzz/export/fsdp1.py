@@ -9,12 +9,12 @@ from __future__ import annotations
 import inspect
 
 from parityfuzz.case import Case
+from parityfuzz.case.model import children_first
 from parityfuzz.export import fsdp2
 from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp1 import HYBRID, FSDP1Plan
 from parityfuzz.systems import fsdp1 as system
-from parityfuzz.case.model import children_first
 
 IMPORTS = ("import functools\n"
            "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"

@@ -4,9 +4,9 @@ prefetching, the accumulation switches, as :class:`parityfuzz.systems.fsdp2.FSDP
 from __future__ import annotations
 
 from parityfuzz.case import Case
+from parityfuzz.case.model import children_first
 from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
-from parityfuzz.case.model import children_first
 
 IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
            "from torch.distributed._composable import checkpoint\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import inspect
 
-from parityfuzz.run import build
 from parityfuzz.case import Case, Node, child_names
+from parityfuzz.run import build
 
 #: Node kinds built from a class of :mod:`parityfuzz.run.build`, and those classes' own dependencies.
 CLASSES = {"scale": ["Scale"], "mlp": ["MLP"], "attention": ["Attention"], "block": ["Block"],

@@ -13,7 +13,6 @@ from parityfuzz.case import Case
 from parityfuzz.export import checkpoint, reference, runtime
 from parityfuzz.export.model import model_source
 from parityfuzz.export.parts import Parts
-from parityfuzz.judge.verify import NOISE_SAMPLES
 from parityfuzz.frontends.show import describe_case
 
 
@@ -78,7 +77,6 @@ def constants(case: Case) -> str:
         f"OPTIMIZER = torch.optim.{ {'sgd': 'SGD', 'adam': 'Adam', 'adamw': 'AdamW'}[t.optimizer] }",
         f"PROMISED = {_py({'loss': promise.output(''), 'grad': promise.tensor('grad', ''), 'param': promise.tensor('param', ''), 'buffer': promise.tensor('param', 'buffer:')})}"
         "  # the dtypes the system under test must produce",
-        f"NOISE_SAMPLES = {NOISE_SAMPLES}  # perturbed reference runs; the noise is the largest they show",
         f"EPS = {dtypes.EPS[dtypes.model_dtype(case)]!r}  # of the dtype the model trains in",
     ]
     return "\n".join(lines) + "\n"

@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from parityfuzz.case import dtypes
-from parityfuzz.frontends.bench import generate
 from parityfuzz.case import Case
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
+from parityfuzz.frontends.bench import generate
 
 KS = (2, 4, 8, 16, 32)
 FLOORS = (4, 8, 16, 32, 64, 128)

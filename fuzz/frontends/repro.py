@@ -25,8 +25,8 @@ import argparse
 import json
 import sys
 
-from parityfuzz.triage import corpus
 from parityfuzz.frontends.show import describe_case
+from parityfuzz.triage import corpus
 
 
 def main(argv: list[str] | None = None) -> int:

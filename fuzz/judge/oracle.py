@@ -37,7 +37,7 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   dropped twentyfold for one step while the system's rounding did not): so the noise of a tensor, relative
   to its scale, is pooled over passes, the largest seen for it in this and the earlier passes.  A near
   miss (a value mismatch within :data:`parityfuzz.judge.verify.RESAMPLE_WITHIN` of what one sample allowed) takes
-  more samples (:data:`parityfuzz.judge.verify.NOISE_SAMPLES` in all, each from other perturbations) and the largest
+  more samples (:data:`parityfuzz.judge.tolerance.NOISE_SAMPLES` in all, each from other perturbations) and the largest
   noise among them: a 20-minute run met a LayerNorm over width 2 whose upstream gradients are rounding
   residues of the norm's backward, where one sample measured a thirtieth of what the five others did.
 - ``floor = FLOOR_ULPS * eps(dtype) * scale`` covers what the perturbation does not model (summation
@@ -78,9 +78,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from parityfuzz.case.dtypes import EPS, Promise
-from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
 from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, scale_of
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
+from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
 
 #: A passing case whose allowed difference somewhere exceeded this share of the tensor's scale was
 #: checked only loosely there: the verdict's note says so (and the run summary counts such cases).

@@ -15,10 +15,10 @@ got wrong, or an optimizer update.
 
 from __future__ import annotations
 
-from parityfuzz.run.activations import parse
 from parityfuzz.judge.oracle import Tolerance, difference, magnitude
-from parityfuzz.run.trace import Trace, module_of
 from parityfuzz.judge.verdict import Divergence, Origin
+from parityfuzz.run.activations import parse
+from parityfuzz.run.trace import Trace, module_of
 
 
 def _labels(trace: Trace, i: int) -> list[str]:

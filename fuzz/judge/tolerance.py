@@ -13,6 +13,9 @@ group (the largest of the pass where the group's reference tensors are all zero)
 K = 16.0
 #: Ulps of the model's dtype, at the tensor's scale, a difference may reach whatever the noise.
 FLOOR_ULPS = 32.0
+#: Perturbed runs a near miss gets: one perturbed run is one sample of the noise, and an unlucky one can
+#: measure a thirtieth of what the others do.
+NOISE_SAMPLES = 3
 
 
 def allowed(scale: float, noise: float, eps: float, k: float = K, floor_ulps: float = FLOOR_ULPS) -> float:

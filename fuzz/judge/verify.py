@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from parityfuzz.case import dtypes
-from parityfuzz.judge import origin
 from parityfuzz.case import LEAF_SUBMODULES, Case
 from parityfuzz.executor import Executor, RankOutcome
+from parityfuzz.judge import origin
 from parityfuzz.judge.expected import expectation, judge
 from parityfuzz.judge.oracle import Tolerance, compare
-from parityfuzz.run.trace import Trace
+from parityfuzz.judge.tolerance import NOISE_SAMPLES
 from parityfuzz.judge.verdict import CRASH, ERROR, HANG, MISMATCH, PASS, Verdict
+from parityfuzz.run.trace import Trace
 
 
 def traces(outcomes: list[RankOutcome], role: str) -> Trace:
@@ -37,9 +38,6 @@ def failure_verdict(outcomes: list[RankOutcome]) -> Verdict | None:
     return Verdict(kind, ranks=tuple(ranks))
 
 
-#: Perturbed runs a near miss gets: one perturbed run is one sample of the noise, and an unlucky one can
-#: measure a thirtieth of what the others do (``parityfuzz.judge.oracle``).
-NOISE_SAMPLES = 3
 #: A value mismatch is a near miss when its difference is within this multiple of what was allowed: a
 #: subtle bug (a bf16 reduction, 0.5% on one gradient) is thousands of times beyond the noise, and takes
 #: no extra runs.

@@ -8,14 +8,14 @@ import os
 import numpy as np
 import torch
 
+from parityfuzz.case import Case
 from parityfuzz.run.activations import Probe
 from parityfuzz.run.build import ForwardClock, batch_for, build_model, target_for
 from parityfuzz.run.collectives import CollectiveCounter
-from parityfuzz.run.seeds import forward_seed_key, gradient_perturbation_key, perturbation_key
-from parityfuzz.case import Case
-from parityfuzz.systems import RankContext, resolve
 from parityfuzz.run.record import dtype_name, record_tensors
+from parityfuzz.run.seeds import forward_seed_key, gradient_perturbation_key, perturbation_key
 from parityfuzz.run.trace import RankTrace, Rec, module_of
+from parityfuzz.systems import RankContext, resolve
 
 
 def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:

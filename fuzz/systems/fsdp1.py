@@ -27,13 +27,13 @@ from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDa
                                     MixedPrecision, ShardingStrategy)
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
 
-from parityfuzz.run import build
+from parityfuzz.case.model import children_first
 from parityfuzz.families.fsdp1 import HYBRID
+from parityfuzz.run import build
+from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
-from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint
-from parityfuzz.case.model import children_first
 
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.run.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,

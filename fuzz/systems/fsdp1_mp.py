@@ -58,8 +58,8 @@ import torch.nn as nn
 from torch.utils._pytree import tree_map
 
 from parityfuzz.families.fsdp1 import HYBRID
-from parityfuzz.systems.fsdp1 import KIND_CLASSES
 from parityfuzz.run.record import dtype_name, torch_dtype as dtype
+from parityfuzz.systems.fsdp1 import KIND_CLASSES
 from parityfuzz.systems.masters import EmulatedReference, Masters
 from parityfuzz.systems.mp_reference import _cast, divide_factors
 

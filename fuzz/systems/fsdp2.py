@@ -20,10 +20,10 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from parityfuzz.families.fsdp2 import ActivationCheckpoint, Wrap
-from parityfuzz.systems.base import System, resolve
 from parityfuzz.case.model import children_first
+from parityfuzz.families.fsdp2 import ActivationCheckpoint, Wrap
 from parityfuzz.run.record import torch_dtype as dtype
+from parityfuzz.systems.base import System, resolve
 
 
 def apply_checkpoint(model: nn.Module, c: ActivationCheckpoint, **kwargs) -> None:

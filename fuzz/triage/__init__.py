@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parityfuzz.case import Case
-from parityfuzz.triage.known import KnownBug, known_bug
 from parityfuzz.judge.verdict import Verdict
+from parityfuzz.triage.known import KnownBug, known_bug
 
 KNOWN_BUG = "known bug"
 FOUND_IN_RUN = "found in this run"

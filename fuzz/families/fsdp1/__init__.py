@@ -23,9 +23,9 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
 from parityfuzz.families import Family
-from parityfuzz.rules import fsdp1 as fsdp1_rules
-from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.fsdp1 import grids
+from parityfuzz.families.fsdp2 import ActivationCheckpoint
+from parityfuzz.rules import fsdp1 as fsdp1_rules
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 HYBRID = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")

@@ -20,8 +20,8 @@ from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
 from parityfuzz.families import Family
 from parityfuzz.families import fsdp1, fsdp2_tp
-from parityfuzz.families.fsdp2_tp import Parallelize
 from parityfuzz.families.fsdp1_tp import grids
+from parityfuzz.families.fsdp2_tp import Parallelize
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 MESHES = (("dp_shard", "tp"),)

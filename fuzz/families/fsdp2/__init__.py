@@ -13,9 +13,9 @@ from typing import Union
 
 from parityfuzz.case import dtypes
 from parityfuzz.case.core import Case, Plan
+from parityfuzz.case.dtypes import MP_DTYPES
 from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods
-from parityfuzz.case.dtypes import MP_DTYPES
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp2 import grids
 
