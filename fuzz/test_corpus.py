@@ -11,7 +11,7 @@ is fixed the run says so and the file's expectation should be flipped.
 import pytest
 
 from parityfuzz.frontends.show import describe_case
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from parityfuzz.triage import corpus
 from parityfuzz.triage import KNOWN_BUG, explain
 from parityfuzz.triage.known import shipped
@@ -43,7 +43,7 @@ def test_corpus_case(corpus_file, fuzz_session, request):
     timeout = fuzz_session.options.case_timeout_s
     if timeout is None and entry.expect == "fail" and entry.verdict is not None and entry.verdict.kind == "hang":
         timeout = HANG_REPLAY_TIMEOUT_S
-    verdict = check(case, fuzz_session.executor, timeout)
+    verdict = verify_case(case, fuzz_session.executor, timeout)
     if entry.expect == "pass":
         if not verdict.ok:
             pytest.fail(f"{corpus_file}: {verdict.describe()}\n\n{describe_case(case)}", pytrace=False)

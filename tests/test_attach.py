@@ -18,7 +18,7 @@ import pytest
 
 from parityfuzz.case import MeshSpec, ModelSpec, Node
 from parityfuzz.executor import Executor
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from parityfuzz.triage import corpus
 from tests.test_case import simple
 
@@ -65,24 +65,24 @@ def test_attached_ranks_on_two_torchrun_nodes_give_the_local_verdicts_and_come_b
     nodes = torchrun_nodes(driver, tmp_path)
     try:
         with Executor(attach=driver, timeout_s=30) as ex:
-            assert check(case, ex).kind == "pass"
+            assert verify_case(case, ex).kind == "pass"
             assert ex.pools[2].hello[1]["restart"] == "0"
             odd = dataclasses.replace(faulty("OddLinearGradDrop"), model=ModelSpec(body=Node("linear", out=3)))
-            mismatch = check(odd.validate(), ex)
+            mismatch = verify_case(odd.validate(), ex)
             assert mismatch.kind == "mismatch" and mismatch.divergence.check == "value", mismatch.describe()
-            error = check(faulty("RaiseOnRank1"), ex)  # out of step: the group is restarted
+            error = verify_case(faulty("RaiseOnRank1"), ex)  # out of step: the group is restarted
             assert error.kind == "error" and at(error, 1)["type"] == "RuntimeError", error.describe()
-            crash = check(faulty("AbortOnRank1"), ex)
+            crash = verify_case(faulty("AbortOnRank1"), ex)
             assert crash.kind == "crash" and at(crash, 1)["status"] == "crash", crash.describe()
-            assert check(case, ex).kind == "pass"  # on a restarted group
-            hang = check(faulty("SleepOnRank1"), ex, 8)
+            assert verify_case(case, ex).kind == "pass"  # on a restarted group
+            hang = verify_case(faulty("SleepOnRank1"), ex, 8)
             assert hang.kind == "hang", hang.describe()
             # the stacks came back: rank 1 asleep in the fault, rank 0 waiting for it
             assert "in misbehave" in at(hang, 1)["log"] and "most recent call first" in at(hang, 0)["log"]
-            assert check(case, ex).kind == "pass"
+            assert verify_case(case, ex).kind == "pass"
             restarts = {h["restart"] for h in ex.pools[2].hello}
         assert restarts == {"3"}, restarts  # one restart per broken case
-        local = check(faulty("RaiseOnRank1"), executor := Executor())
+        local = verify_case(faulty("RaiseOnRank1"), executor := Executor())
         executor.close()
         assert error.signature() == local.signature()  # the local pool's verdict
     finally:

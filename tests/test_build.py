@@ -105,14 +105,14 @@ def test_dropout_masks_match_under_checkpointing_and_a_lost_rng_state_is_caught(
 
     from parityfuzz.case import TrainSpec
     from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
-    from parityfuzz.judge.verify import check
+    from parityfuzz.judge.verify import verify_case
 
     body = Node("seq", children=(Node("linear", out=8), Node("dropout", p=0.5), Node("linear", out=4)))
     for api in ("composable", "wrapper", "apply"):
         case = simple(model=ModelSpec(body=body), train=TrainSpec(steps=2, batch=4, microbatches=2),
                       plan=FSDP2Plan(wraps=(Wrap("body"), Wrap("")), checkpoints=(ActivationCheckpoint("body", api=api),)))
-        assert check(case.validate(), executor).ok, api
-        lost = check(dataclasses.replace(case, system="tests.faults:CheckpointLosesRNG"), executor)
+        assert verify_case(case.validate(), executor).ok, api
+        lost = verify_case(dataclasses.replace(case, system="tests.faults:CheckpointLosesRNG"), executor)
         assert lost.kind == "mismatch", api
 
 

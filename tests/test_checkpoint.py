@@ -16,7 +16,7 @@ from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from parityfuzz.run.trace import Trace
 from parityfuzz.strategies.checkpoint import checkpointed_cases
 from tests.test_case import simple
@@ -128,7 +128,7 @@ ROUND_TRIPS = {
 @pytest.mark.parametrize("name", ROUND_TRIPS)
 def test_a_round_trip_trains_like_the_uninterrupted_reference(executor, name):
     case = ROUND_TRIPS[name].validate()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -176,8 +176,8 @@ FAULTS = {
 @pytest.mark.parametrize("fault", FAULTS)
 def test_the_checkpoint_fault_acts_where_it_should_and_torch_passes_there(executor, fault):
     case = FAULTS[fault][0].validate()
-    assert check(case, executor).ok
-    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verify_case(case, executor).ok
+    verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
     assert verdict.kind == "mismatch", verdict.describe()
     d = verdict.divergence
     assert (d.check, d.what, d.phase) == ("checkpoint", "loaded", "loaded"), verdict.describe()
@@ -187,9 +187,9 @@ def test_a_fault_in_the_state_dict_code_is_undone_before_the_next_case(executor)
     """The rank's isolation snapshot covers the state-dict modules: a fault injected there in one case must not
     act in the next (one did, and a shrink wandered onto it)."""
     case = FAULTS["OptimizerStateOfRenamedParamSwapped"][0].validate()
-    assert not check(dataclasses.replace(case, system="tests.faults:OptimizerStateOfRenamedParamSwapped"),
+    assert not verify_case(dataclasses.replace(case, system="tests.faults:OptimizerStateOfRenamedParamSwapped"),
                      executor).ok
-    assert check(case, executor).ok
+    assert verify_case(case, executor).ok
 
 
 @pytest.mark.parametrize("fault, seed", [(f, 1) for f in FAULTS] + [  # seed 2 of ShortShardLoadedAtWrongOffset

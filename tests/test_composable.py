@@ -8,7 +8,7 @@ import pytest
 
 from parityfuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.composable import ComposablePlan, Compose
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
@@ -39,7 +39,7 @@ def composed(*calls, mesh=FLAT, **train):
 def test_compositions_train_like_ddp(executor, calls, mesh):
     case = composed(*calls, mesh=mesh, clip=0.5, foreach=True)
     assert case.reference_name() == "ddp"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -51,8 +51,8 @@ def test_compositions_train_like_ddp(executor, calls, mesh):
 def test_documented_refusals_pass_when_torch_raises_and_fail_when_suppressed(executor, calls, error):
     case = composed(*calls)
     assert case.plan.refusal().type == error
-    assert check(case, executor).ok
-    suppressed = check(dataclasses.replace(case, system="tests.faults:ComposableRefusalSuppressed"), executor)
+    assert verify_case(case, executor).ok
+    suppressed = verify_case(dataclasses.replace(case, system="tests.faults:ComposableRefusalSuppressed"), executor)
     assert suppressed.kind == "mismatch" and suppressed.divergence.check == "no_error", suppressed.describe()
 
 
@@ -90,7 +90,7 @@ def test_replicate_names_a_tied_weight_under_both_names(executor):
     model = ModelSpec(body=Node("seq", children=(Node("linear", out=6),)), input="embedding", in_dim=6, vocab=8,
                       tie_head=True)
     case = dataclasses.replace(composed(("replicate", "")), model=model).validate()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -107,5 +107,5 @@ def test_a_frozen_module_left_unsharded_by_its_forward_is_no_invariant_violation
     case = simple(world_size=1, mesh=MeshSpec((1,)), model=ModelSpec(body=body), plan=plan,
                   train=TrainSpec(frozen=(Freeze("body.0"),))).validate()
     assert case.case_id() == "91af762ef102fadc"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from parityfuzz.case import ModelSpec, Node
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from tests.test_case import simple
 
 
@@ -28,9 +28,9 @@ def alive(pid: int) -> bool:
 
 
 def test_ranks_persist_across_cases(executor):
-    assert check(simple(), executor).ok
+    assert verify_case(simple(), executor).ok
     pids = executor.pools[2].pids()
-    assert check(simple(seed=1), executor).ok
+    assert verify_case(simple(seed=1), executor).ok
     assert executor.pools[2].pids() == pids
 
 
@@ -56,13 +56,13 @@ def test_results_come_back_as_data_per_rank(executor):
 ])
 def test_failures_become_verdicts_and_the_pool_recovers(executor, name, kind, needle):
     old_pids = executor.pool(2).pids()
-    verdict = check(fault(name), executor, timeout_s=20)
+    verdict = verify_case(fault(name), executor, timeout_s=20)
     assert verdict.kind == kind, verdict.describe()
     assert needle in verdict.describe()
     if kind == "error":
         entry = next(r for r in verdict.ranks if r["status"] == "error")
         assert entry["role"] == "system" and "RuntimeError" in entry["traceback"]
-    assert check(simple(), executor).ok  # a fresh pool answers the next case
+    assert verify_case(simple(), executor).ok  # a fresh pool answers the next case
     time.sleep(0.5)
     assert not any(alive(p) for p in old_pids)
 
@@ -74,12 +74,12 @@ def test_failures_become_verdicts_and_the_pool_recovers(executor, name, kind, ne
 def test_hang_is_a_verdict_with_stacks(executor, name, where):
     old_pids = executor.pool(2).pids()
     start = time.monotonic()
-    verdict = check(fault(name), executor, timeout_s=3)
+    verdict = verify_case(fault(name), executor, timeout_s=3)
     assert time.monotonic() - start < 15
     assert verdict.kind == "hang"
     hung = [r for r in verdict.ranks if r["status"] == "hang"]
     assert hung and any(where in r["log"] for r in hung), "faulthandler stack of the stuck rank"
-    assert check(simple(), executor).ok
+    assert verify_case(simple(), executor).ok
     time.sleep(0.5)
     assert not any(alive(p) for p in old_pids)
 
@@ -99,7 +99,7 @@ def test_a_pool_runs_on_after_an_error_on_every_rank_in_step():
         expected = losses(fresh, case)
     with Executor() as ex:
         pids = ex.pool(2).pids()
-        verdict = check(norm, ex, timeout_s=20)
+        verdict = verify_case(norm, ex, timeout_s=20)
         assert verdict.kind == "error" and len(verdict.ranks) == 2 and "LayerNorm" in verdict.describe()
         assert "collectives" not in verdict.ranks[0]  # the pool's bookkeeping stays out of the verdict
         assert ex.reuses == 1 and ex.restarts == 0 and ex.pools[2].pids() == pids
@@ -113,12 +113,12 @@ def test_a_pool_out_of_step_after_errors_is_replaced():
 
     with Executor() as ex:
         pids = ex.pool(2).pids()
-        verdict = check(fault("RaiseAfterACollectiveOnRank0"), ex, timeout_s=20)
+        verdict = verify_case(fault("RaiseAfterACollectiveOnRank0"), ex, timeout_s=20)
         assert verdict.kind == "error" and ex.reuses == 0
-        assert check(simple(), ex).ok and ex.restarts == 1 and ex.pools[2].pids() != pids
+        assert verify_case(simple(), ex).ok and ex.restarts == 1 and ex.pools[2].pids() != pids
     with Executor(reuse_after_errors=False) as ex:
-        assert check(simple(system="no.such.module:Thing"), ex, timeout_s=20).kind == "error"
-        assert check(simple(), ex).ok and ex.restarts == 1 and ex.reuses == 0
+        assert verify_case(simple(system="no.such.module:Thing"), ex, timeout_s=20).kind == "error"
+        assert verify_case(simple(), ex).ok and ex.restarts == 1 and ex.reuses == 0
 
 
 def test_process_groups_in_step():
@@ -133,7 +133,7 @@ def test_process_groups_in_step():
 
 
 def test_unknown_system_is_an_error_verdict(executor):
-    verdict = check(simple(system="no.such.module:Thing"), executor, timeout_s=20)
+    verdict = verify_case(simple(system="no.such.module:Thing"), executor, timeout_s=20)
     assert verdict.kind == "error" and "cannot load system" in verdict.describe()
 
 
@@ -148,16 +148,16 @@ def test_pool_past_its_resource_ceiling_is_recycled():
     from parityfuzz.executor import Executor
 
     with Executor(ceiling={"threads": 1}) as ex:  # every rank has more than one thread
-        assert check(simple(), ex).ok
+        assert verify_case(simple(), ex).ok
         assert ex.recycles == 1 and 2 not in ex.pools
-        assert check(simple(), ex).ok and ex.recycles == 2
+        assert verify_case(simple(), ex).ok and ex.recycles == 2
     with Executor() as ex:
-        assert check(simple(), ex).ok
+        assert verify_case(simple(), ex).ok
         assert ex.recycles == 0 and all(r["threads"] > 1 and r["fds"] > 0 for r in ex.pools[2].resources())
 
 
 def test_unsharded_parameters_after_backward_break_the_invariant(executor):
-    verdict = check(fault("NeverReshardsAfterBackward"), executor, timeout_s=20)
+    verdict = verify_case(fault("NeverReshardsAfterBackward"), executor, timeout_s=20)
     assert verdict.kind == "error" and "InvariantViolation" in verdict.describe()
     assert "not registered as sharded" in verdict.describe()
 
@@ -166,6 +166,6 @@ def test_unsharded_parameters_after_forward_break_the_invariant(executor):
     from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 
     case = fault("NeverReshardsAfterForward", plan=FSDP2Plan(wraps=(Wrap("body"), Wrap(""))))
-    verdict = check(case, executor, timeout_s=20)
+    verdict = verify_case(case, executor, timeout_s=20)
     assert verdict.kind == "error" and "after forward" in verdict.describe()
-    assert check(dataclasses.replace(case, system="fsdp2"), executor).ok
+    assert verify_case(dataclasses.replace(case, system="fsdp2"), executor).ok

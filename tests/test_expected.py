@@ -6,21 +6,21 @@ import dataclasses
 import pytest
 
 from parityfuzz.case import Case, CaseError, ExpectedError
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from tests.test_fsdp1 import fsdp1_case
 
 
 @pytest.mark.parametrize("flag", ["offload", "sync_module_states"])
 def test_fsdp1_refusing_a_cpu_machine_is_a_pass(executor, flag):
     case = fsdp1_case((2,), **{flag: True})
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok and "expected error" in verdict.note, verdict.describe()
 
 
 def test_a_refusal_suppressed_inside_fsdp1_is_a_finding(executor):
     case = dataclasses.replace(fsdp1_case((2,), offload=True, sync_module_states=True),
                                system="tests.faults:RefusalSuppressed")
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.kind == "mismatch" and verdict.divergence.check == "no_error", verdict.describe()
     assert verdict.bug_signature() == "mismatch:no_error:error"
 
@@ -28,13 +28,13 @@ def test_a_refusal_suppressed_inside_fsdp1_is_a_finding(executor):
 def test_another_error_than_the_expected_one_is_a_finding(executor):
     case = dataclasses.replace(fsdp1_case((2,), offload=True),
                                expect_error=ExpectedError("RuntimeError", "some other message"))
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.kind == "error" and "Cannot access accelerator" in verdict.describe(), verdict.describe()
 
 
 def test_a_case_expecting_an_error_that_trains_is_a_finding(executor):
     case = dataclasses.replace(fsdp1_case((2,)), expect_error=ExpectedError("RuntimeError", "refused"))
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.kind == "mismatch" and "did not raise" in verdict.describe(), verdict.describe()
 
 

@@ -22,7 +22,7 @@ from parityfuzz.case import MeshSpec, TrainSpec
 from parityfuzz.case.checkpoint import Checkpoint
 from parityfuzz.export import ExportError, export, refusal
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from parityfuzz.triage import corpus
 from tests.test_case import simple
 from tests.test_zero import zero_case
@@ -172,7 +172,7 @@ def test_a_fault_inside_torch_shows_in_the_exported_script(executor, tmp_path, f
         else:
             case, check_kind, _ = test_faults_in_fsdp2.FAULTS[fault]
         case = case.validate()
-        verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+        verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
         assert verdict.kind == "mismatch" and verdict.divergence.check == check_kind, verdict.describe()
         script_shows_the_fault(tmp_path, fault, case, verdict)
         return

@@ -11,7 +11,7 @@ import pytest
 
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
 
@@ -57,8 +57,8 @@ FAULTS = {
 def test_the_fault_acts_where_it_should_and_fsdp2_passes_there(executor, fault):
     case, expected, _ = FAULTS[fault]
     case = case.validate()
-    assert check(case, executor).ok
-    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verify_case(case, executor).ok
+    verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
     assert verdict.kind == "mismatch" and verdict.divergence.check == expected, verdict.describe()
     if fault == "LateGradDrift":
         assert verdict.divergence.step == 3
@@ -100,6 +100,6 @@ def test_small_faults_are_caught_under_bf16_mixed_precision(executor, fault, mod
     """Where the previous oracle allowed bf16's 1.6e-2 (it passed the 0.5% fault, and cleared the late drift as
     numerically unstable), the emulating reference's bit-exact agreement lets the floor stay at float32's."""
     case = simple(model=model, plan=BF16, reference="ddp_mp", train=train).validate()
-    assert check(case, executor).ok
-    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verify_case(case, executor).ok
+    verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
     assert verdict.kind == "mismatch" and verdict.divergence.check == "value", verdict.describe()

@@ -10,7 +10,7 @@ from parityfuzz.case import dtypes
 from parityfuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.fsdp1 import FSDP1Plan, Precision
 from parityfuzz.families.fsdp2 import ActivationCheckpoint
-from parityfuzz.judge.verify import check, verdict_from_outcomes
+from parityfuzz.judge.verify import verify_case, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
@@ -35,7 +35,7 @@ def fsdp1_case(shape=(2,), body=BODY, train=None, **plan) -> object:
 def test_each_sharding_strategy_trains_like_ddp(executor, sharding, via, shape, use_orig_params):
     case = fsdp1_case(shape, sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params,
                       wraps=("body.2", "body.4"), no_sync=True)
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -46,7 +46,7 @@ def test_wrappings_with_checkpointing_before_and_after(executor, wrapping, extra
     checkpoints = (ActivationCheckpoint("body.2", api="wrapper"), ActivationCheckpoint("body.4", api="apply", before=False))
     case = fsdp1_case((2,), wrapping=wrapping, checkpoints=checkpoints, backward_prefetch="BACKWARD_POST",
                       forward_prefetch=True, limit_all_gathers=False, **extra)
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -56,7 +56,7 @@ def test_a_frozen_module_sharing_a_unit_with_trainable_ones_shows_no_gradient(ex
     case = fsdp1_case((2,), wraps=("body.2",))
     case = dataclasses.replace(case, train=dataclasses.replace(case.train, frozen=(Freeze("body.2.fc2"),),
                                                                weight_decay=0.1)).validate()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -75,7 +75,7 @@ def test_ignored_modules_train_per_rank_like_ddp_told_to_ignore_them(executor, v
     assert ranks[0].shard.coord == (0,) and ranks[1].shard.coord == (1,)
     assert (ranks[0].value != ranks[1].value).any()  # different batches: the copies drift apart
     plain = dataclasses.replace(case, reference="ddp")  # a reference that reduces them is not FSDP1's contract
-    assert not check(plain, executor).ok
+    assert not verify_case(plain, executor).ok
 
 
 SCALED = Node("seq", children=(Node("linear", out=6), Node("scale", out=2), Node("mlp", hidden=3),
@@ -99,7 +99,7 @@ def test_mixed_precision_matches_the_reference_emulating_fsdp1(executor, shardin
     case = fsdp1_case(shape, SCALED, {"dtype": "float32", **train}, sharding=sharding, wrapping=wrapping,
                       precision=precision, **extra)
     assert case.reference_name() == "ddp_mp_fsdp1"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -114,7 +114,7 @@ def test_per_rank_control_flow_inside_an_instance_every_rank_runs(executor, use_
     for it on the other ranks) next to a nested instance every rank runs: FSDP1 averages it as DDP does."""
     case = fsdp1_case((4,), RANK_GATED, wraps=("body.2",), use_orig_params=use_orig_params)
     assert "rank_flow" in case.features()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -159,9 +159,9 @@ def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
     """The pool's isolation snapshot covers FSDP1's internals: a fault injected there by one case does not leak
     into the next one (it once did, and a clean fuzz run after the fault tests failed)."""
     case = fsdp1_case((2,), sharding="NO_SHARD")
-    assert check(dataclasses.replace(case, system="tests.faults:NoShardOrigParamsGradUnreduced"), executor).kind \
+    assert verify_case(dataclasses.replace(case, system="tests.faults:NoShardOrigParamsGradUnreduced"), executor).kind \
         == "mismatch"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 

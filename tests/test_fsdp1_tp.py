@@ -9,7 +9,7 @@ import pytest
 from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp1_tp import FSDP1TPPlan, uneven_shards
 from parityfuzz.families.fsdp2_tp import Parallelize
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
 
@@ -36,7 +36,7 @@ def tp_case(shape=(2, 2), tp=MLP, **plan):
 def test_tensor_parallel_then_fsdp1_trains_like_ddp(executor, sharding, use_orig_params, tp, extra):
     case = tp_case(sharding=sharding, use_orig_params=use_orig_params, tp=tp, **extra)
     assert case.reference_name() == "ddp"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 

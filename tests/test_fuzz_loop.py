@@ -6,7 +6,7 @@ import pytest
 from parityfuzz.case import ModelSpec, Node
 from parityfuzz.engine import Fuzzer, FuzzOptions, precondition, simplest_features
 from parityfuzz.judge.verdict import Divergence, Verdict
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from parityfuzz.strategies import cases
 from parityfuzz.triage import corpus
 from parityfuzz.triage import FOUND_IN_RUN, NEW, Found, explain
@@ -86,7 +86,7 @@ def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     assert f.case.world_size == 2 and f.case.seed == 0
     entry = corpus.load(f.corpus_path)
     assert entry.case == f.case and entry.expect == "fail"
-    assert check(entry.case, executor).kind == "mismatch"  # the saved case replays to the same verdict
+    assert verify_case(entry.case, executor).kind == "mismatch"  # the saved case replays to the same verdict
 
 
 def test_correct_fsdp2_has_no_failures_in_the_same_budget(executor, tmp_path):
@@ -155,7 +155,7 @@ def test_a_failure_meeting_a_known_bug_precondition_and_signature_passes_with_a_
     """A failing case that meets a known torch bug's precondition and fails the way the bug does is counted
     against that bug (run goes on, nothing written).  Without the entry the same fault is a failure:
     test_injected_fault_is_found_and_shrunk[BufferReset], same seed and system."""
-    fields = check(BUFFER_CASE, executor).signature_fields()
+    fields = verify_case(BUFFER_CASE, executor).signature_fields()
     signature = "[{ " + ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in fields.items()) + " }]"
     bug, = register(monkeypatch, tmp_path, record("buffers-reset-by-the-test-fault", signature))
     stats = fuzz(executor, tmp_path / "corpus", "tests.faults:BufferReset", max_cases=40)

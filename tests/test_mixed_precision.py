@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from parityfuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.case.dtypes import check_consistent, precision
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.judge.verify import check, traces
+from parityfuzz.judge.verify import verify_case, traces
 from parityfuzz.strategies import cases
 from parityfuzz.systems.mp_reference import divide_factors
 from tests.test_case import simple
@@ -56,7 +56,7 @@ CASES = {
 def test_fsdp2_matches_the_emulation(executor, name, ws, mesh):
     names = ("dp_shard",) if len(mesh) == 1 else ("dp_replicate", "dp_shard")
     case = mp_case(CASES[name], ws=ws, mesh=MeshSpec(mesh, names))
-    assert check(case, executor).ok
+    assert verify_case(case, executor).ok
 
 
 def test_accumulation_in_reduce_dtype_with_sync_off(executor):
@@ -80,13 +80,13 @@ def test_emulation_without_a_policy_is_ddp(executor):
     case = dataclasses.replace(simple(model=ModelSpec(body=MLP_BODY), train=TrainSpec(steps=2, microbatches=2),
                                       plan=FSDP2Plan(no_sync=("",))),
                                reference="ddp_mp", system="ddp")
-    assert check(case, executor).ok
+    assert verify_case(case, executor).ok
 
 
 def test_low_precision_fault_is_caught_and_plain_policies_are_not_flagged(executor):
     case = mp_case(CASES["bf16 everywhere"])
-    assert check(dataclasses.replace(case, system="tests.faults:LowPrecisionGradSummed"), executor).kind == "mismatch"
-    assert check(dataclasses.replace(case, plan=FSDP2Plan(wraps=(Wrap(""),)), reference="ddp",
+    assert verify_case(dataclasses.replace(case, system="tests.faults:LowPrecisionGradSummed"), executor).kind == "mismatch"
+    assert verify_case(dataclasses.replace(case, plan=FSDP2Plan(wraps=(Wrap(""),)), reference="ddp",
                                      system="tests.faults:LowPrecisionGradSummed"), executor).ok
 
 
@@ -146,7 +146,7 @@ def test_the_emulating_reference_holds_deferred_sums_per_parameter(executor):
     case = simple(world_size=2, mesh=MeshSpec((2, 1), ("dp_replicate", "dp_shard")), model=ModelSpec(body=gated),
                   plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),), no_all_reduce=True),
                   train=TrainSpec(lr=0.0025, microbatches=2, steps=2), reference="ddp_mp").validate()
-    verdict = check(dataclasses.replace(case, system="ddp_mp"), executor)
+    verdict = verify_case(dataclasses.replace(case, system="ddp_mp"), executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -165,5 +165,5 @@ def test_a_held_sum_joins_the_next_reduction_that_carries_a_gradient(executor):
                   model=ModelSpec(body=twice), plan=FSDP2Plan(wraps=wraps, no_all_reduce=True),
                   train=TrainSpec(microbatches=2)).validate()
     assert case.case_id() == "f99fed4c77cb6ff3"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()

@@ -11,7 +11,7 @@ from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.judge.oracle import Tolerance
 from parityfuzz.judge.origin import at_divergence, locate
 from parityfuzz.judge.verdict import Divergence, Origin, Verdict
-from parityfuzz.judge.verify import check, locate as locate_case, traces
+from parityfuzz.judge.verify import verify_case, locate as locate_case, traces
 from parityfuzz.run.activations import INPUT_GRAD, OUTPUT, OUTPUT_GRAD, label
 from parityfuzz.run.trace import RankTrace, Rec, Trace
 from parityfuzz.triage import corpus
@@ -95,7 +95,7 @@ def test_a_probed_run_trains_bit_for_bit_as_an_unprobed_one(executor, case):
                 for name in a.names(i, what):
                     ra, rb = a.records(i, what, name), b.records(i, what, name)
                     assert all(np.array_equal(x.value, y.value) for x, y in zip(ra, rb) if x is not None), name
-    assert locate_case(case, executor, check(case, executor)).origin is None  # a pass stays a pass
+    assert locate_case(case, executor, verify_case(case, executor)).origin is None  # a pass stays a pass
 
 
 def _fault(case, fault):
@@ -119,7 +119,7 @@ IN_ONE_MODULE = {
 def test_the_module_a_fault_acts_in_is_named(executor, fault):
     case, module, what = IN_ONE_MODULE[fault]
     case = _fault(case, fault)
-    verdict = locate_case(case, executor, check(case, executor))
+    verdict = locate_case(case, executor, verify_case(case, executor))
     assert verdict.kind == "mismatch" and verdict.origin is not None, verdict.describe()
     print(f"{fault}: {verdict.describe()}\n  it {verdict.origin.describe()}")
     assert (verdict.origin.module, verdict.origin.what, verdict.origin.step) == (module, what, 0)

@@ -161,7 +161,7 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
     """A fuzz run with a fault inside torch's gradient path (any module called twice in a forward loses its
     gradient): the recorded case is reduced until every part left is needed: each single simplification of
     it, run for real, no longer fails that way."""
-    from parityfuzz.judge.verify import check
+    from parityfuzz.judge.verify import verify_case
     from tests.test_fuzz_loop import fuzz
 
     stats = fuzz(executor, tmp_path, "tests.faults:TwiceGradDrop", max_cases=40, max_shrink_runs=20,
@@ -176,7 +176,7 @@ def test_a_fault_s_reported_case_is_1_minimal(executor, tmp_path):
     assert Case.from_dict(json.loads(f.corpus_path.read_text())["case"]) == f.case  # the reduced case recorded
     signature = f.verdict.bug_signature()
     for what, smaller in simplifications(f.case):
-        verdict = check(smaller, executor)
+        verdict = verify_case(smaller, executor)
         assert verdict.ok or verdict.bug_signature() != signature, what
 
 

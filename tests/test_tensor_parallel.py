@@ -7,7 +7,7 @@ from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
 from parityfuzz.judge.verdict import Verdict
-from parityfuzz.judge.verify import check, traces, verdict_from_outcomes
+from parityfuzz.judge.verify import verify_case, traces, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
 from tests.test_case import simple
 
@@ -42,7 +42,7 @@ def tp_case(mesh: MeshSpec, styles, **train) -> object:
 @pytest.mark.parametrize("styles", ["pair", "sequence parallel"])
 def test_tensor_and_sequence_parallel_train_like_ddp(executor, mesh, styles):
     case = tp_case(MESHES[mesh], PAIR if styles == "pair" else SP)
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -50,7 +50,7 @@ def test_tensor_and_sequence_parallel_train_like_ddp(executor, mesh, styles):
 def test_prepare_module_input_and_output_train_like_ddp(executor, styles):
     case = tp_case(MESHES["dp_shard x tp"], styles)
     assert "tp:prepare_input" in case.features() or "tp:prepare_output" in case.features()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -73,10 +73,10 @@ def test_mixed_precision_under_tensor_parallelism_is_emulated_bit_for_bit(execut
     case = dataclasses.replace(tp_case(MESHES[mesh], PAIR), model=ModelSpec(body=body, in_dim=5))
     case = _with_policy(case, param_dtype="bfloat16", reduce_dtype="float32")
     assert case.reference_name() == "ddp_mp_tp"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
-    assert check(dataclasses.replace(case, reference="ddp"), executor).kind == "mismatch"
-    verdict = check(dataclasses.replace(case, system="tests.faults:ReducesInBf16UnderTP"), executor)
+    assert verify_case(dataclasses.replace(case, reference="ddp"), executor).kind == "mismatch"
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:ReducesInBf16UnderTP"), executor)
     assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
 
 
@@ -88,13 +88,13 @@ def test_a_tp_replicated_gradient_is_summed_over_tp_in_reduce_dtype_as_documente
     from parityfuzz.triage.known import known_bug
 
     case = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16", reduce_dtype="float32")
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
     assert verdict.divergence.tensor in ("body.2.bias", "body.3.weight", "body.3.bias", "body.4.fc2.bias")
     bug = known_bug(case, verdict)
     assert bug is not None and "pytorch/pytorch#190626" in bug.upstream.links
     same = _with_policy(tp_case(MESHES["dp_shard x tp"], SP), param_dtype="bfloat16")
-    verdict = check(same, executor)
+    verdict = verify_case(same, executor)
     assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
     assert known_bug(same, Verdict("mismatch", verdict.divergence)) is None  # not under its precondition
 
@@ -129,7 +129,7 @@ def test_the_policys_input_cast_comes_before_the_tp_styles_input_hooks(executor)
     case = tp_case(MESHES["dp_shard x tp"], mlp)
     case = dataclasses.replace(case, plan=dataclasses.replace(case.plan, wraps=(
         Wrap("body.4.fc1", param_dtype="bfloat16", output_dtype="float64"), Wrap("")))).validate()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok and verdict.closeness == 0.0, verdict.describe()
 
 
@@ -168,7 +168,7 @@ def test_sequence_parallel_into_attention_trains_like_ddp(executor):
               Parallelize("body.4.o", "rowwise"))
     case = simple(world_size=2, mesh=MESHES["tp alone"], model=ModelSpec(body=body, in_dim=5), plan=FSDP2TPPlan(wraps=(), tp=styles),
                   train=TrainSpec(steps=2, batch=2, seq_len=4, lr=0.1)).validate()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -183,7 +183,7 @@ def test_embedding_head_and_loss_parallel(executor):
                   plan=FSDP2TPPlan(wraps=(Wrap("body.0"), Wrap("")), tp=styles, loss_parallel=True),
                   train=TrainSpec(steps=2, batch=2, seq_len=2, lr=0.1, eval=True)).validate()
     assert {"loss_parallel", "tp:inp", "tp:head", "tp=2"} <= case.features()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -196,7 +196,7 @@ def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, ki
     import dataclasses
 
     case = tp_case(MESHES[mesh], styles)
-    verdict = check(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
     assert verdict.kind == "mismatch", verdict.describe()
     if kind == "replica":  # each tp rank kept its own partial sum
         assert verdict.divergence.check in ("replica", "value"), verdict.describe()
@@ -229,7 +229,7 @@ def test_placements_the_plan_does_not_ask_for_are_an_invariant_violation(executo
     import dataclasses
 
     case = tp_case(MESHES["dp_shard x tp"], PAIR)
-    verdict = check(dataclasses.replace(case, system="tests.faults:ColwiseShardsInputDim"), executor)
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:ColwiseShardsInputDim"), executor)
     assert verdict.kind == "error" and "placements differ from the plan" in verdict.describe(), verdict.describe()
     assert "body.0.weight: S(1), colwise asks for S(0)" in verdict.describe()
 
@@ -241,7 +241,7 @@ def test_ranks_issuing_different_collectives_is_a_finding(executor):
     outcomes = executor.run(case)
     counts = outcomes[0].result["system"].collectives[0]
     assert counts and all(n > 0 for n in counts.values()), counts  # e.g. the rowwise all-reduce, forward
-    verdict = check(dataclasses.replace(case, system="tests.faults:ExtraCollectiveOnRankZero"), executor)
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:ExtraCollectiveOnRankZero"), executor)
     d = verdict.divergence
     assert verdict.kind == "mismatch" and d.check == "collectives" and d.ranks == (0, 1), verdict.describe()
 

@@ -6,7 +6,7 @@ import pytest
 
 from parityfuzz.case import Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from tests.test_case import simple
 
 BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="tanh"), Node("linear", out=5),
@@ -33,7 +33,7 @@ def test_training_loop_dimensions_agree_on_fsdp2(executor, name, mesh):
     ws = 2 if len(mesh) == 1 else 4
     case = simple(world_size=ws, mesh=MeshSpec(mesh, names), model=ModelSpec(body=BODY), plan=PLAN,
                   train=CASES[name]).validate()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -58,10 +58,10 @@ def test_control_flow_that_differs_per_rank_trains_like_ddp(executor, ws, mesh, 
                   train=TrainSpec(steps=3, dtype="float32" if policy else "float64", microbatches=2),
                   ).validate()
     assert "rank_flow" in case.features()
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
     without = dataclasses.replace(case, plan=dataclasses.replace(case.plan, reduce_scatter_unused=False))
-    assert check(without, executor).kind in ("crash", "error", "hang")  # ranks reduce-scatter unevenly
+    assert verify_case(without, executor).kind in ("crash", "error", "hang")  # ranks reduce-scatter unevenly
 
 
 def test_training_stays_bounded_so_every_step_is_compared(executor):
@@ -75,5 +75,5 @@ def test_training_stays_bounded_so_every_step_is_compared(executor):
     ref = traces(outcomes, "reference")
     losses = [float(r.value) for i in range(10) for r in ref.losses(i)]
     assert max(losses) < 100 and losses[-1] < losses[0]
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok and verdict.note == ""

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.families.zero import ZeroPlan
-from parityfuzz.judge.verify import check
+from parityfuzz.judge.verify import verify_case
 from parityfuzz.strategies import cases
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple
@@ -37,7 +37,7 @@ def test_zero_trains_like_ddp_with_the_whole_optimizer(executor, world_size, opt
     if optimizer == "sgd":
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, momentum=0.9)).validate()
     assert case.reference_name() == "zero_reference"
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -62,7 +62,7 @@ def test_a_bucket_broadcast_fault_is_found_and_shrunk_to_bucket_views(executor, 
 ])
 def test_zero_mid_training_changes_train_like_ddp(executor, plan, train):
     case = zero_case(3, training=train, **plan)
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
@@ -74,7 +74,7 @@ def overlapped(static_graph=False, overlap="hook"):
 @pytest.mark.parametrize("overlap", ["hook", "interleaved"])
 def test_overlap_with_ddp_is_refused_on_gloo(executor, overlap):
     case = overlapped(overlap=overlap)
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok and "expected error" in verdict.note, verdict.describe()
 
 
@@ -87,9 +87,9 @@ def test_overlap_warm_up_is_modelled(executor, monkeypatch, static_graph):
 
     monkeypatch.setattr(verify, "expectation", lambda case, device_type: None)
     case = dataclasses.replace(overlapped(static_graph), system="tests.faults:ZeroOverlapOnGloo")
-    verdict = check(case, executor)
+    verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
-    assert not check(dataclasses.replace(case, reference="ddp"), executor).ok
+    assert not verify_case(dataclasses.replace(case, reference="ddp"), executor).ok
 
 
 @pytest.mark.long  # 14 s

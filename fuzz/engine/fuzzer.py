@@ -47,7 +47,7 @@ from parityfuzz.engine.soak import precondition, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.executor import Executor
 from parityfuzz.judge.verdict import PASS, Verdict
-from parityfuzz.judge.verify import check, locate
+from parityfuzz.judge.verify import verify_case, locate
 from parityfuzz.triage import corpus
 from parityfuzz.triage import IN_CORPUS, Explanation, Found, explain
 
@@ -283,7 +283,7 @@ class Fuzzer:
 
     def _run(self, case: Case, timeout: float | None) -> Verdict:
         """Run and check a case: its verdict as the oracle gave it (what explains a failure is asked apart)."""
-        return check(case, self.executor, timeout)
+        return verify_case(case, self.executor, timeout)
 
     @staticmethod
     def _explained(case: Case, verdict: Verdict,

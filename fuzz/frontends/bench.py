@@ -7,7 +7,7 @@
 
 The same generated cases (fixed seed) run twice per world size:
 
-- **executor**: ``parityfuzz.judge.verify.check`` per case: the driver sends each case to the
+- **executor**: ``parityfuzz.judge.verify.verify_case`` per case: the driver sends each case to the
   persistent rank pool, ranks train reference and system under test, record
   losses, full gradients and parameters, send them back, and the oracle compares;
 - **bare**: persistent rank processes that receive all cases up front and, in a
@@ -108,14 +108,14 @@ def bare_seconds(cases: list[Case], world_size: int) -> float:
 
 def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
     from parityfuzz.executor import Executor
-    from parityfuzz.judge.verify import check
+    from parityfuzz.judge.verify import verify_case
 
     verdicts: dict[str, int] = {}
     with Executor() as ex:
         ex.pool(world_size)  # start-up excluded
         start = time.perf_counter()
         for case in cases:
-            v = check(case, ex)
+            v = verify_case(case, ex)
             verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
         return time.perf_counter() - start, verdicts
 
@@ -126,7 +126,7 @@ def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
     import subprocess
 
     from parityfuzz.executor import Executor
-    from parityfuzz.judge.verify import check
+    from parityfuzz.judge.verify import verify_case
 
     def port() -> int:
         with socket.socket() as s:
@@ -145,7 +145,7 @@ def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
             ex.pool(world_size)  # start-up excluded
             start = time.perf_counter()
             for case in cases:
-                v = check(case, ex)
+                v = verify_case(case, ex)
                 verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
             seconds = time.perf_counter() - start
     finally:
@@ -158,7 +158,7 @@ def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
 
 def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
     from parityfuzz.executor import Executor
-    from parityfuzz.judge.verify import check
+    from parityfuzz.judge.verify import verify_case
 
     def figures(ex) -> list[dict]:
         return ex.pool(world_size).resources()
@@ -167,12 +167,12 @@ def soak_check(n: int, world_size: int, seed: int, log=print) -> dict:
     meshes = sorted({c.mesh.shape for c in cases})
     verdicts: dict[str, int] = {}
     with Executor() as ex:
-        check(cases[0], ex)
+        verify_case(cases[0], ex)
         before = figures(ex)
         peak = {k: 0.0 for k in before[0]}
         start = time.perf_counter()
         for i, case in enumerate(cases[1:], 2):
-            v = check(case, ex)
+            v = verify_case(case, ex)
             verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
             for rank in figures(ex):
                 peak = {k: max(peak[k], rank[k]) for k in peak}

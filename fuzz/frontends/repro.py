@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return _export(args.file, entry, args.export)
 
     from parityfuzz.executor import Executor
-    from parityfuzz.judge.verify import check, locate
+    from parityfuzz.judge.verify import verify_case, locate
 
     quiet = args.json or args.markdown
     if not quiet:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"expectation: {entry.expect}" + (f" ({entry.known_issue or entry.note})" if entry.expect == "fail" else ""))
         print("running ...", flush=True)
     with Executor(timeout_s=args.timeout) as executor:
-        verdict = locate(entry.case, executor, check(entry.case, executor))
+        verdict = locate(entry.case, executor, verify_case(entry.case, executor))
     if args.json:
         print(json.dumps({"file": args.file, "case_id": entry.case.case_id(), "expect": entry.expect,
                           "verdict": verdict.to_dict()}))

@@ -59,7 +59,7 @@ def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace 
                    tolerance(case), noise)
 
 
-def check(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
+def verify_case(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
     """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
     measured by a perturbed reference run, and a near miss with the largest noise of
     :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``).  A case torch must refuse (:mod:`parityfuzz.judge.expected`) runs
