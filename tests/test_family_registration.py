@@ -66,10 +66,10 @@ def test_every_family_supplies_every_layer_or_says_why_not(plain_ddp):
 
 def test_every_registry_comes_from_the_records(plain_ddp):
     from parityfuzz.executor.isolation import patchable
-    from parityfuzz.systems import registry, resolve
+    from parityfuzz.systems import registry, system_class
 
     assert registry()["plain_ddp"] == "tests.plain_ddp.system:PlainDDPSystem"
-    assert resolve("plain_ddp").__name__ == "PlainDDPSystem"
+    assert system_class("plain_ddp").__name__ == "PlainDDPSystem"
     names, classes = patchable()
     for family in families.records():
         assert set(family.systems.items()) <= set(registry().items())

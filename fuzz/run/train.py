@@ -15,7 +15,7 @@ from parityfuzz.run.collectives import CollectiveCounter
 from parityfuzz.run.record import dtype_name, record_tensors
 from parityfuzz.run.seeds import forward_seed_key, gradient_perturbation_key, perturbation_key
 from parityfuzz.run.trace import RankTrace, Rec, module_of
-from parityfuzz.systems import RankContext, resolve
+from parityfuzz.systems import RankContext, system_class
 
 
 def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
@@ -141,7 +141,7 @@ class _Run:
     def start(self, case: Case, step: int) -> None:
         """Build the model and apply ``case``'s system to it, as it stands at ``step`` (frozen parameters)."""
         self.system = None
-        cls = resolve(case.system_name() if self.role == "system" else case.reference_name())
+        cls = system_class(case.system_name() if self.role == "system" else case.reference_name())
         reset_rank_state(case.seed)
         self.clock = ForwardClock()
         system = cls(case, self.ctx, self.role)

@@ -40,7 +40,7 @@ def plugged() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINTS)}
 
 
-def resolve(name: str) -> type[System]:
+def system_class(name: str) -> type[System]:
     """The System class a case names (the registry's, a plug-in's registered name, or ``module:attribute``);
     raises ``ValueError`` naming it if unknown."""
     registered = registry() if ":" not in name else {}
@@ -58,4 +58,4 @@ def resolve(name: str) -> type[System]:
     return cls
 
 
-__all__ = ["ENTRY_POINTS", "GENERIC", "RankContext", "System", "plugged", "registry", "resolve"]
+__all__ = ["ENTRY_POINTS", "GENERIC", "RankContext", "System", "plugged", "registry", "system_class"]
