@@ -17,16 +17,21 @@ the ``dcp`` way, no options, no resharding.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
                                    saves_from)
 
-RESHARDS = ("none", "world_size", "fsdp2", "ddp")
+def reshards() -> tuple[str, ...]:
+    """What a load may resume, in shrinking order: the same plan, the same plan at another world size, or a plan
+    of a family whose record offers one (:attr:`parityfuzz.families.Family.resume`)."""
+    return ("none", "world_size") + tuple(f.name for f in families.records() if f.resume)
 
 
 def ways_into(case: Case, fmt: str) -> list[str]:
@@ -41,8 +46,8 @@ def can_reshard(case: Case) -> bool:
 @st.composite
 def resumes(draw, case: Case, world_sizes: tuple[int, ...]) -> dict:
     """``world_size``, ``mesh`` and ``plan`` of the resumed case (``{}``: the case's own)."""
-    kind = draw(st.sampled_from(RESHARDS)) if can_reshard(case) else "none"
-    if case.system and (kind == "ddp" or (kind == "fsdp2" and case.family != "fsdp2")):
+    kind = draw(st.sampled_from(reshards())) if can_reshard(case) else "none"
+    if case.system and kind not in ("none", "world_size", case.family):
         kind = "none"  # a named system under test runs its own family's plans
     others = [w for w in world_sizes if w != case.world_size and w > 1]
     if kind == "world_size":
@@ -50,21 +55,11 @@ def resumes(draw, case: Case, world_sizes: tuple[int, ...]) -> dict:
             return {}
         ws = draw(st.sampled_from(others))
         return {"world_size": ws, "mesh": MeshSpec((ws,), case.mesh.names)}
-    if kind == "fsdp2":
-        from parityfuzz.strategies.fsdp2.meshes import meshes
-        from parityfuzz.strategies.fsdp2.wrapping import plans
-
-        ws = draw(st.sampled_from([case.world_size] + others))
-        mesh = draw(meshes(ws))
-        plan = draw(plans(case.model, mesh))
-        return {"world_size": ws if ws != case.world_size else 0, "mesh": mesh, "plan": plan}
-    if kind == "ddp":
-        from parityfuzz.families.composable import ComposablePlan, Compose
-
-        ws = draw(st.sampled_from([case.world_size] + others))
-        return {"world_size": ws if ws != case.world_size else 0, "mesh": MeshSpec((ws,), ("dp_shard",)),
-                "plan": ComposablePlan(applies=(Compose("", "replicate"),))}
-    return {}
+    if kind == "none":
+        return {}
+    module, _, function = families.get(kind).resume.partition(":")
+    out = draw(getattr(importlib.import_module(module), function)(case, [case.world_size] + others))
+    return {**out, "world_size": out["world_size"] if out["world_size"] != case.world_size else 0}
 
 
 @st.composite

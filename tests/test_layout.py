@@ -112,3 +112,39 @@ def test_the_cycle_finder_finds_a_cycle():
     assert "parityfuzz.case.core" in graph["parityfuzz.case"]  # the graph is the package's
     graph["parityfuzz.case.errors"] = graph["parityfuzz.case.errors"] | {"parityfuzz.case.core"}
     assert any("parityfuzz.case.errors" in c for c in cycles(graph))
+
+
+def family_owned() -> set[str]:
+    """The modules that belong to a family: its folder, its strategy's package, the modules of its systems and
+    its export writer (all named by its record), and the validity rules (``parityfuzz.rules``, each a family's)."""
+    from parityfuzz import families
+
+    owned = set()
+    for family in families.records():
+        owned.add(families.REGISTRY[family.name])
+        owned.add(family.strategy)
+        owned.update(target.partition(":")[0] for target in family.systems.values())
+        if family.export:
+            owned.add(family.export)
+    return owned
+
+
+def test_nothing_generic_imports_a_family():
+    """A family's folder stands above the generic layers and registers itself: the case codec, the shared
+    strategies, the export's script writer, triage, the engine and the front ends reach a family only through
+    its record (a registry lookup), never by importing its modules."""
+    graph = import_graph()
+    owned = family_owned()
+
+    def is_owned(module: str) -> bool:
+        return module.startswith("parityfuzz.rules") or any(module == o or module.startswith(o + ".") for o in owned)
+
+    def offenders(graph) -> dict:
+        found = {m: sorted(d for d in deps if is_owned(d)) for m, deps in graph.items() if not is_owned(m)}
+        return {m: d for m, d in found.items() if d}
+
+    assert offenders(graph) == {}
+    graph["parityfuzz.export.script"] = graph["parityfuzz.export.script"] | {"parityfuzz.systems.mp_reference"}
+    assert offenders(graph) == {"parityfuzz.export.script": ["parityfuzz.systems.mp_reference"]}  # it can fail
+    assert is_owned("parityfuzz.families.fsdp2.known") and is_owned("parityfuzz.export.fsdp1")  # the test sees them
+    assert not is_owned("parityfuzz.export.script") and not is_owned("parityfuzz.families")

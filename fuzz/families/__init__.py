@@ -106,6 +106,9 @@ class Family:
     #: tests about it (:mod:`parityfuzz.case.seedgrids`: how much of each a run covered).
     rules: tuple = ()
     seed_grids: tuple = ()
+    #: ``"module:function"``: a strategy ``(case, world sizes)`` drawing ``{world_size, mesh, plan}`` of this family
+    #: for a case of any family, which a checkpoint load may resume into (``""``: none is offered).
+    resume: str = ""
     #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
     checkpoint_ways: tuple[str, ...] = ()
     #: The layers it does not supply, each with the reason (``{"export": "..."}``): a test checks that every

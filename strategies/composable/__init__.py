@@ -15,7 +15,8 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from parityfuzz.case import under
+from parityfuzz.case import Case, MeshSpec, under
+from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.composable.plans import plans
 from parityfuzz.strategies.fsdp2.meshes import meshes
@@ -40,3 +41,12 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         plan = dataclasses.replace(plan, no_sync=draw(st.booleans()))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
+
+
+@st.composite
+def resumed(draw, case: Case, sizes: list[int]) -> dict:
+    """Plain DDP (the DDP-based ``replicate`` on the root) over a 1-D mesh of one of ``sizes``: what a checkpoint
+    load may resume a case of any family into (:mod:`parityfuzz.strategies.checkpoint`)."""
+    ws = draw(st.sampled_from(sizes))
+    return {"world_size": ws, "mesh": MeshSpec((ws,), ("dp_shard",)),
+            "plan": ComposablePlan(applies=(Compose("", "replicate"),))}

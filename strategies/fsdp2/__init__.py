@@ -44,3 +44,12 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
+
+
+@st.composite
+def resumed(draw, case: Case, sizes: list[int]) -> dict:
+    """An FSDP2 plan on an FSDP2 mesh of one of ``sizes`` (the case's world size first) for ``case``'s model: what a
+    checkpoint load may resume a case of any family into (:mod:`parityfuzz.strategies.checkpoint`)."""
+    ws = draw(st.sampled_from(sizes))
+    mesh = draw(meshes(ws))
+    return {"world_size": ws, "mesh": mesh, "plan": draw(plans(case.model, mesh))}

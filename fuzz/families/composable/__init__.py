@@ -178,4 +178,5 @@ FAMILY = Family(
     checkpoint_ways=("dcp", "full"),
     rules=rules.RULES,
     missing={"seed_grids": "PyTorch's composable tests' grids are not transcribed yet"},
+    resume="parityfuzz.strategies.composable:resumed",
 )

@@ -311,4 +311,5 @@ FAMILY = Family(
     checkpoint_ways=("dcp", "full"),
     seed_grids=grids.GRIDS,
     missing={"rules": "its plan's checks are field checks in validate(); no documented composition rule of its own yet"},
+    resume="parityfuzz.strategies.fsdp2:resumed",
 )
