@@ -1,7 +1,8 @@
 """The body every exported script shares, as text: its data, its training loop (every role, on every rank), the
 comparison on rank 0 and the main function.  Torch-only code; where it needs what the harness computes, the
 harness's own source is embedded rather than copied by hand: the seeds (:mod:`parityfuzz.run.seeds`), the
-perturbations that measure the rounding noise (:mod:`parityfuzz.run.train`), the tolerance rule
+perturbations that measure the rounding noise (:mod:`parityfuzz.run.train`), the dtype names
+(:mod:`parityfuzz.run.record`), the tolerance rule
 (:mod:`parityfuzz.judge.tolerance`) and the helpers for paths through wrappers (:mod:`parityfuzz.systems.base`).
 """
 
@@ -24,9 +25,10 @@ def compare() -> str:
 
 def _perturbation() -> str:
     """The harness's perturbations of weights and gradients (what measures the rounding noise), copied."""
-    from parityfuzz.run import train, trace
+    from parityfuzz.run import record, train, trace
 
-    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients))
+    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients,
+                                                       record.dtype_name))
 
 
 def _tolerance() -> str:
@@ -133,7 +135,7 @@ def whole(t):
     """``(dtype, the whole tensor as float64 on the CPU)``; a DTensor is gathered (every rank takes part)."""
     if t is None:
         return None
-    dtype = str(t.dtype).removeprefix("torch.")
+    dtype = dtype_name(t)
     if isinstance(t, DTensor):
         t = t.full_tensor()
     return dtype, t.detach().to("cpu", torch.float64, copy=True)
@@ -252,7 +254,7 @@ def train(role, dp, device, mesh):
             optim.zero_grad(set_to_none=ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0))
 
     def finish(at_, losses, step):
-        record = {"at": at_, "loss": ("|".join(dict.fromkeys(str(x.dtype).removeprefix("torch.") for x in losses)),
+        record = {"at": at_, "loss": ("|".join(dict.fromkeys(dtype_name(x) for x in losses)),
                                       torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
                   "grad": gradients(model, named()) if role == "system" else
                   {name: whole(p.grad) for name, p in named()},
@@ -333,7 +335,7 @@ def train(role, dp, device, mesh):
             with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()):
                 loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
             model.train()
-            passes.append({"at": f"step {step} (eval pass)", "loss": (str(loss.dtype).removeprefix("torch."),
+            passes.append({"at": f"step {step} (eval pass)", "loss": (dtype_name(loss),
                                                                     plain(loss).to("cpu", torch.float64)),
                            "grad": {}, "param": {}, "local": {}})
         if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
