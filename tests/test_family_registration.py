@@ -98,7 +98,7 @@ def test_a_test_only_family_is_fuzzed_replayed_and_exported_like_the_real_ones(p
     path = corpus.record(tmp_path / "corpus", case, Verdict("pass"), expect="pass", note="a test-only family's case")
     replayed = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={tmp_path / 'corpus'}", "-v")
     out = replayed.stdout + replayed.stderr
-    assert replayed.returncode == 0 and f"{path.parent.name}/{path.name} PASSED" in out, out[-3000:]
+    assert replayed.returncode == 0 and f"[{path.parent.name}/{path.name}] PASSED" in out, out[-3000:]
 
     script = tmp_path / "repro.py"
     script.write_text(export(case, str(path)))
