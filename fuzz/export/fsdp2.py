@@ -123,20 +123,19 @@ def reference_uses_math(case: Case) -> bool:
     return True
 
 
-def reference_source(case: Case, tensor_parallel: bool = False, styles: str = "") -> tuple:
-    """``(where it is copied from, the classes to copy, the construction, the contexts)``; ``styles``: the lines
-    that apply the plan's tensor-parallel styles to the reference's own model first (``ddp_mp_tp``)."""
+def reference_source(case: Case, styles: str = "", precision: str = "FSDP2Precision") -> tuple:
+    """``(where it is copied from, the classes to copy, the construction, the contexts)``.  ``ddp_mp_tp``'s writer
+    builds on it: ``styles`` are the lines that apply the plan's tensor-parallel styles to the reference's own
+    model first, ``precision`` the emulating class constructed."""
     from parityfuzz.systems import masters, mp_reference as mp
-    from parityfuzz.systems import fsdp2_tp as tp_system
 
     classes = [mp._cast, mp.divide_factors, masters.Masters, mp._PostBackward, mp._register_post_backward, mp._Group,
-               mp.FSDP2Precision] + ([tp_system.FSDP2PrecisionTP] if tensor_parallel else [])
-    where = "parityfuzz.systems.mp_reference" + (", parityfuzz.systems.fsdp2_tp" if tensor_parallel else "")
-    return where, classes, _precision_reference(case, tensor_parallel, styles), \
+               mp.FSDP2Precision]
+    return "parityfuzz.systems.mp_reference", classes, _precision_reference(case, styles, precision), \
         "reference_step_context = reference_loss_context = contextlib.nullcontext\n"
 
 
-def _precision_reference(case: Case, tensor_parallel: bool, styles: str) -> str:
+def _precision_reference(case: Case, styles: str, precision: str) -> str:
     """The policies and the construction (after ``styles``)."""
     from parityfuzz.export.reference import dtype_literal as dtype, groups
 
@@ -147,6 +146,6 @@ def _precision_reference(case: Case, tensor_parallel: bool, styles: str) -> str:
     return (f"#: Each fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
             f"POLICIES = [\n    {policies},\n]\n\n\n"
             "def reference(inner, device, mesh):\n" + styles +
-            f"    return FSDP2Precision{'TP' if tensor_parallel else ''}(inner, POLICIES, {', '.join(groups(case))}, "
+            f"    return {precision}(inner, POLICIES, {', '.join(groups(case))}, "
             f"unsynced={sorted(plan.no_sync)!r},\n"
             f"        reduce_scatter_unused={plan.reduce_scatter_unused}, no_all_reduce={plan.no_all_reduce})\n")

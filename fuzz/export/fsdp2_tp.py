@@ -74,7 +74,9 @@ def reference_source(case: Case) -> tuple:
     # the plan's styles applied to the reference's own model first (the system's calls)
     styles = "".join(f"    parallelize_module({fsdp2._at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
                      f"{style_source(p)})\n" for p in case.plan.tp)
-    where, classes, construct, _ = fsdp2.reference_source(case, tensor_parallel=True, styles=styles)
+    from parityfuzz.systems import fsdp2_tp as system
+
+    where, classes, construct, _ = fsdp2.reference_source(case, styles=styles, precision="FSDP2PrecisionTP")
     contexts = ("reference_step_context = implicit_replication  # the system's: a model only partly tensor parallel\n"
                 f"reference_loss_context = {'loss_parallel' if case.plan.loss_parallel else 'contextlib.nullcontext'}\n")
-    return where, classes, construct, contexts
+    return f"{where}, parityfuzz.systems.fsdp2_tp", classes + [system.FSDP2PrecisionTP], construct, contexts

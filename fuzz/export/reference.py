@@ -93,9 +93,9 @@ IMPORTS = "from torch.utils._pytree import tree_flatten, tree_map, tree_unflatte
 
 def writer(case: Case):
     """The export module of the family whose record names the case's reference, where it writes that reference
-    out (None: the script's DDP, which the plain references are).  It
-    writes that reference out: ``reference_title(case)``, ``reference_source(case)`` (the classes, copied by
-    source, and the construction), ``reference_uses_math(case)``."""
+    out: ``reference_title(case)``, ``reference_source(case)`` (where it is copied from, the classes, the
+    construction, the contexts) and ``reference_uses_math(case)``.  None: the script's DDP, which the plain
+    references are."""
     name = case.reference_name()
     if name == "ddp":
         return None

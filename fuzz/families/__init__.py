@@ -32,13 +32,20 @@ REGISTRY = {
 ENVIRONMENT = "PARITYFUZZ_FAMILIES"
 
 
-def _from_environment() -> None:
-    for item in filter(None, os.environ.get(ENVIRONMENT, "").split(",")):
-        name, _, module = item.partition("=")
-        REGISTRY.setdefault(name, module)
+def _environment() -> dict[str, str]:
+    """The families the environment registers, ``{name: module}``."""
+    return dict(item.partition("=")[::2] for item in os.environ.get(ENVIRONMENT, "").split(",") if item)
 
 
-_from_environment()
+def _set_environment(entries: dict[str, str]) -> None:
+    if entries:
+        os.environ[ENVIRONMENT] = ",".join(f"{k}={v}" for k, v in entries.items())
+    else:
+        os.environ.pop(ENVIRONMENT, None)
+
+
+for _name, _module in _environment().items():
+    REGISTRY.setdefault(_name, _module)
 
 
 def register(name: str, module: str) -> None:
@@ -47,19 +54,13 @@ def register(name: str, module: str) -> None:
     if REGISTRY.get(name, module) != module:
         raise ValueError(f"family {name!r} is already registered as {REGISTRY[name]}")
     REGISTRY[name] = module
-    entries = dict(item.partition("=")[::2] for item in filter(None, os.environ.get(ENVIRONMENT, "").split(",")))
-    entries[name] = module
-    os.environ[ENVIRONMENT] = ",".join(f"{k}={v}" for k, v in entries.items())
+    _set_environment({**_environment(), name: module})
 
 
 def unregister(name: str) -> None:
     """Undo :func:`register` (tests)."""
     REGISTRY.pop(name, None)
-    entries = [item for item in os.environ.get(ENVIRONMENT, "").split(",") if item and not item.startswith(name + "=")]
-    if entries:
-        os.environ[ENVIRONMENT] = ",".join(entries)
-    else:
-        os.environ.pop(ENVIRONMENT, None)
+    _set_environment({k: v for k, v in _environment().items() if k != name})
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ class Found:
     bug_signature: str
     corpus_file: str
 
-    def covers(self, case: Case, verdict: Verdict) -> bool:
-        return bool(self.precondition) and self.precondition <= case.features() \
-            and self.bug_signature == verdict.bug_signature()
+    def covers(self, features: frozenset[str], signature: str) -> bool:
+        """Whether a failure of ``signature`` in a case with ``features`` is this one seen again."""
+        return bool(self.precondition) and self.precondition <= features and self.bug_signature == signature
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ def explain(case: Case, verdict: Verdict, found_before: tuple[Found, ...] | list
     bug = known_bug(case, verdict, bugs)
     if bug is not None:
         return Explanation(KNOWN_BUG, signature, bug=bug)
-    found = next((f for f in found_before if f.covers(case, verdict)), None)
+    features = case.features() if found_before else frozenset()
+    found = next((f for f in found_before if f.covers(features, signature)), None)
     if found is not None:
         return Explanation(FOUND_IN_RUN, signature, found=found)
     if corpus_dir is not None:
