@@ -92,9 +92,10 @@ def render(case: Case, parts: Parts, source: str = "") -> str:
 
 CPU ranks over gloo, or CUDA ranks over NCCL where {case.world_size} GPUs are present.  It trains the reference
 ({reference.title(case)}), the system under test and the reference again from weights perturbed by 2 ulps
-(NOISE_SAMPLES times: the rounding noise), then
+(a sample of the rounding noise), then
 compares every rank's loss, every gradient and parameter: present alike, in the promised dtype, equal across
-ranks bit for bit, within K * noise + FLOOR_ULPS * eps * scale of the reference.  Exit code 0: the system under
+ranks bit for bit, within K * noise + FLOOR_ULPS * eps * scale of the reference; a divergence is measured
+again against NOISE_SAMPLES perturbed runs before it is reported.  Exit code 0: the system under
 test trains like the reference; 1: it does not (the first divergence is printed) or a rank failed.
 
 The case:
