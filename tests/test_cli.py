@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from parityfuzz.case import MeshSpec
 from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.triage import corpus
 from tests.test_case import simple
@@ -164,6 +165,15 @@ def test_replay_xpass_is_loud_and_bad_files_fail_alone(tmp_path):
     assert "expected to fail (known failure) but passes" in out, out
     assert "broken.json: not valid JSON" in out
     assert "2 failed" in out
+
+
+def test_the_replay_runs_each_file_at_its_own_world_size(tmp_path):
+    """``--world-sizes`` restricts what the strategies draw (``../shared/DESIGN.md``); a corpus file found at
+    world size 3 replays under the default 1,2,4 and under ``--world-sizes=2``."""
+    corpus.record(tmp_path, simple(world_size=3, mesh=MeshSpec((3,))), Verdict("pass"), expect="pass")
+    for option in ((), ("--world-sizes=2",)):
+        result = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={tmp_path}", "-rA", *option)
+        assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:]
 
 
 def test_clean_fuzz_run_exits_zero_and_reports(tmp_path):
