@@ -25,9 +25,9 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
 
     How cases shrink is the family strategy's to say (see its module).
     """
-    if family not in families.REGISTRY:
+    if family not in families.MODULES:
         raise InvalidArgument(f"family={family!r} is not a registered family (known: "
-                              f"{', '.join(sorted(families.REGISTRY))})")
+                              f"{', '.join(sorted(families.MODULES))})")
     if not world_sizes or any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in world_sizes):
         raise InvalidArgument(f"world_sizes={world_sizes!r} must be a non-empty tuple of positive ints")
     for name, value in (("system", system), ("reference", reference)):

@@ -36,7 +36,7 @@ def plain_ddp():
 def supplied(family: families.Family) -> dict[str, bool]:
     """Which layers the record supplies (each importable, with what the generic code calls)."""
     export = family.export and importlib.import_module(family.export)
-    module = families.REGISTRY[family.name]
+    module = families.MODULES[family.name]
     try:
         importlib.import_module(module + ".known")
         known = True

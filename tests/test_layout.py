@@ -121,7 +121,7 @@ def family_owned() -> set[str]:
 
     owned = set()
     for family in families.records():
-        owned.add(families.REGISTRY[family.name])
+        owned.add(families.MODULES[family.name])
         owned.add(family.strategy)
         owned.update(target.partition(":")[0] for target in family.systems.values())
         if family.export:

@@ -39,9 +39,9 @@ def from_jsonable(tp: Any, data: Any, where: str) -> Any:
             from parityfuzz import families
 
             name = data.get("family")
-            if name not in families.REGISTRY:
+            if name not in families.MODULES:
                 raise CaseError(_join(where, "family"), f"unknown family {name!r} (known: "
-                                f"{', '.join(sorted(families.REGISTRY))})")
+                                f"{', '.join(sorted(families.MODULES))})")
             tp = families.get(name).plan_type
             data = {k: v for k, v in data.items() if k != "family"}
         hints = typing.get_type_hints(tp)

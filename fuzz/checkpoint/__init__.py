@@ -14,7 +14,7 @@ import os
 from parityfuzz.case import Case
 
 #: Way -> module holding its ``save_<way>`` and ``load_<way>`` functions.
-REGISTRY = {
+WAY_MODULES = {
     "dcp": "parityfuzz.checkpoint.dcp",
     "full": "parityfuzz.checkpoint.dcp",
     "fsdp1_full": "parityfuzz.checkpoint.fsdp1",
@@ -24,7 +24,7 @@ REGISTRY = {
 
 
 def _way(name: str, verb: str):
-    return getattr(importlib.import_module(REGISTRY[name]), f"{verb}_{name}")
+    return getattr(importlib.import_module(WAY_MODULES[name]), f"{verb}_{name}")
 
 
 def save(system, case: Case, directory: str, trusted: bool = False) -> list[tuple]:

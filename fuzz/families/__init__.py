@@ -6,7 +6,7 @@ its :class:`Family` record (``FAMILY`` in the folder's ``__init__``) names every
 (``strategies/``), its systems (``fuzz/systems/``), its export writer (``fuzz/export/``), the torch modules its test
 faults may patch, and its known bugs' preconditions (``known.py`` in the folder).  Every registry that maps a family
 to a layer is derived from these records (:func:`records`): the systems', the export's, the rank isolation's and
-the fuzz targets (``fuzz/test_families.py``).  Adding a family is one folder and one line in :data:`REGISTRY` (or,
+the fuzz targets (``fuzz/test_families.py``).  Adding a family is one folder and one line in :data:`MODULES` (or,
 for a family that lives outside the package, :func:`register`).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 #: Family name -> the module whose ``FAMILY`` is its record.
-REGISTRY = {
+MODULES = {
     "fsdp2": "parityfuzz.families.fsdp2",
     "fsdp2_tp": "parityfuzz.families.fsdp2_tp",
     "fsdp1": "parityfuzz.families.fsdp1",
@@ -45,21 +45,21 @@ def _set_environment(entries: dict[str, str]) -> None:
 
 
 for _name, _module in _environment().items():
-    REGISTRY.setdefault(_name, _module)
+    MODULES.setdefault(_name, _module)
 
 
 def register(name: str, module: str) -> None:
     """Register the family whose record is ``module``'s ``FAMILY`` under ``name``, in this process and in every
     process it starts from now on (ranks spawned later, a pytest subprocess)."""
-    if REGISTRY.get(name, module) != module:
-        raise ValueError(f"family {name!r} is already registered as {REGISTRY[name]}")
-    REGISTRY[name] = module
+    if MODULES.get(name, module) != module:
+        raise ValueError(f"family {name!r} is already registered as {MODULES[name]}")
+    MODULES[name] = module
     _set_environment({**_environment(), name: module})
 
 
 def unregister(name: str) -> None:
     """Undo :func:`register` (tests)."""
-    REGISTRY.pop(name, None)
+    MODULES.pop(name, None)
     _set_environment({k: v for k, v in _environment().items() if k != name})
 
 
@@ -119,18 +119,18 @@ class Family:
 
 def get(name: str) -> Family:
     """The family registered as ``name``; ``KeyError`` naming the known ones otherwise."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown family {name!r} (known: {', '.join(sorted(REGISTRY))})")
-    return importlib.import_module(REGISTRY[name]).FAMILY
+    if name not in MODULES:
+        raise KeyError(f"unknown family {name!r} (known: {', '.join(sorted(MODULES))})")
+    return importlib.import_module(MODULES[name]).FAMILY
 
 
 def records() -> list[Family]:
     """Every registered family's record, in registration order."""
-    return [get(name) for name in REGISTRY]
+    return [get(name) for name in MODULES]
 
 
 #: The layers a family record names (a test checks each is supplied or said missing).
 LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids")
 
 
-__all__ = ["ENVIRONMENT", "LAYERS", "REGISTRY", "Family", "get", "records", "register", "unregister"]
+__all__ = ["ENVIRONMENT", "LAYERS", "MODULES", "Family", "get", "records", "register", "unregister"]

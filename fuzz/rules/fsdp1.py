@@ -18,10 +18,10 @@ FORWARD_PREFETCH_STATIC_GRAPH = Rule(
 RULES = (FORWARD_PREFETCH_STATIC_GRAPH,)
 
 
-def check(case) -> None:
+def check_rules(case) -> None:
     gates = case.model.gates()
     require(not (case.plan.forward_prefetch and gates), FORWARD_PREFETCH_STATIC_GRAPH, "plan.forward_prefetch",
             f"the gate at {gates[0] if gates else ''!r} runs its child on some forwards only")
 
 
-__all__ = ["RULES", "check"]
+__all__ = ["RULES", "check_rules"]

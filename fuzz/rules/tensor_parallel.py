@@ -1,7 +1,7 @@
 """Validity rules of tensor-parallel plans (``plan.tp``, ``plan.loss_parallel``): every family that applies them
 (``fsdp2_tp``, ``fsdp1_tp``).
 
-The rules follow the activations: :func:`check` walks the model in execution order and tracks the layout of what
+The rules follow the activations: :func:`check_rules` walks the model in execution order and tracks the layout of what
 reaches each module over the ``tp`` axis (``replicate``: the whole tensor on every tp rank; ``shard_seq``: a shard
 of the sequence, ``Shard(1)``; ``shard_last``: a shard of the last dimension, ``Shard(-1)``) and whether it is a
 DTensor or a plain tensor.  A style's layouts are declarations the user makes about activations (torch's words:
@@ -113,7 +113,7 @@ DEFAULT_INPUT = {"colwise": FULL, "rowwise": "shard_last", "sequence": "shard_se
 DEFAULT_OUTPUT = {"colwise": "shard_last", "rowwise": FULL, "sequence": "shard_seq"}
 
 
-def check(case) -> None:
+def check_rules(case) -> None:
     """Raise :class:`parityfuzz.rules.RuleViolation` where ``case``'s tensor-parallel plan breaks a rule of :data:`RULES`
     (the styles' own fields were checked before: known styles and layouts on modules that exist)."""
     plan, model = case.plan, case.model
@@ -227,4 +227,4 @@ class _Walker:
 
 assert set(LEAF_SUBMODULES) == {"mlp", "attention"}, "a new leaf block needs its flow in _Walker._compute"
 
-__all__ = ["RULES", "Flow", "check"]
+__all__ = ["RULES", "Flow", "check_rules"]

@@ -110,13 +110,13 @@ class KnownBug:
 def resolve_precondition(name: str) -> Callable[[Case], bool]:
     """The predicate ``<owner>:<function>`` names (:class:`KnownBugsError` where there is none)."""
     owner, _, function = name.partition(":")
-    if owner in families.REGISTRY:
-        module = families.REGISTRY[owner] + ".known"
+    if owner in families.MODULES:
+        module = families.MODULES[owner] + ".known"
     elif owner in DIMENSIONS:
         module = DIMENSIONS[owner] + ".known"
     else:
         raise KnownBugsError(f"precondition {name!r}: no family or dimension {owner!r} (families: "
-                             f"{', '.join(sorted(families.REGISTRY))}; dimensions: {', '.join(DIMENSIONS)})")
+                             f"{', '.join(sorted(families.MODULES))}; dimensions: {', '.join(DIMENSIONS)})")
     predicate = getattr(importlib.import_module(module), function, None) if function else None
     if not callable(predicate):
         raise KnownBugsError(f"precondition {name!r}: {module} has no function {function!r}")
@@ -186,8 +186,8 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
         fail("id", f"{raw['id']!r} is not a lowercase slug (letters, digits, hyphens)")
     names = texts("families")
     for name in names:
-        if name not in families.REGISTRY:
-            fail("families", f"unknown family {name!r} (known: {', '.join(sorted(families.REGISTRY))})")
+        if name not in families.MODULES:
+            fail("families", f"unknown family {name!r} (known: {', '.join(sorted(families.MODULES))})")
     try:
         resolve_precondition(text("precondition"))
     except KnownBugsError as e:

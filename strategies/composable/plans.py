@@ -17,7 +17,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from parityfuzz.case import ModelSpec
-from parityfuzz.families.composable import EAGER, ComposablePlan, Compose
+from parityfuzz.families.composable import ComposablePlan, Compose
+from parityfuzz.rules.composable import EAGER
 from parityfuzz.strategies.coins import RARE
 
 #: Which replicate APIs a case may use, in shrinking order.

@@ -27,7 +27,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import under
 from parityfuzz.families import Family
 from parityfuzz.rules import composable as rules
-from parityfuzz.rules.composable import DATA_PARALLEL, EAGER
+from parityfuzz.rules.composable import DATA_PARALLEL
 
 #: The APIs a plan applies: ``replicate`` is the DDP-based one, ``replicate_fsdp`` the FSDP-based one.
 APIS = ("fully_shard", "replicate", "replicate_fsdp", "checkpoint")

@@ -167,7 +167,7 @@ def validate(case: Case) -> None:
 def validate_plan(case: Case) -> None:
     """The FSDP1 call's arguments against the case (its mesh's axes checked by the family)."""
     plan, model, mesh, t = case.plan, case.model, case.mesh, case.train
-    fsdp1_rules.check(case)
+    fsdp1_rules.check_rules(case)
     kinds = dict(model.module_paths())
     hybrid = plan.sharding in HYBRID
     if hybrid:

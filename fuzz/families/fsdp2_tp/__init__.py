@@ -145,7 +145,7 @@ def validate_styles(case: Case) -> None:
     for path, node in model.body.walk("body"):
         if node.kind == "attention" and f"{path}.q" in seen:
             check(node.heads % tp == 0, "plan.tp", f"attention at {path} splits {node.heads} heads over tp={tp}")
-    tp_rules.check(case)
+    tp_rules.check_rules(case)
     if plan.loss_parallel:
         head = next((p for p in plan.tp if p.path == "head"), None)
         check(model.input == "embedding" and head is not None and head.style == "colwise"
