@@ -86,7 +86,7 @@ def checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler, pass
     save broke is the last pass's), a fresh system of the same plan loads (what the load broke, and its
     parameters as loaded, are the next pass's); the reference trains on uninterrupted.  Returns the system to
     train on."""
-    loaded = {"at": f"step {CHECKPOINT_STEP} (right after the checkpoint load)", "loss": None, "grad": {},
+    loaded = {"at": (CHECKPOINT_STEP, "loaded"), "loss": None, "grad": {},
               "local": {}}
     if role != "system":  # no checkpoint keeps gradients: the resumed system starts without them, and so does this
         optim.zero_grad(set_to_none=True)

@@ -151,10 +151,6 @@ def reference_title(case: Case) -> str:
     return "replicated training doing what FSDP1's MixedPrecision promises"
 
 
-def reference_uses_math(case: Case) -> bool:
-    return False
-
-
 def reference_source(case: Case) -> tuple:
     """``(where it is copied from, the classes to copy, the construction, the contexts)``."""
     from parityfuzz.export.reference import groups

@@ -119,10 +119,6 @@ def reference_title(case: Case) -> str:
     return "replicated training doing what FSDP2's MixedPrecisionPolicy promises"
 
 
-def reference_uses_math(case: Case) -> bool:
-    return True
-
-
 def reference_source(case: Case, styles: str = "", precision: str = "FSDP2Precision") -> tuple:
     """``(where it is copied from, the classes to copy, the construction, the contexts)``.  ``ddp_mp_tp``'s writer
     builds on it: ``styles`` are the lines that apply the plan's tensor-parallel styles to the reference's own

@@ -66,10 +66,6 @@ def reference_title(case: Case) -> str:
     return "the tensor-parallel model, FSDP2's MixedPrecisionPolicy emulated over the data-parallel ranks"
 
 
-def reference_uses_math(case: Case) -> bool:
-    return True
-
-
 def reference_source(case: Case) -> tuple:
     # the plan's styles applied to the reference's own model first (the system's calls)
     styles = "".join(f"    parallelize_module({fsdp2._at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "

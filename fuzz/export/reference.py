@@ -93,8 +93,8 @@ IMPORTS = "from torch.utils._pytree import tree_flatten, tree_map, tree_unflatte
 
 def writer(case: Case):
     """The export module of the family whose record names the case's reference, where it writes that reference
-    out: ``reference_title(case)``, ``reference_source(case)`` (where it is copied from, the classes, the
-    construction, the contexts) and ``reference_uses_math(case)``.  None: the script's DDP, which the plain
+    out: ``reference_title(case)`` and ``reference_source(case)`` (where it is copied from, the classes, the
+    construction, the contexts).  None: the script's DDP, which the plain
     references are."""
     name = case.reference_name()
     if name == "ddp":
@@ -115,11 +115,6 @@ def refusal(case: Case) -> str | None:
 def title(case: Case) -> str:
     w = writer(case)
     return w.reference_title(case) if w else "DDP"
-
-
-def uses_math(case: Case) -> bool:
-    w = writer(case)
-    return bool(w and w.reference_uses_math(case))
 
 
 def imports(case: Case) -> str:

@@ -3,12 +3,14 @@ comparison on rank 0 and the main function.  Torch-only code; where it needs wha
 harness's own source is embedded rather than copied by hand: the seeds (:mod:`parityfuzz.run.seeds`), the
 perturbations that measure the rounding noise (:mod:`parityfuzz.run.train`), the dtype names
 (:mod:`parityfuzz.run.record`), the tolerance rule
-(:mod:`parityfuzz.judge.tolerance`) and the helpers for paths through wrappers (:mod:`parityfuzz.systems.base`).
+(:mod:`parityfuzz.judge.tolerance`), the oracle (:mod:`parityfuzz.judge.oracle`, over torch tensors:
+:mod:`parityfuzz.export.arrays`) and the helpers for paths through wrappers (:mod:`parityfuzz.systems.base`).
 """
 
 from __future__ import annotations
 
 import inspect
+import pprint
 
 
 def data() -> str:
@@ -20,15 +22,14 @@ def train() -> str:
 
 
 def compare() -> str:
-    return COMPARE.replace("$TOLERANCE", _tolerance())
+    return COMPARE.replace("$ORACLE", _tolerance() + "\n\n" + _oracle())
 
 
 def _perturbation() -> str:
     """The harness's perturbations of weights and gradients (what measures the rounding noise), copied."""
-    from parityfuzz.run import record, train, trace
+    from parityfuzz.run import record, train
 
-    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, trace.module_of, train.perturb_gradients,
-                                                       record.dtype_name))
+    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, train.perturb_gradients, record.dtype_name))
 
 
 def _tolerance() -> str:
@@ -36,6 +37,29 @@ def _tolerance() -> str:
     from parityfuzz.judge import tolerance
 
     return inspect.getsource(tolerance).split('"""', 2)[2].strip() + "\n"
+
+
+def _oracle() -> str:
+    """The harness's oracle as it is (:mod:`parityfuzz.judge.oracle`), with what it reads of the trace, the verdict
+    and the promise, over torch tensors (:mod:`parityfuzz.export.arrays`: the harness's numpy functions, by the
+    same names)."""
+    from parityfuzz.case import dtypes
+    from parityfuzz.export import arrays
+    from parityfuzz.judge import oracle, verdict
+    from parityfuzz.run import trace
+
+    constants = {"EPS": dtypes.EPS, "PASS": verdict.PASS, "MISMATCH": verdict.MISMATCH, "CHECKS": verdict.CHECKS,
+                 "ABSENT": trace.ABSENT, "KINDS": trace.KINDS, "LOOSE_SHARE": oracle.LOOSE_SHARE}
+    aliases = {"Array": "torch.Tensor", "Pass": "tuple", "Tensors": "dict"}  # the trace's names for plain types
+    functions = [f for f in vars(arrays).values() if inspect.isfunction(f) and f.__module__ == arrays.__name__]
+    pieces = (*functions, verdict.pass_name, verdict.Divergence, dtypes.Promise, trace.ShardInfo, trace.Rec,
+              trace.assemble,
+              trace.module_of, trace.replica_groups, trace.RankTrace, trace.Trace, oracle.Tolerance,
+              oracle._Mismatch, oracle._Pass, oracle.module_scales, oracle.compare, oracle._compare_pass,
+              oracle._compare_tensor, oracle._first_non_finite)
+    return "\n".join([*(f"{name} = {pprint.pformat(value, width=116)}" for name, value in constants.items()),
+                      *(f"{name} = {value}" for name, value in aliases.items())]) + "\n\n\n" + "\n\n".join(
+        inspect.getsource(p) for p in pieces)
 
 
 def _seeds() -> str:
@@ -320,13 +344,13 @@ def train(role, dp, device, mesh):
                     loss = loss_fn(model(x), y)
                     reference_backward(model, loss)
             losses.append(plain(loss))
-        finish(f"step {step}", losses, step)
+        finish((step, ""), losses, step)
         if NONROOT:
             zero_grad(step)
             torch.manual_seed(forward_seed(dp, step, MICROBATCHES))
             x = batch(dp, step, MICROBATCHES, nonroot=True).to(device)
             y = target(dp, step, MICROBATCHES, nonroot=True).to(device)
-            finish(f"step {step} (non-root {NONROOT} pass)", [plain(nonroot_backward(role, model, inner, x, y))], step)
+            finish((step, f"non-root {NONROOT}"), [plain(nonroot_backward(role, model, inner, x, y))], step)
         if EVAL:  # an evaluation forward between steps: its loss is compared, nothing is stepped
             if "CLOCK" in globals():
                 CLOCK.set(step, 0, MICROBATCHES)
@@ -335,7 +359,7 @@ def train(role, dp, device, mesh):
             with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()):
                 loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
             model.train()
-            passes.append({"at": f"step {step} (eval pass)", "loss": (dtype_name(loss),
+            passes.append({"at": (step, "eval"), "loss": (dtype_name(loss),
                                                                     plain(loss).to("cpu", torch.float64)),
                            "grad": {}, "param": {}, "local": {}})
         if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
@@ -345,120 +369,38 @@ def train(role, dp, device, mesh):
 '''
 
 COMPARE = '''
-# ---- the comparison (parityfuzz.judge.oracle's rules), on rank 0 over every rank's records
+# ---- the comparison: parityfuzz.judge.oracle's own source, with what it reads of parityfuzz.run.trace,
+# parityfuzz.judge.verdict and parityfuzz.case.dtypes, over torch tensors (parityfuzz.export.arrays)
 
 
-class Divergence(Exception):
-    pass
+$ORACLE
 
 
-def magnitude(t):
-    finite = t[torch.isfinite(t)].abs()
-    return float(finite.max()) if finite.numel() else 0.0
+@dataclass(frozen=True)
+class Verdict:
+    """What a comparison found (the fields of parityfuzz.judge.verdict.Verdict that the oracle sets)."""
+    kind: str
+    divergence: Divergence | None = None
+    note: str = ""
+    closeness: float = 0.0
 
 
-def difference(a, b):
-    diff = (a - b).abs()
-    same = (a.isnan() & b.isnan()) | (a.isinf() & (a == b))
-    diff = torch.where(same, torch.zeros_like(diff), diff)
-    return torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
-
-
-$TOLERANCE
-
-def check_value(where, key, ref, sut, noises, scale, pooled):
-    """``sut`` within the tolerance of ``ref`` (the rule above, the harness's own), the noise the largest
-    difference of a perturbed run from ``ref``, pooled over passes per tensor (``key``)."""
-    if ref.shape != sut.shape:
-        raise Divergence(f"{where}: shapes differ (system {list(sut.shape)}, reference {list(ref.shape)})")
-    scale = max(scale, magnitude(ref))
-    samples = [n for n in noises if n is not None and n.shape == ref.shape]
-    measured = max((float(difference(ref, n).max()) for n in samples), default=0.0) if ref.numel() else 0.0
-    measured = pooled_noise(measured, scale, pooled, key) if samples else measured
-    limit = allowed(scale, measured, EPS)
-    dev = float(difference(ref, sut).max()) if ref.numel() else 0.0
-    if dev > limit:
-        raise Divergence(f"{where}: max abs err {dev:.3g} (allowed {limit:.3g}; measured noise {measured:.3g}, "
-                         f"scale {scale:.3g})")
-
-
-def scales(ref_pass, what):
-    """Per scale group, the largest magnitude among the reference's tensors (and, for gradients, the local
-    gradients the reduction summed)."""
-    out = {}
-    for name, rec in ref_pass[what].items():
-        if rec is not None:
-            key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
-            out[key] = max(out.get(key, 0.0), magnitude(rec[1]))
-    if what == "grad":
-        for name, value in ref_pass["local"].items():
-            key = SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0])
-            out[key] = max(out.get(key, 0.0), value)
-    return out
-
-
-def compare(ref, noises, sut):
-    """The first divergence of the system under test, raised as :class:`Divergence` (None: it trains like the
-    reference).  ``ref[r][i]`` is rank r's record of pass i; ``noises`` holds each perturbed run's records alike."""
-    pooled = {}
-    for i in range(len(ref[0])):
-        at_ = ref[0][i]["at"]
-
-        def finite(rec):
-            return rec is None or bool(torch.isfinite(rec[1]).all())
-
-        if not all(finite(r[i]["loss"]) and all(finite(v) for what in ("grad", "param") for v in r[i][what].values())
-                   for r in ref):
-            print(f"the reference went non-finite at {at_}: compared the passes before it")
-            return None
-        for r in range(WORLD_SIZE):  # a checkpoint event's save or load broke an invariant here
-            for kind, tensor, message, _ in sut[r][i].get("violations", ()):
-                raise Divergence(f"{at_} {kind} {tensor} on rank {r}: {message}")
-        for r in range(WORLD_SIZE):
-            if ref[r][i]["loss"] is None or sut[r][i]["loss"] is None:  # no forward (right after a checkpoint load)
-                if (ref[r][i]["loss"] is None) != (sut[r][i]["loss"] is None):
-                    raise Divergence(f"{at_} loss loss[rank {r}]: one system ran a forward, the other none")
-                continue
-            dtype = sut[r][i]["loss"][0]
-            if dtype != PROMISED["loss"]:
-                raise Divergence(f"{at_} loss loss[rank {r}]: dtype {dtype}, promised {PROMISED['loss']}")
-            check_value(f"{at_} loss loss[rank {r}]", f"loss {r}", ref[r][i]["loss"][1], sut[r][i]["loss"][1],
-                        [n[r][i]["loss"][1] for n in noises], 0.0, pooled)
-        for what in ("grad", "param"):
-            group_scales = scales(ref[0][i], what)
-            names = list(dict.fromkeys([*ref[0][i][what], *sut[0][i][what]]))
-            for name in names:
-                where = f"{at_} {what} {name}"
-                for role, recs in (("system under test", sut), ("reference", ref)):
-                    missing = [r for r in range(WORLD_SIZE) if name not in recs[r][i][what]]
-                    if missing:
-                        raise Divergence(f"{where}: not recorded by the {role} on ranks {missing}")
-                    none = [r for r in range(WORLD_SIZE) if recs[r][i][what][name] is None]
-                    if none and len(none) < WORLD_SIZE:
-                        raise Divergence(f"{where}: in the {role}, ranks {none} have no gradient, the others do")
-                a, b = ref[0][i][what][name], sut[0][i][what][name]
-                if a is None or b is None:
-                    if a is None and b is None:
-                        continue
-                    raise Divergence(f"{where}: " + ("no gradient in the system under test" if b is None
-                                                     else "a gradient the reference does not have"))
-                promised = PROMISED["buffer" if name.startswith("buffer:") else what]
-                for r in range(WORLD_SIZE):
-                    if sut[r][i][what][name][0] != promised:
-                        raise Divergence(f"{where} on rank {r}: dtype {sut[r][i][what][name][0]}, promised {promised}")
-                for role, recs in (("system under test", sut), ("reference", ref)):
-                    first = recs[0][i][what][name][1]
-                    for r in range(1, WORLD_SIZE):
-                        other = recs[r][i][what][name][1]
-                        if other.shape != first.shape or not torch.equal(first.nan_to_num(), other.nan_to_num()):
-                            raise Divergence(f"{where}: in the {role}, rank {r}'s copy differs from rank 0's "
-                                             "(replicas disagree)")
-                scale = scale_of(group_scales, SCALE_GROUPS.get(name.rpartition(".")[0], name.rpartition(".")[0]))
-                samples = [n[0][i][what].get(name) for n in noises]
-                check_value(where, f"{what} {name}", a[1], b[1], [n[1] for n in samples if n is not None], scale,
-                            pooled)
-    return None
+def as_trace(per_rank):
+    """One run's records on every rank, as the oracle reads them (parityfuzz.run.trace.Trace)."""
+    ranks = []
+    for passes in per_rank:
+        rank = RankTrace()
+        for i, record in enumerate(passes):
+            rank.passes.append(record["at"])
+            rank.losses.append(None if record["loss"] is None else Rec(*record["loss"]))
+            rank.grads.append({name: None if r is None else Rec(*r) for name, r in record["grad"].items()})
+            rank.params.append({name: Rec(*r) for name, r in record["param"].items()})
+            rank.local_grad_scales.append(record["local"])
+            rank.violations += [(i, *violation) for violation in record.get("violations", ())]
+        ranks.append(rank)
+    return Trace(ranks)
 '''
+
 
 MAIN = '''
 def main():
@@ -508,31 +450,31 @@ def refused(expected, dp, device, mesh):
 
 
 def compared(dp, device, mesh):
-    """The reference, the system under test and a perturbed reference, compared on rank 0: a divergence that
-    stands against that one sample of the noise is compared again against NOISE_SAMPLES of them, and only then
-    reported (parityfuzz.judge.verify)."""
+    """The reference, the system under test and a perturbed reference, compared on rank 0 by the harness's oracle:
+    a value mismatch that stands against that one sample of the noise is compared again against NOISE_SAMPLES of
+    them, and only then reported (parityfuzz.judge.verify)."""
     runs = [train(role, dp, device, mesh) for role in ("reference", "system", "perturbed/0")]
-    found = judged(runs)
-    if found is not None:
+    kind, check, said = judged(runs)
+    if kind == MISMATCH and check == "value":
         runs += [train(f"perturbed/{i}", dp, device, mesh) for i in range(1, NOISE_SAMPLES)]
-        found = judged(runs)
+        kind, check, said = judged(runs)
     if dist.get_rank() == 0:
-        print("parity: the system under test trains like the reference" if found is None else f"DIVERGENCE {found}")
-    return 0 if found is None else 1
+        print(f"DIVERGENCE {said}" if kind == MISMATCH else
+              "parity: the system under test trains like the reference" + (f" ({said})" if said else ""))
+    return 0 if kind == PASS else 1
 
 
 def judged(runs):
-    """The first divergence over every rank's records of ``runs`` (the reference's, the system's, then the
-    perturbed ones), or None: rank 0 compares, every rank gets its answer."""
+    """The oracle's verdict on every rank's records of ``runs`` (the reference's, the system's, then the perturbed
+    ones) as ``(kind, check, what it says)``: rank 0 compares, every rank gets the answer."""
     everyone = [None] * WORLD_SIZE
     dist.all_gather_object(everyone, runs)
     found = [None]
     if dist.get_rank() == 0:
-        ref, sut, *noises = ([everyone[r][k] for r in range(WORLD_SIZE)] for k in range(len(runs)))
-        try:
-            compare(ref, noises, sut)
-        except Divergence as d:
-            found = [str(d)]
+        ref, sut, *noises = (as_trace([everyone[r][k] for r in range(WORLD_SIZE)]) for k in range(len(runs)))
+        verdict = compare(ref, sut, Promise(**PROMISE), Tolerance(MODEL_DTYPE, scale_groups=SCALE_GROUPS), noises)
+        d = verdict.divergence
+        found = [(verdict.kind, d.check, d.describe()) if d is not None else (verdict.kind, "", verdict.note)]
     dist.broadcast_object_list(found, src=0)
     return found[0]
 
@@ -544,6 +486,6 @@ if __name__ == "__main__":
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (DATA, TRAIN, COMPARE, MAIN):
     compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", "")
-            .replace("$TOLERANCE", ""),
+            .replace("$ORACLE", ""),
             "<parityfuzz.export.runtime>", "exec")
 del _source

@@ -5,6 +5,7 @@ checkpoint event, and the training loop, the comparison and the main function ev
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -60,7 +61,7 @@ def constants(case: Case) -> str:
         ("MAXIMIZE", t.maximize, ""), ("OPTIMIZER_EXTRA", extra, ""),
         ("GROUPS", groups, "parameter groups: (module paths, lr scale, weight decay)"),
         ("SCHEDULER", t.scheduler, "step: StepLR(step_size=2, gamma=0.5); linear: LinearLR(1.0 -> 0.1)"),
-        ("SCALE_GROUPS", dict(tolerance(case).scale_groups), "Linears inside a block share its scale"),
+        ("SCALE_GROUPS", tolerance(case).scale_groups, "(module, block): Linears inside a block share its scale"),
         ("DELAYS", {r: {d.where: d.ms / 1000 for d in case.delays if d.rank == r}
                     for r in sorted({d.rank for d in case.delays})},
          "per rank, seconds of sleep in the system under test at each point (timing perturbations)"),
@@ -75,9 +76,10 @@ def constants(case: Case) -> str:
         f"INPUT_DTYPE = torch.{dtypes.activation_dtype(case, '')}",
         f"NONROOT_INPUT_DTYPE = torch.{dtypes.activation_dtype(case, t.nonroot) if t.nonroot else 'float32'}",
         f"OPTIMIZER = torch.optim.{ {'sgd': 'SGD', 'adam': 'Adam', 'adamw': 'AdamW'}[t.optimizer] }",
-        f"PROMISED = {_py({'loss': promise.output(''), 'grad': promise.tensor('grad', ''), 'param': promise.tensor('param', ''), 'buffer': promise.tensor('param', 'buffer:')})}"
-        "  # the dtypes the system under test must produce",
-        f"EPS = {dtypes.EPS[dtypes.model_dtype(case)]!r}  # of the dtype the model trains in",
+        f"PROMISE = {_py(dataclasses.asdict(promise))}  # the dtypes the system under test must produce, and which "
+        "ranks run alike",
+        f"MODEL_DTYPE = {_py(dtypes.model_dtype(case))}  # the dtype the model trains in: its rounding floors the "
+        "tolerance",
     ]
     return "\n".join(lines) + "\n"
 
@@ -104,12 +106,12 @@ The case:
 '''
     body = [
         header,
-        "from __future__ import annotations\n\nimport contextlib\nimport os\nimport re\nimport sys\nimport time\n"
-        "from datetime import timedelta\n\nimport torch\n"
+        "from __future__ import annotations\n\nimport contextlib\nimport math\nimport os\nimport re\nimport sys\n"
+        "import time\nfrom collections.abc import Sequence\nfrom dataclasses import dataclass, field\nfrom datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.fsdp import FSDPModule\n"
         "from torch.distributed.tensor import DTensor\n"
-        "from torch.nn.parallel import DistributedDataParallel as DDP\n" + ("import math\n" if _uses_math(case) else "")
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
         + parts.imports + reference.imports(case) + checkpoint.imports(case),
         constants(case),
         model_source(case),
@@ -125,6 +127,3 @@ The case:
     ]
     return "\n\n".join(b.strip("\n") + "\n" for b in body if b)
 
-
-def _uses_math(case: Case) -> bool:
-    return any(node.kind == "attention" for _, node in case.model.body.walk("body")) or reference.uses_math(case)

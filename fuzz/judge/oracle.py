@@ -76,12 +76,13 @@ question: comparison stops there (the verdict's note says where; the run summary
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from parityfuzz.case.dtypes import EPS, Promise
+from parityfuzz.run.arrays import (all_finite, count_above, difference, largest, largest_relative, magnitude,
+                                     same, size)
 from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, scale_of
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
@@ -138,8 +139,7 @@ class _Pass:
         raise _Mismatch(Divergence(step=step, what=what, tensor=tensor, max_abs=max_abs, max_rel=max_rel,
                                    detail=detail, phase=phase, check=check, ranks=tuple(ranks), allowed=allowed))
 
-    def value(self, what: str, tensor: str, ref: np.ndarray, sut: np.ndarray, noises: list[np.ndarray],
-              scale: float = 0.0) -> None:
+    def value(self, what: str, tensor: str, ref, sut, noises: list, scale: float = 0.0) -> None:
         """Values of one tensor (or one rank's loss) against the tolerance; ``scale`` is its module's and
         ``noises`` are the tensor's values in each perturbed run (none: the floor alone)."""
         if ref.shape != sut.shape:
@@ -149,27 +149,18 @@ class _Pass:
         measured = 0.0
         samples = [n for n in noises if n.shape == ref.shape]
         if samples:  # pooled over passes: the worst relative noise so far
-            measured = pooled_noise(max(float(difference(ref, n).max(initial=0.0)) for n in samples), scale,
-                                    self.pooled, (what, tensor))
+            measured = pooled_noise(max(largest(difference(ref, n)) for n in samples), scale, self.pooled,
+                                    (what, tensor))
         allowed = self.tol.allowed(scale, measured)
-        dev = float(diff.max()) if diff.size else 0.0
+        dev = largest(diff)
         ratio = dev / allowed if allowed > 0 else (0.0 if dev == 0 else float("inf"))
         self.closeness = max(self.closeness, ratio)
         if scale > 0 and allowed / scale > self.loosest[0]:
             self.loosest = (allowed / scale, f"{pass_name(*self.at)} {what} {tensor}")
         if dev > allowed:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(diff == 0, 0.0, diff / np.abs(ref))
-            bad = int((diff > allowed).sum())
-            self.fail(what, tensor, "value", f"{bad} of {diff.size} elements; measured noise {measured:.3g}, "
-                      f"scale {scale:.3g}", max_abs=dev, max_rel=float(np.nanmax(rel)) if rel.size else 0.0,
+            self.fail(what, tensor, "value", f"{count_above(diff, allowed)} of {size(diff)} elements; measured noise "
+                      f"{measured:.3g}, scale {scale:.3g}", max_abs=dev, max_rel=largest_relative(diff, ref),
                       allowed=allowed)
-
-
-def magnitude(values: np.ndarray) -> float:
-    """The largest finite magnitude (0 for none)."""
-    finite = np.abs(values[np.isfinite(values)])
-    return float(finite.max()) if finite.size else 0.0
 
 
 def module_scales(trace: Trace, i: int, what: str, tol: Tolerance) -> dict[str, float]:
@@ -184,19 +175,10 @@ def module_scales(trace: Trace, i: int, what: str, tol: Tolerance) -> dict[str, 
             out[key] = max(out.get(key, 0.0), magnitude(full.value))
     if what == "grad":
         for name, value in trace.local_grad_scales(i).items():
-            if np.isfinite(value):
+            if math.isfinite(value):
                 key = tol.group(name)
                 out[key] = max(out.get(key, 0.0), value)
     return out
-
-
-def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``|a - b|`` elementwise, 0 where both are NaN or the same infinity, inf where only one is NaN."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - b)
-    same = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
-    diff = np.where(same, 0.0, diff)
-    return np.where(np.isnan(diff), np.inf, diff)
 
 
 def compare(ref: Trace, sut: Trace, promise: Promise, tol: Tolerance,
@@ -293,8 +275,8 @@ def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: flo
             first = recs[group[0]].value
             for r in group[1:]:
                 other = recs[r].value
-                if other.shape != first.shape or not np.array_equal(first, other, equal_nan=True):
-                    dev = float(difference(first, other).max()) if other.shape == first.shape else float("inf")
+                if not same(first, other):
+                    dev = largest(difference(first, other)) if other.shape == first.shape else float("inf")
                     p.fail(what, name, "replica", f"in the {role}: rank {r}'s copy differs from rank "
                            f"{group[0]}'s (ranks {group} hold the same piece)", ranks=(group[0], r), max_abs=dev)
     noises = [n.full(p.i, what, name) for n in p.noises]
@@ -317,8 +299,7 @@ def measure(ref: Trace, sut: Trace, noise: Trace, tol: Tolerance):
             if a is None or b is None or n is None or not (a.value.shape == b.value.shape == n.value.shape):
                 continue
             scale = max(magnitude(a.value), scale_of(scales.get(what, {}), tol.group(name)))
-            yield (at, what, name, float(difference(a.value, b.value).max(initial=0.0)),
-                   float(difference(a.value, n.value).max(initial=0.0)), scale)
+            yield at, what, name, largest(difference(a.value, b.value)), largest(difference(a.value, n.value)), scale
 
 
 def _first_non_finite(ref: Trace) -> int | None:
@@ -327,6 +308,6 @@ def _first_non_finite(ref: Trace) -> int | None:
         values: list[Rec | None] = list(ref.losses(i))
         for what in KINDS:
             values += [ref.full(i, what, name) for name in ref.names(i, what)]
-        if any(r is not None and not np.isfinite(r.value).all() for r in values):
+        if any(r is not None and not all_finite(r.value) for r in values):
             return i
     return None

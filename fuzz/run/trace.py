@@ -1,4 +1,4 @@
-"""What a system's run leaves behind, as plain data (numpy, no torch).
+"""What a system's run leaves behind, as plain data (numpy arrays, no torch).
 
 Each rank records what it holds, per pass of training: its loss, and every
 gradient and parameter as its own piece (a plain tensor whole, a DTensor's
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
+from parityfuzz.run.arrays import Array, zeros
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Rec:
     """
 
     dtype: str
-    value: np.ndarray
+    value: Array
     shard: ShardInfo | None = None
 
     def region_key(self) -> tuple:
@@ -63,7 +63,7 @@ def assemble(pieces: list[Rec]) -> Rec:
     first = pieces[0]
     if first.shard is None:
         return Rec(first.dtype, first.value)
-    out = np.zeros(first.shard.global_shape, dtype=np.float64)
+    out = zeros(first.shard.global_shape)
     written = set()
     for piece in pieces:
         key = piece.region_key()
