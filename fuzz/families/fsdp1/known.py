@@ -47,6 +47,11 @@ def no_shard_no_sync_unfrozen(case: Case) -> bool:
             and any(f.until for f in case.train.frozen))
 
 
+def no_shard_orig_params_accumulating_a_gate(case: Case) -> bool:
+    return (runs_unsharded(case) and case.plan.use_orig_params and bool(case.model.gates())
+            and case.train.microbatches > 1)
+
+
 def orig_params_unused_in_a_step(case: Case) -> bool:
     return case.plan.use_orig_params and bool(case.model.gates())
 
@@ -79,10 +84,12 @@ def keep_low_precision_grads_sharded(case: Case) -> bool:
     return mp.keep_low_precision_grads and case.plan.sharding != "NO_SHARD" and mp.reduce(master) != mp.compute(master)
 
 
-def tied_weight_unsharded_no_sync_mixed_precision(case: Case) -> bool:
+def tied_weight_low_precision_gradient(case: Case) -> bool:
+    """A tied weight, use_orig_params=True, mixed precision, and a gradient the next forward finds in param_dtype:
+    no_sync() accumulation without sharding, or keep_low_precision_grads."""
     mp, master = case.plan.precision, dtypes.model_dtype(case)
     return (case.model.tie_head and case.plan.use_orig_params and mp.compute(master) != master
-            and case.plan.no_sync and runs_unsharded(case))
+            and ((case.plan.no_sync and runs_unsharded(case)) or mp.keep_low_precision_grads))
 
 
 def stateless_optimizer_through_dcp(case: Case) -> bool:
