@@ -101,7 +101,7 @@ def test_a_tp_replicated_gradient_is_summed_over_tp_in_reduce_dtype_as_documente
 
 def test_the_noise_of_a_tensor_parallel_mixed_precision_case_is_measured(executor):
     """The perturbed reference of an MP case under TP perturbs DTensor gradients (signs drawn for the whole
-    tensor, each rank adding its part): it ran into "mixed torch.Tensor and DTensor" before, and a near miss of
+    tensor, each rank adding its part): it ran into "mixed torch.Tensor and DTensor" before, and a mismatch of
     such a case was then judged on the rounding floor alone."""
     from parityfuzz.case import dtypes
     from parityfuzz.judge.oracle import compare
