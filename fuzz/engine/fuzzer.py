@@ -47,9 +47,8 @@ from parityfuzz.engine.soak import precondition, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.executor import Executor
 from parityfuzz.judge.verdict import PASS, Verdict
-from parityfuzz.judge.verify import verify_case, locate
-from parityfuzz.triage import corpus
-from parityfuzz.triage import IN_CORPUS, Explanation, Found, explain
+from parityfuzz.judge.verify import locate, verify_case
+from parityfuzz.triage import IN_CORPUS, Explanation, Found, corpus, explain
 
 
 #: Set by the plugin's SIGINT/SIGTERM handler.  A KeyboardInterrupt that lands while Python runs a finalizer

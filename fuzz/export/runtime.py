@@ -52,11 +52,10 @@ def _oracle() -> str:
                  "ABSENT": trace.ABSENT, "KINDS": trace.KINDS, "LOOSE_SHARE": oracle.LOOSE_SHARE}
     aliases = {"Array": "torch.Tensor", "Pass": "tuple", "Tensors": "dict"}  # the trace's names for plain types
     functions = [f for f in vars(arrays).values() if inspect.isfunction(f) and f.__module__ == arrays.__name__]
-    pieces = (*functions, verdict.pass_name, verdict.Divergence, dtypes.Promise, trace.ShardInfo, trace.Rec,
-              trace.assemble,
-              trace.module_of, trace.replica_groups, trace.RankTrace, trace.Trace, oracle.Tolerance,
-              oracle._Mismatch, oracle._Pass, oracle.module_scales, oracle.compare, oracle._compare_pass,
-              oracle._compare_tensor, oracle._first_non_finite)
+    pieces = (*functions, verdict.pass_name, verdict.Divergence, dtypes.Promise,
+              trace.ShardInfo, trace.Rec, trace.assemble, trace.module_of, trace.replica_groups, trace.RankTrace,
+              trace.Trace, oracle.Tolerance, oracle._Mismatch, oracle._Pass, oracle.module_scales, oracle.compare,
+              oracle._compare_pass, oracle._compare_tensor, oracle._first_non_finite)
     return "\n".join([*(f"{name} = {pprint.pformat(value, width=116)}" for name, value in constants.items()),
                       *(f"{name} = {value}" for name, value in aliases.items())]) + "\n\n\n" + "\n\n".join(
         inspect.getsource(p) for p in pieces)

@@ -107,7 +107,8 @@ The case:
     body = [
         header,
         "from __future__ import annotations\n\nimport contextlib\nimport math\nimport os\nimport re\nimport sys\n"
-        "import time\nfrom collections.abc import Sequence\nfrom dataclasses import dataclass, field\nfrom datetime import timedelta\n\nimport torch\n"
+        "import time\nfrom collections.abc import Sequence\nfrom dataclasses import dataclass, field\n"
+        "from datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.fsdp import FSDPModule\n"
         "from torch.distributed.tensor import DTensor\n"

@@ -81,10 +81,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from parityfuzz.case.dtypes import EPS, Promise
-from parityfuzz.run.arrays import (all_finite, count_above, difference, largest, largest_relative, magnitude,
-                                     same, size)
 from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, scale_of
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
+from parityfuzz.run.arrays import (all_finite, count_above, difference, largest, largest_relative, magnitude, same,
+                                   size)
 from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
 
 #: A passing case whose allowed difference somewhere exceeded this share of the tensor's scale was

@@ -16,9 +16,9 @@ got wrong, or an optimizer update.
 from __future__ import annotations
 
 from parityfuzz.judge.oracle import Tolerance
-from parityfuzz.run.arrays import difference, magnitude
 from parityfuzz.judge.verdict import Divergence, Origin
 from parityfuzz.run.activations import parse
+from parityfuzz.run.arrays import difference, magnitude
 from parityfuzz.run.trace import Trace, module_of
 
 

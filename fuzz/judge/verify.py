@@ -56,8 +56,8 @@ def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace 
 def verify_case(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
     """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
     measured by a perturbed reference run, and one that stands against it with the largest noise of
-    :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``): it is reported only then.  A case torch must refuse (:mod:`parityfuzz.judge.expected`) runs
-    the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
+    :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``): it is reported only then.  A case torch must
+    refuse (:mod:`parityfuzz.judge.expected`) runs the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
     resumes at another world size runs on two pools: each part is compared on its own, the first finding is
     the verdict."""
     expected = expectation(case, executor.device_type(case.world_size))

@@ -1,7 +1,8 @@
 """The array arithmetic of traces, over numpy: the only place :mod:`parityfuzz.run.trace` (putting a tensor
-together from its pieces) and :mod:`parityfuzz.judge.oracle` (comparing) touch an array.  The exported script embeds the oracle's own source and gives it
-the same functions over torch (:mod:`parityfuzz.export.arrays`; a test holds the two to the same answers on the
-same values), so a script and the harness compare by one set of rules.
+together from its pieces) and :mod:`parityfuzz.judge.oracle` (comparing) touch an array.  The exported script
+embeds the oracle's own source and gives it the same functions over torch (:mod:`parityfuzz.export.arrays`; a
+test holds the two to the same answers on the same values), so a script and the harness compare by one set of
+rules.
 """
 
 from __future__ import annotations
