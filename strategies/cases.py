@@ -3,6 +3,7 @@ family's strategy (one module per family under ``strategies/``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 from hypothesis import strategies as st
@@ -11,6 +12,8 @@ from hypothesis.errors import InvalidArgument
 from parityfuzz import families
 from parityfuzz.case import Case
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
+from parityfuzz.rules import RuleViolation
+from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.perturbation import delays
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
@@ -42,8 +45,14 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
 
 
 def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool) -> Case:
-    """The case a family strategy drew the parts of: its seed and delays drawn last (they shrink first to 0
-    and none), validated."""
-    return Case(seed=draw(st.integers(0, 2**16)), world_size=world_size, model=model, mesh=mesh, plan=plan,
-                train=train, delays=draw(delays(world_size)) if perturb else (), system=system,
-                reference=reference).validate()
+    """The case a family strategy drew the parts of: its seed, delays and ``torch.compile`` of the system under
+    test (:mod:`parityfuzz.strategies.compiled`) drawn last (they shrink first to 0, none and eager), validated."""
+    case = Case(seed=draw(st.integers(0, 2**16)), world_size=world_size, model=model, mesh=mesh, plan=plan,
+                train=train, delays=draw(delays(world_size)) if perturb else (), system=system, reference=reference)
+    compiled = dataclasses.replace(case, compile=draw(compiles(case, families.get(plan.family).compiles)))
+    if not compiled.compile:
+        return case.validate()
+    try:  # compiled where the family's rules take it (FSDP1: use_orig_params=True), else eager
+        return compiled.validate()
+    except RuleViolation:
+        return case.validate()

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec
+from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
                                    saves_from)
@@ -71,8 +72,8 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     save = draw(st.sampled_from(saves_from(case)))
     resume = draw(resumes(case, world_sizes)) if save != "fsdp1_local" else {}
     event = Checkpoint(step=step, save=save, **resume)
-    try:
-        dataclasses.replace(case, checkpoint=event).validate()
+    try:  # (its compile is checked apart, below)
+        dataclasses.replace(case, checkpoint=event, compile=Compile()).validate()
     except CaseError:
         event = Checkpoint(step=step, save=save)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
@@ -90,7 +91,13 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         options["separate"] = draw(st.booleans())
     options["strict"] = not draw(st.booleans())
     event = dataclasses.replace(event, load="" if load == save else load, **options)
-    return dataclasses.replace(case, checkpoint=event).validate()
+    case = dataclasses.replace(case, checkpoint=event)
+    if case.compile:  # compiled as the case was drawn, where the resumed family compiles the same way
+        try:
+            validate_compile(case)
+        except CaseError:
+            case = dataclasses.replace(case, compile=Compile())
+    return case.validate()
 
 
 @st.composite

@@ -9,12 +9,15 @@ float32 is judged by what it does to this very case.  The loss is a mean or a su
 loss divides the drawn learning rate by its number of terms, so SGD steps stay as stable as with a mean and
 training stays comparable up to the last step.
 
+A float32 model trains under an autocast region (``torch.autocast``, bfloat16 or float16) around each forward and its
+loss in about one case in three, the backward outside it, as users write it.
+
 Gradient accumulation over 1-3 microbatches per step (what the parallel API does on the non-last ones is
 its family's draw).  Rare coins also convert a float32 model to float64 (``.to(torch.float64)``) and add to
 each step a second pass whose forward and backward run through only a non-root module the family offers.
 
 Shrinking: one step, SGD at lr 0.01 without momentum, weight decay or foreach, ``set_to_none=True``, batch
-1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass.
+1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass, no autocast.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from hypothesis import strategies as st
 from parityfuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, Freeze, ModelSpec, ParamGroup, TrainSpec, under
 from parityfuzz.strategies.coins import RARE
 
+#: An autocast region around forward and loss in 1 case of 3 (where the model is float32), bfloat16 twice as often
+#: as float16; shrinks to none.
+AUTOCAST = st.sampled_from(("", "", "", "", "", "", "bfloat16", "bfloat16", "float16"))
 
 def _holding_params(model: ModelSpec) -> list[str]:
     """Non-root module paths with parameters at or below them (what a group or a freeze can name)."""
@@ -79,6 +85,8 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
     batch, seq_len, loss = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.sampled_from(LOSSES))
     if loss == "sum":  # a summed loss scales the step by its number of terms: keep SGD as stable as with a mean
         lr /= batch * seq_len * (1 if model.input == "embedding" else model.output_width(""))
+    to_float64 = draw(RARE) and dtype == "float32"
+    autocast = draw(AUTOCAST)
     return TrainSpec(
         steps=steps,
         optimizer=optimizer,
@@ -92,7 +100,7 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         same_input=draw(st.booleans()),
         microbatches=micro,
         # Always drawn, applied where legal (keeps the choice sequence stable while other fields shrink).
-        to_float64=draw(RARE) and dtype == "float32",
+        to_float64=to_float64,
         nonroot=draw(st.sampled_from(nonroot)) if draw(RARE) and nonroot else "",
         momentum=momentum if optimizer == "sgd" else 0.0,
         weight_decay=draw(st.sampled_from((0.0, 0.01, 0.1))),
@@ -101,4 +109,5 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         scheduler=draw(st.sampled_from(("", "", "step", "linear"))),
         frozen=frozen,
         eval=draw(RARE),
+        autocast=autocast if dtype == "float32" and not to_float64 else "",
     )

@@ -852,3 +852,55 @@ class GeluBackwardOff(_Injected, FSDP2System):
                 return dx * 1.003, None
 
         F.gelu = lambda x, approximate="none": Gelu.apply(x, approximate)
+
+
+class CompiledBackwardOff(_Injected, FSDP2System):
+    """Dynamo's ``aot_eager`` backend compiles every backward graph to return its first floating-point gradient
+    0.2% off (a miscompiled backward): only a system under ``torch.compile`` with that backend reaches it."""
+
+    def inject(self):
+        import torch._dynamo as dynamo
+
+        def make(lookup):
+            def faulty(name):
+                if name != "aot_eager":
+                    return lookup(name)
+                from functorch.compile import make_boxed_func
+                from torch._dynamo.backends.common import aot_autograd
+
+                def forward(gm, example_inputs):
+                    return make_boxed_func(gm.forward)
+
+                def backward(gm, example_inputs):
+                    def run(*args):
+                        outs = list(gm.forward(*args))
+                        first = next((i for i, o in enumerate(outs)
+                                      if isinstance(o, torch.Tensor) and o.is_floating_point()), None)
+                        if first is not None:
+                            outs[first] = outs[first] * (1 + 2e-3)
+                        return outs
+                    return make_boxed_func(run)
+
+                return aot_autograd(fw_compiler=forward, bw_compiler=backward)
+            return faulty
+
+        _patch_once(dynamo, "lookup_backend", make)
+
+
+class RecomputeWithoutAutocast(_Injected, FSDP2System):
+    """Activation checkpointing's recompute forgets the CPU autocast region the forward ran in
+    (``torch.utils.checkpoint._get_autocast_kwargs`` reports it off): only a checkpointed module under autocast
+    reaches it, where the recomputed activations come out in float32 instead of the autocast dtype."""
+
+    def inject(self):
+        import torch.utils.checkpoint as checkpoint
+
+        def make(original):
+            def forgetful(device_type="cuda"):
+                device_kwargs, cpu_kwargs = original(device_type)
+                if device_type == "cpu" and device_kwargs is not None:
+                    device_kwargs = {**device_kwargs, "enabled": False}
+                return device_kwargs, {**cpu_kwargs, "enabled": False}
+            return forgetful
+
+        _patch_once(checkpoint, "_get_autocast_kwargs", make)

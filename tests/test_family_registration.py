@@ -51,7 +51,8 @@ def supplied(family: families.Family) -> dict[str, bool]:
             "known": known,
             "checkpoint": bool(family.checkpoint_ways),
             "rules": bool(family.rules),
-            "seed_grids": bool(family.seed_grids) and all(g.family == family.name for g in family.seed_grids)}
+            "seed_grids": bool(family.seed_grids) and all(g.family == family.name for g in family.seed_grids),
+            "compiles": bool(family.compiles)}
 
 
 def test_every_family_supplies_every_layer_or_says_why_not(plain_ddp):

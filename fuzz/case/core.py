@@ -18,6 +18,7 @@ from typing import Any
 
 from parityfuzz.case import codec
 from parityfuzz.case.checkpoint import Checkpoint, resumed, validate_checkpoint
+from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.mesh import MeshSpec, validate_mesh
 from parityfuzz.case.model import ModelSpec, validate_model
@@ -63,6 +64,8 @@ class Case:
     #: Save, load into a fresh system (possibly of another plan, mesh or world size) and train on
     #: (:mod:`parityfuzz.case.checkpoint`).
     checkpoint: Checkpoint = Checkpoint()
+    #: ``torch.compile`` of the system under test (:mod:`parityfuzz.case.compiled`); the reference runs eagerly.
+    compile: Compile = Compile()
     schema: int = SCHEMA
 
     @property
@@ -130,6 +133,7 @@ class Case:
                 raise CaseError("expect_error.match", f"not a regular expression: {e}") from None
         family.validate(self)
         validate_checkpoint(self)
+        validate_compile(self)
         return self
 
     def resumed(self) -> Case:

@@ -15,7 +15,7 @@ Torch-free, like :mod:`parityfuzz.case` (which imports this module, never the ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -135,11 +135,22 @@ def promise(case: Case, generic: bool = False) -> Promise:
     FSDP2's policy rules above."""
     own = _family(case).promise
     if own is not None and not generic:
-        return own(case)
+        return autocast_losses(case, own(case))
     outputs = {"": output_dtype(case, "")}
     if case.train.nonroot:
         outputs[f"non-root {case.train.nonroot}"] = output_dtype(case, case.train.nonroot)
-    return Promise(state=model_dtype(case), outputs=outputs, flows=flows(case))
+    return autocast_losses(case, Promise(state=model_dtype(case), outputs=outputs, flows=flows(case)))
+
+
+def autocast_losses(case: Case, promise: Promise) -> Promise:
+    """Under an autocast region (``train.autocast``) the loss is float32 whatever the output's low dtype: the
+    losses the case computes (``mse_loss``, ``cross_entropy``'s ``log_softmax`` and ``nll_loss``) are among the ops
+    autocast runs in float32 ("Ops that can autocast to float32", torch.amp's documentation); a float64 output is
+    not cast (autocast casts float32 and lower only)."""
+    if not case.train.autocast:
+        return promise
+    return replace(promise, outputs={phase: "float64" if dtype == "float64" else "float32"
+                                     for phase, dtype in promise.outputs.items()})
 
 
 def flows(case: Case) -> tuple:

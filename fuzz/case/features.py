@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from parityfuzz.case.checkpoint import checkpoint_features
+from parityfuzz.case.compiled import compile_features
 
 if TYPE_CHECKING:
     from parityfuzz.case.core import Case
@@ -51,5 +52,7 @@ def generic_features(case: Case) -> set[str]:
         tags.add("unfrozen_later")
     if t.eval:
         tags.add("eval")
+    if t.autocast:
+        tags.add(f"autocast={t.autocast}")
     tags.update(f"delay={d.where}" for d in case.delays)
-    return tags | checkpoint_features(case)
+    return tags | checkpoint_features(case) | compile_features(case)

@@ -17,6 +17,9 @@ LOSSES = ("sum", "mean")
 #: LR schedulers stepped after every optimizer step: StepLR(step_size=2, gamma=0.5), LinearLR(1.0 -> 0.1).
 SCHEDULERS = ("", "step", "linear")
 DTYPES = ("float64", "float32")
+#: ``torch.autocast("cpu"/"cuda", dtype=...)`` around each forward and its loss (the backward outside it, as the
+#: autocast docs ask: "Backward passes under autocast are not recommended").
+AUTOCASTS = ("", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ class TrainSpec:
     model (after the parallel API where the family says so).  ``nonroot``: after
     each step, a second one whose forward and backward run through only the
     module at this path (fed inputs of the width and dtype it sees inside the
-    model); the family says which modules may take such a pass.
+    model); the family says which modules may take such a pass.  ``autocast``: the dtype of an autocast region
+    around every forward and its loss, in the system under test and the reference alike (``""``: none).
     """
 
     steps: int = 1
@@ -76,6 +80,7 @@ class TrainSpec:
     scheduler: str = ""
     frozen: tuple[Freeze, ...] = ()
     eval: bool = False
+    autocast: str = ""
 
     def group_of(self, param: str) -> int | None:
         """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
@@ -124,6 +129,11 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
     check(not t.nesterov or t.momentum > 0, "train.nesterov", "needs SGD with momentum (torch refuses it without)")
     check(0 <= t.weight_decay < 1, "train.weight_decay", f"must be in [0, 1), got {t.weight_decay}")
     check(t.clip >= 0, "train.clip", f"must be >= 0 (0: no clipping), got {t.clip}")
+    check(t.autocast in AUTOCASTS, "train.autocast", f"must be one of {AUTOCASTS}, got {t.autocast!r}")
+    # "CPU autocast ... only float32 is cast" (autocast_mode.cpp, is_autocast_eligible: floating point and not
+    # double): a float64 model is left as it is, and autocast would be a no-op drawn as a dimension.
+    check(not t.autocast or (t.dtype == "float32" and not t.to_float64), "train.autocast",
+          "casts float32 work only (torch leaves float64 alone): needs dtype 'float32' without to_float64")
     check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")
     paths = {p for p, _ in model.module_paths()}
     owners = model.param_modules()

@@ -210,7 +210,7 @@ class Fuzzer:
                     self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
             else:  # cached: the verdict of an earlier round may be a failure found since
                 verdict, _ = self._explained(case, verdict, found_before)
-            for tag in sorted(case.features()):
+            for tag in sorted(case.features() | frozenset(verdict.tags)):
                 event(tag)
             event(f"verdict={verdict.kind}")
             # Near misses (a difference close to what the oracle allows) are worth exploring around.

@@ -44,7 +44,7 @@ class TargetStats:
                 self.notes[part.split(":")[0].split(" at step")[0]] += 1
         self.timeline.append((round(at, 2), verdict.kind))
         self.verdicts[verdict.kind] += 1
-        feats = case.features()
+        feats = case.features() | frozenset(verdict.tags)
         self.features.update(feats)
         self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
         self.combinations[feats] += 1

@@ -20,7 +20,10 @@ import torch
 GENERIC_PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch.distributed.distributed_c10d",
                      "torch.autograd", "torch.optim",
                      # the state-dict code checkpoint events go through (a fault left there leaked into later cases)
-                     "torch.distributed._state_dict_utils", "torch.distributed.checkpoint.state_dict")
+                     "torch.distributed._state_dict_utils", "torch.distributed.checkpoint.state_dict",
+                     # the training-loop dimensions' code: Dynamo's backend lookup (torch.compile), activation
+                     # checkpointing's recompute (autocast state)
+                     "torch._dynamo", "torch.utils.checkpoint")
 #: Classes whose methods a test-only fault may patch inside torch, beyond each family's.
 GENERIC_PATCHABLE_CLASSES = (("torch", "Tensor"),)
 

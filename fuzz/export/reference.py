@@ -82,7 +82,8 @@ def reference_local(model):
 
 def reference_nonroot(model, inner, x, y):
     with reference_loss_context():
-        loss = loss_fn(resolve(inner, NONROOT)(x), y)
+        with autocast(x):
+            loss = loss_fn(resolve(inner, NONROOT)(x), y)
         loss.backward()
         model.finish_backward()
     return loss.detach()

@@ -18,7 +18,16 @@ def data() -> str:
 
 
 def train() -> str:
-    return TRAIN.replace("$PERTURBATION", _perturbation())
+    return TRAIN.replace("$PERTURBATION", _perturbation()).replace("$COMPILER", _compiler())
+
+
+def _compiler() -> str:
+    """The harness's compile of the system under test and its proof (:mod:`parityfuzz.systems.compiled`), as it
+    is, with the spec's dataclass (:mod:`parityfuzz.case.compiled`)."""
+    from parityfuzz.case import compiled as spec
+    from parityfuzz.systems import compiled
+
+    return "\n\n".join(inspect.getsource(c) for c in (spec.Compile, compiled.CountingBackend, compiled.Compiler))
 
 
 def compare() -> str:
@@ -108,6 +117,11 @@ def forward_seed(dp, step, micro):
     return forward_seed_key(SEED, dp, step, micro)
 
 
+def autocast(x):
+    """The case's autocast region around a forward and its loss (AUTOCAST: its dtype), the backward outside it."""
+    return torch.autocast(x.device.type, dtype=getattr(torch, AUTOCAST)) if AUTOCAST else contextlib.nullcontext()
+
+
 def loss_fn(out, tgt):
     if not tgt.is_floating_point():
         return F.cross_entropy(out.flatten(0, -2), tgt.flatten(), reduction=LOSS)
@@ -195,10 +209,16 @@ def build(role, dp, device, mesh, step=0):
         p.requires_grad_(not frozen_at(name, max(step - 1, 0)))
     model = model.to(device)
     if role == "system":
+        global COMPILER
+        COMPILER = Compiler(COMPILE, resolve) if COMPILE else None
+        if COMPILER is not None:
+            model = COMPILER.before(model)
         model = apply_plan(model, mesh, device)
         if TO_FLOAT64:
             model.to(torch.float64)
         inner = model.module if isinstance(model, DDP) else model
+        if COMPILER is not None:
+            model = COMPILER.after(model, inner)
     else:
         if TO_FLOAT64:
             model = model.to(torch.float64)
@@ -213,6 +233,25 @@ def build(role, dp, device, mesh, step=0):
     return model, inner, optim, scheduler
 
 
+$COMPILER
+
+
+COMPILE = Compile(*COMPILE_SPEC)
+COMPILER = None  # the system under test's, where COMPILE compiles it
+
+
+def compiled_nothing():
+    """A compiled system under test must prove that it compiled: the message where it captured no graph."""
+    if COMPILER is not None and not COMPILER.stats()["graphs"]:
+        return f"torch.compile ({COMPILE.form}, {COMPILE.backend}) captured no graph: the system ran eagerly"
+    return None
+
+
+def is_ddp(model):
+    """Whether the system's model is DDP (inside torch.compile's OptimizedModule or not)."""
+    return isinstance(getattr(model, "_orig_mod", model), DDP)
+
+
 def ddp(module, device, **kwargs):
     gated = any(type(m).__name__ == "Gate" for m in module.modules())  # unused parameters on some forwards
     return DDP(module, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=gated,
@@ -223,9 +262,10 @@ def nonroot_backward(role, model, inner, x, y):
     """A pass through only the module at NONROOT."""
     if role != "system":
         return reference_nonroot(model, inner, x, y)
-    if not isinstance(model, DDP):
+    if not is_ddp(model):
         with loss_context():
-            loss = loss_fn(resolve(model, NONROOT)(x), y)
+            with autocast(x):
+                loss = loss_fn(resolve(model, NONROOT)(x), y)
             sleep("after_forward")
             loss.backward()
         after_backward(model, True)
@@ -238,7 +278,8 @@ def averaged_nonroot(inner, x, y):
     gradients are averaged by hand, as PyTorch's own non-root test does (taken with autograd.grad: DDP would mark
     them used)."""
     module = resolve(inner, NONROOT)
-    loss = loss_fn(module(x), y)
+    with autocast(x):
+        loss = loss_fn(module(x), y)
     params = [p for p in module.parameters() if p.requires_grad]
     for p, grad in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
         if grad is not None:
@@ -321,8 +362,10 @@ def train(role, dp, device, mesh):
                     p.requires_grad_(True)
             if role != "system":
                 model = reference_thawed(model, inner, device, mesh)
-            elif isinstance(model, DDP):  # a system under DDP (zero) likewise
+            elif is_ddp(model):  # a system under DDP (zero) likewise
                 model = apply_plan(inner, mesh, device)
+                if COMPILER is not None and COMPILE.form == "model":
+                    model = torch.compile(model, backend=COMPILER.backend)
             watch()
         zero_grad(step)
         losses = []
@@ -334,13 +377,15 @@ def train(role, dp, device, mesh):
             x, y = batch(dp, step, micro).to(device), target(dp, step, micro).to(device)
             if role == "system":
                 with accumulate(model, micro, last), loss_context():
-                    loss = loss_fn(forward(model, x), y)
+                    with autocast(x):
+                        loss = loss_fn(forward(model, x), y)
                     sleep("after_forward")
                     loss.backward()
                 after_backward(model, last)
             else:
                 with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
-                    loss = loss_fn(model(x), y)
+                    with autocast(x):
+                        loss = loss_fn(model(x), y)
                     reference_backward(model, loss)
             losses.append(plain(loss))
         finish((step, ""), losses, step)
@@ -355,7 +400,7 @@ def train(role, dp, device, mesh):
                 CLOCK.set(step, 0, MICROBATCHES)
             x, y = batch(dp, step, MICROBATCHES + 1).to(device), target(dp, step, MICROBATCHES + 1).to(device)
             model.eval()
-            with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()):
+            with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()), autocast(x):
                 loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
             model.train()
             passes.append({"at": (step, "eval"), "loss": (dtype_name(loss),
@@ -364,6 +409,8 @@ def train(role, dp, device, mesh):
         if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
             model, inner, optim, scheduler = checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler,
                                                              passes, named)
+    if role == "system" and compiled_nothing():
+        raise RuntimeError(compiled_nothing())
     return passes
 '''
 
@@ -485,6 +532,6 @@ if __name__ == "__main__":
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (DATA, TRAIN, COMPARE, MAIN):
     compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", "")
-            .replace("$ORACLE", ""),
+            .replace("$ORACLE", "").replace("$COMPILER", ""),
             "<parityfuzz.export.runtime>", "exec")
 del _source

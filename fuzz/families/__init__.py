@@ -112,6 +112,9 @@ class Family:
     resume: str = ""
     #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
     checkpoint_ways: tuple[str, ...] = ()
+    #: The ``torch.compile`` forms its system supports (:data:`parityfuzz.case.compiled.FORMS`); none: say why in
+    #: ``missing["compile"]``.
+    compiles: tuple[str, ...] = ()
     #: The layers it does not supply, each with the reason (``{"export": "..."}``): a test checks that every
     #: family supplies every layer or says why not here.
     missing: dict = field(default_factory=dict)
@@ -130,7 +133,7 @@ def records() -> list[Family]:
 
 
 #: The layers a family record names (a test checks each is supplied or said missing).
-LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids")
+LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids", "compiles")
 
 
 __all__ = ["ENVIRONMENT", "LAYERS", "MODULES", "Family", "get", "records", "register", "unregister"]

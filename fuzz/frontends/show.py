@@ -66,7 +66,16 @@ def describe_case(case: Case) -> str:
         lines.append(f"{t.microbatches} microbatches per step")
     if t.eval:
         lines.append("after every step, an evaluation forward (model.eval(), torch.no_grad())")
+    if t.autocast:
+        lines.append(f"every forward and its loss under torch.autocast(dtype=torch.{t.autocast}) (system and reference), "
+                     "the backward outside it")
     lines += plan_lines
+    c = case.compile
+    if c:
+        what = {"blocks_after": f"{', '.join(c.paths)}: module.compile() after the parallel API",
+                "blocks_before": f"{', '.join(c.paths)}: module.compile() before the parallel API",
+                "model": "torch.compile(model) around what the parallel API returns"}[c.form]
+        lines.append(f"system under test compiled, backend {c.backend!r}: {what} (the reference runs eagerly)")
     if t.nonroot:
         lines.append(f"after each step, a second step whose forward/backward runs through only {t.nonroot} "
                      f"(non-root), on inputs of width {m.input_width(t.nonroot) or 'token ids'}")

@@ -130,6 +130,9 @@ class Verdict:
     closeness: float = 0.0
     #: For a mismatch, where it begins (:func:`parityfuzz.judge.verify.locate`), once located; None before.
     origin: Origin | None = None
+    #: Feature tags only the run could tell (what a compiled system captured: ``compile_graphs=2-4``), counted
+    #: with the case's own (:meth:`parityfuzz.case.Case.features`).
+    tags: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -205,7 +208,7 @@ class Verdict:
             origin = Origin(**{**origin, "ranks": tuple(origin.get("ranks", ()))})
         return cls(kind=data["kind"], divergence=Divergence(**div) if div else None,
                    ranks=tuple(data.get("ranks", ())), note=data.get("note", ""),
-                   closeness=data.get("closeness", 0.0), origin=origin or None)
+                   closeness=data.get("closeness", 0.0), origin=origin or None, tags=tuple(data.get("tags", ())))
 
 
 def _one_line(message: str, limit: int = 300) -> str:

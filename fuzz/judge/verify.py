@@ -49,8 +49,24 @@ def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace 
     failure = failure_verdict(outcomes)
     if failure is not None:
         return failure
-    return compare(traces(outcomes, "reference"), traces(outcomes, "system"), dtypes.promise(case),
-                   tolerance(case), noise)
+    sut = traces(outcomes, "system")
+    verdict = compare(traces(outcomes, "reference"), sut, dtypes.promise(case), tolerance(case), noise)
+    if not case.compile:
+        return verdict
+    # A compiled case proves that it compiled (DESIGN.md's traps): where a rank's compiler captured nothing, the
+    # system ran eagerly there, and the verdict says so (a pass is an eager pass; the run counts such cases).
+    eager = [r for r, rt in enumerate(sut.ranks) if not rt.compiled.get("graphs")]
+    note = f"compiled nothing: torch.compile captured no graph on ranks {eager}, which ran eagerly" if eager else ""
+    return dataclasses.replace(verdict, tags=compile_tags(sut), note="; ".join(n for n in (verdict.note, note) if n))
+
+
+def compile_tags(sut: Trace) -> tuple[str, ...]:
+    """What the compiler captured, as feature tags: graphs (the fewest any rank captured), graph breaks (the
+    most any rank counted)."""
+    breaks = max(rt.compiled.get("breaks", 0) for rt in sut.ranks)
+    graphs = min(rt.compiled.get("graphs", 0) for rt in sut.ranks) or 0
+    return (f"compile_graphs={graphs if graphs < 3 else '3-5' if graphs <= 5 else '6+'}",
+            f"compile_breaks={breaks if breaks < 3 else '3+'}")
 
 
 def verify_case(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
@@ -105,7 +121,7 @@ def verdict_of_segments(case: Case, segments: list[list[RankOutcome]], noises: l
     if len(passed) == 1:
         return passed[0]
     return Verdict(PASS, note="; ".join(v.note for v in passed if v.note),
-                   closeness=max(v.closeness for v in passed))
+                   closeness=max(v.closeness for v in passed), tags=tuple(dict.fromkeys(t for v in passed for t in v.tags)))
 
 
 def locate(case: Case, executor: Executor, verdict: Verdict, timeout_s: float | None = None) -> Verdict:

@@ -133,6 +133,9 @@ class RankTrace:
     #: Per pass, in a probed run (:mod:`parityfuzz.run.activations`), every module's forward output and output gradient
     #: in execution order (``{label: Rec}``); empty otherwise.
     activations: list[dict] = field(default_factory=list)
+    #: For a compiled system under test (:mod:`parityfuzz.systems.compiled`), what the compiler captured on this
+    #: rank, summed over the systems it built: ``{"graphs", "ops", "breaks"}``; empty otherwise.
+    compiled: dict = field(default_factory=dict)
 
     def tensors(self, what: str) -> list[Tensors]:
         return {"grad": self.grads, "param": self.params}[what]

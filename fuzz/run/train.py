@@ -199,12 +199,20 @@ class _Run:
             trace.params.append(self._params() if trains else {})
 
     def counting(self):
-        """Count the collectives of a pass's forwards and backwards, where the system asks for it."""
-        counts = self.system.count_collectives or self.probing
+        """Count the collectives of a pass's forwards and backwards, where the system asks for it; never in a
+        compiled system (Dynamo does not trace under the counter's dispatch mode: it would run eagerly)."""
+        counts = (self.system.count_collectives or self.probing) and self.system.compiler is None
         return CollectiveCounter() if counts else contextlib.nullcontext(None)
 
     def train(self, first: int, stop: int) -> None:
-        """Steps ``first`` to ``stop - 1``, each under the case in force at it (:meth:`Case.at_step`)."""
+        """Steps ``first`` to ``stop - 1``, each under the case in force at it (:meth:`Case.at_step`); then what a
+        compiled system's compiler captured is added to the trace."""
+        self._steps(first, stop)
+        if self.system.compiler is not None:
+            for key, n in self.system.compiler.stats().items():
+                self.trace.compiled[key] = self.trace.compiled.get(key, 0) + n
+
+    def _steps(self, first: int, stop: int) -> None:
         system, trace, ctx, clock = self.system, self.trace, self.ctx, self.clock
         n = self.case.train.microbatches
         for step in range(first, stop):

@@ -86,9 +86,9 @@ def make_scheduler(train: TrainSpec, optim: torch.optim.Optimizer):
     return None
 
 
-#: Attributes through which wrapper modules (``CheckpointWrapper``, FSDP1's ``FullyShardedDataParallel``) hold
-#: the module they wrap; they appear in parameter names as prefixes.
-WRAPPER_ATTRS = ("_checkpoint_wrapped_module", "_fsdp_wrapped_module")
+#: Attributes through which wrapper modules (``CheckpointWrapper``, FSDP1's ``FullyShardedDataParallel``,
+#: ``torch.compile``'s ``OptimizedModule``) hold the module they wrap; they appear in parameter names as prefixes.
+WRAPPER_ATTRS = ("_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod")
 
 
 def case_name(name: str) -> str:
@@ -165,18 +165,29 @@ class System:
 
     #: Whether ``train.to_float64`` converts the model after :meth:`wrap` (else before).
     converts_after_wrap = False
+    #: The system under test's :class:`parityfuzz.systems.compiled.Compiler` where the case compiles it.
+    compiler = None
     #: Whether the trainer counts the collectives of each pass (a dispatch mode; slows every op down, so
     #: only systems whose collectives follow from their plan in ways worth checking turn it on).
     count_collectives = False
 
     def setup(self, model: nn.Module) -> None:
+        """Apply the case to ``model``: the dtype conversion, ``torch.compile`` of the system under test
+        (:mod:`parityfuzz.systems.compiled`; the reference stays eager) and :meth:`wrap`; then the optimizer."""
         model = model.to(self.ctx.device)
         to_float64 = self.case.train.to_float64
         if to_float64 and not self.converts_after_wrap:
             model = model.to(torch.float64)
+        if self.role == "system" and self.case.compile:
+            from parityfuzz.systems.compiled import Compiler
+
+            self.compiler = Compiler(self.case.compile, resolve)
+            model = self.compiler.before(model)
         self.model = self.wrap(model)
         if to_float64 and self.converts_after_wrap:
             self.model.to(torch.float64)
+        if self.compiler is not None:
+            self.model = self.compiler.after(self.model, self.inner())
         self.optim = self.make_optimizer()
         self.scheduler = make_scheduler(self.case.train, self.optim)
         if self.role != "system":
@@ -258,10 +269,23 @@ class System:
         """The model's forward, or ``module``'s (a non-root pass)."""
         return (self.model if module is None else module)(batch)
 
+    def autocast(self):
+        """The case's autocast region (``train.autocast``), or none."""
+        dtype = self.case.train.autocast
+        if not dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=getattr(torch, dtype))
+
+    def forward_loss(self, batch: torch.Tensor, target: torch.Tensor, module: nn.Module | None = None) -> torch.Tensor:
+        """The forward (of the model, or of ``module``: a non-root pass) and its loss, inside the case's autocast
+        region, as users write it (the backward outside)."""
+        with self.autocast():
+            return self.loss(self.forward(batch, module), target)
+
     def forward_backward(self, batch: torch.Tensor, target: torch.Tensor, path: str | None = None) -> torch.Tensor:
         """A forward and backward through the model, or with ``path`` through only the (wrapped, non-root)
         module there: a non-root pass.  Returns the loss."""
-        loss = self.loss(self.forward(batch, None if path is None else resolve(self.inner(), path)), target)
+        loss = self.forward_loss(batch, target, None if path is None else resolve(self.inner(), path))
         self._sleep("after_forward")
         loss.backward()
         return loss.detach()
@@ -309,7 +333,7 @@ class System:
         self.model.eval()
         try:
             with torch.no_grad():
-                return self.loss(self.forward(batch), target)
+                return self.forward_loss(batch, target)
         finally:
             self.model.train()
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from parityfuzz.families.composable import ComposablePlan
-from parityfuzz.systems.base import System, optimizer_parts, resolve
+from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
 from parityfuzz.systems.fsdp2 import InvariantViolation
 
 
@@ -87,6 +87,7 @@ class ComposableSystem(System):
         managed = plan.data_parallel()
         wrong = []
         for name, p in model.named_parameters():
+            name = case_name(name)  # (a model torch.compile'd whole names its parameters through _orig_mod)
             if managed[plan.manager(name.rpartition(".")[0])] != "fully_shard":
                 continue
             if trainable_only and not p.requires_grad:

@@ -49,7 +49,7 @@ class DDPSystem(System):
         if path is None:
             return super().forward_backward(batch, target)
         module = resolve(self.inner(), path)
-        loss = self.loss(self.forward(batch, module), target)
+        loss = self.forward_loss(batch, target, module)
         params = [p for p in module.parameters() if p.requires_grad]
         # DDP: "the gradients between different nodes are averaged" (torch/nn/parallel/distributed.py): a non-root
         # pass, which DDP does not see, is averaged by hand and accumulated into .grad.

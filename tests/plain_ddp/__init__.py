@@ -51,5 +51,5 @@ FAMILY = Family(
     export="tests.plain_ddp.export",
     missing={"patchable": "its system patches nothing in torch", "known": "no known bugs",
              "checkpoint": "not drawn for a test-only family", "rules": "one field check in validate()",
-             "seed_grids": "no seed test"},
+             "seed_grids": "no seed test", "compiles": "not drawn for a test-only family"},
 )

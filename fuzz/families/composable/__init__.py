@@ -175,6 +175,7 @@ FAMILY = Family(
     patchable_classes=(
         ("torch.distributed._composable.replicate", "_ReplicateState"),
     ),
+    compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full"),
     rules=rules.RULES,
     missing={"seed_grids": "PyTorch's composable tests' grids are not transcribed yet"},

@@ -424,6 +424,7 @@ FAMILY = Family(
         "torch.distributed.fsdp",
         "torch.distributed.fsdp._runtime_utils",
     ),
+    compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
     seed_grids=grids.GRIDS,
     rules=fsdp1_rules.RULES,

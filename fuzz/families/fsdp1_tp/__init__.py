@@ -115,6 +115,7 @@ FAMILY = Family(
         ("torch.distributed.tensor.parallel.style", "RowwiseParallel"),
         ("torch.distributed.tensor.parallel.style", "SequenceParallel"),
     ),
+    compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
     seed_grids=grids.GRIDS,
     rules=fsdp2_tp.FAMILY.rules + fsdp1.FAMILY.rules,

@@ -308,6 +308,7 @@ FAMILY = Family(
         ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup"),
         ("torch.distributed.fsdp._fully_shard._fsdp_param", "FSDPParam"),
     ),
+    compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full"),
     seed_grids=grids.GRIDS,
     missing={"rules": "its plan's checks are field checks in validate(); no documented composition rule of its own yet"},

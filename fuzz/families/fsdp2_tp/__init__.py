@@ -266,6 +266,7 @@ FAMILY = Family(
         ("torch.distributed.tensor.parallel.style", "RowwiseParallel"),
         ("torch.distributed.tensor.parallel.style", "SequenceParallel"),
     ),
+    compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full"),
     rules=tp_rules.RULES,
     missing={"seed_grids": "PyTorch's tensor-parallel tests' grids are not transcribed yet"},

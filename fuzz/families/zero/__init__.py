@@ -163,6 +163,7 @@ FAMILY = Family(
     patchable_classes=(
         ("torch.distributed.optim.zero_redundancy_optimizer", "ZeroRedundancyOptimizer"),
     ),
+    compiles=("blocks_after", "blocks_before", "model"),
     missing={"checkpoint": "its state is ZeroRedundancyOptimizer's, which the state-dict APIs do not take: "
                            "its own round trip is the plan's reload_at",
              "rules": "its plan's checks are field checks in validate(); no documented composition rule of its own "

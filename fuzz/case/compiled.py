@@ -1,0 +1,96 @@
+"""``torch.compile`` of the system under test: which backend, on what, before or after the parallel API.
+
+The reference always runs eagerly: a compiled system must train as the eager reference does.  The forms:
+
+- ``blocks_after``: ``module.compile()`` on each module at ``paths`` after the family's API is applied, as
+  PyTorch's ``compiled_fsdp_test(compile_compute_on_module=...)`` does (``fully_shard(block)`` then
+  ``block.compile()``: the blocks' compute compiled, the API's hooks around it eager);
+- ``blocks_before``: ``module.compile()`` on them before the API is applied (the API then wraps compiled modules);
+- ``model``: ``torch.compile`` around the whole model the API returns (DDP's compiled path, whose
+  ``DDPOptimizer`` splits the graph at bucket boundaries; FSDP1 with ``use_orig_params=True``; a ``fully_shard``
+  root).
+
+Backends: ``aot_eager`` (Dynamo and AOTAutograd, run by eager kernels: where the API's hooks meet tracing) and
+``inductor`` (generated C++ on a CPU; it reorders floating-point work, which the measured-noise oracle sees as
+noise no larger than another summation order's, and draws random numbers its own way unless
+``torch._inductor.config.fallback_random`` is set: the system sets it, as the reference's dropout masks are
+eager ones).
+
+Which forms a family's system supports is its record's (:attr:`parityfuzz.families.Family.compiles`).  A compiled
+case must prove that it compiled: the ranks count the graphs the backend received, and a run whose system
+captured none is an error (:func:`parityfuzz.judge.verify.verdict_from_outcomes`), never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from parityfuzz.case.errors import check
+
+if TYPE_CHECKING:
+    from parityfuzz.case.core import Case
+
+BACKENDS = ("aot_eager", "inductor")
+FORMS = ("blocks_after", "blocks_before", "model")
+
+#: Node kinds whose module ``module.compile()`` traces: the harness's own classes.  ``seq`` (``nn.Sequential``) and
+#: the leaves built from ``torch.nn`` classes are left out: Dynamo skips a frame whose code lives in ``torch.nn``
+#: (``torch/_dynamo/trace_rules.py``, the skip list's ``torch`` files), so ``nn.Sequential(...).compile()`` runs
+#: eagerly and captures nothing (measured on torch 2.13: 0 graphs; a ``Block`` of the same layers: 1).
+COMPILABLE_KINDS = ("block", "residual", "twice", "gate", "mlp", "attention", "scale")
+
+
+@dataclass(frozen=True)
+class Compile:
+    """``backend`` ``""``: the system runs eagerly (the default).  ``paths``: the modules a ``blocks_*`` form
+    compiles (empty for ``model``)."""
+
+    backend: str = ""
+    form: str = "blocks_after"
+    paths: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.backend)
+
+
+def compilable(case: Case) -> list[str]:
+    """The module paths a ``blocks_*`` form may compile."""
+    return [path for path, node in case.model.body.walk("body") if node.kind in COMPILABLE_KINDS]
+
+
+def validate_compile(case: Case) -> None:
+    """The form must be one the case's family supports (:attr:`parityfuzz.families.Family.compiles`), and the
+    family of the case a checkpoint load resumes."""
+    from parityfuzz import families
+
+    c = case.compile
+    if not c:
+        check(c == Compile(), "compile.backend", "names no backend, so the case runs eagerly: leave compile out")
+        return
+    check(c.backend in BACKENDS, "compile.backend", f"must be one of {BACKENDS}, got {c.backend!r}")
+    check(c.form in FORMS, "compile.form", f"must be one of {FORMS}, got {c.form!r}")
+    for family in dict.fromkeys((case.family, case.resumed().family)):
+        forms = families.get(family).compiles
+        check(c.form in forms, "compile.form", f"the {family} family's system does not compile {c.form!r} "
+              f"(it supports: {', '.join(forms) or 'none'})")
+    # The state dict of a torch.compile'd model names its keys with OptimizedModule's "_orig_mod." prefix
+    # (torch/_dynamo/eval_frame.py), which no load into an eager model takes: not a checkpoint the ways model.
+    check(not (case.checkpoint and c.form == "model"), "compile.form",
+          "the model form with a checkpoint event: its state dict's keys carry the '_orig_mod.' prefix")
+    if c.form == "model":
+        check(not c.paths, "compile.paths", "the model form compiles the whole model: no paths")
+        return
+    check(bool(c.paths), "compile.paths", f"the {c.form} form compiles the modules at these paths: name one")
+    check(len(set(c.paths)) == len(c.paths), "compile.paths", "names a module twice")
+    allowed = compilable(case)
+    for i, path in enumerate(c.paths):
+        check(path in allowed, f"compile.paths[{i}]", f"{path!r} is not a module torch.compile traces here "
+              f"(one of the kinds {COMPILABLE_KINDS}: {', '.join(allowed) or 'none in this model'})")
+
+
+def compile_features(case: Case) -> set[str]:
+    c = case.compile
+    if not c:
+        return set()
+    return {f"compile={c.form}", f"compile_backend={c.backend}"}

@@ -1,0 +1,77 @@
+"""Rank side of :mod:`parityfuzz.case.compiled`: compile the system under test's modules, and count what the
+compiler captured (the proof that a compiled case compiled).
+
+The backend handed to ``torch.compile`` is :class:`CountingBackend`, which counts the graphs and operations it
+receives and hands each graph to the named backend.  Dynamo's caches are reset before a compiled system is
+built (a persistent rank would otherwise reach the recompile limit across cases and fall back to eager without
+a word), and Dynamo's graph-break counter read after it trained.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from parityfuzz.case.compiled import Compile
+
+
+class CountingBackend:
+    """A ``torch.compile`` backend: counts graphs and their call nodes, then compiles with ``backend``."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.graphs = 0
+        self.ops = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        from torch._dynamo import lookup_backend
+
+        self.graphs += 1
+        self.ops += sum(1 for node in gm.graph.nodes if node.op in ("call_function", "call_method", "call_module"))
+        return lookup_backend(self.backend)(gm, example_inputs)
+
+
+class Compiler:
+    """What one system under test compiles, and what the compiler made of it; ``resolve(model, path)`` finds the
+    module at a case path (through wrappers)."""
+
+    def __init__(self, spec: Compile, resolve):
+        self.spec, self.resolve = spec, resolve
+        self.backend = CountingBackend(spec.backend)
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+        if spec.backend == "inductor":
+            # Inductor draws random numbers its own way; "fallback_random: fallback to eager for random/dropout"
+            # (torch/_inductor/config.py) keeps dropout masks the eager reference's (the rank restores it).
+            import torch._inductor.config as inductor_config
+
+            inductor_config.fallback_random = True
+
+    def before(self, model: nn.Module) -> nn.Module:
+        """Before the parallel API: the ``blocks_before`` form compiles its modules."""
+        if self.spec.form == "blocks_before":
+            self._blocks(model)
+        return model
+
+    def after(self, model: nn.Module, inner: nn.Module) -> nn.Module:
+        """After it (``model`` is what the API returned, ``inner`` the module holding the case's names): the
+        ``blocks_after`` form compiles its modules, ``model`` compiles the whole; returns the module to call."""
+        if self.spec.form == "blocks_after":
+            self._blocks(inner)
+        if self.spec.form == "model":
+            return torch.compile(model, backend=self.backend)
+        return model
+
+    def _blocks(self, model: nn.Module) -> None:
+        for path in self.spec.paths:
+            self.resolve(model, path).compile(backend=self.backend)
+
+    def stats(self) -> dict:
+        """``{"graphs", "ops", "breaks"}`` so far on this rank: graphs and call nodes the backend received (a
+        recompile is one more graph), graph breaks Dynamo counted."""
+        from torch._dynamo.utils import counters
+
+        return {"graphs": self.backend.graphs, "ops": self.backend.ops,
+                "breaks": sum(counters["graph_break"].values())}

@@ -1,0 +1,146 @@
+"""The training-loop dimensions every family draws: ``torch.compile`` of the system under test and autocast.
+
+Validation refuses what torch or the harness cannot run as drawn (naming the field, and the rule where torch
+documents it); every family draws each dimension; a compiled case proves that it compiled; and a test fault
+inside torch that only each dimension reaches is found by short fuzz runs over two seeds."""
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parityfuzz import families
+from parityfuzz.case import CaseError, ModelSpec, Node, TrainSpec
+from parityfuzz.case.checkpoint import Checkpoint
+from parityfuzz.case.compiled import Compile, compilable
+from parityfuzz.case.dtypes import promise
+from parityfuzz.families.fsdp1 import FSDP1Plan
+from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
+from parityfuzz.judge.verify import verify_case
+from parityfuzz.rules import RuleViolation
+from parityfuzz.strategies import cases
+from tests.test_case import simple
+from tests.test_fuzz_loop import body_modules, fuzz
+
+BLOCKS = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("block", children=(
+    Node("linear", out=8), Node("act", fn="gelu"))), Node("mlp", hidden=6), Node("linear", out=3))))
+COMPILED = simple(model=BLOCKS, plan=FSDP2Plan(wraps=(Wrap("body.1"), Wrap("body.2"), Wrap(""))),
+                  compile=Compile("aot_eager", "blocks_after", ("body.1", "body.2")), train=TrainSpec(steps=2))
+
+
+def test_compile_validation_names_the_field():
+    COMPILED.validate()
+    for bad, field in [
+        (Compile("eager", "blocks_after", ("body.1",)), "compile.backend"),
+        (Compile("aot_eager", "sideways", ("body.1",)), "compile.form"),
+        (Compile("aot_eager", "blocks_after", ()), "compile.paths"),
+        (Compile("aot_eager", "blocks_after", ("body.0",)), "compile.paths[0]"),  # a Linear: Dynamo skips torch.nn
+        (Compile("aot_eager", "blocks_after", ("body",)), "compile.paths[0]"),  # nn.Sequential likewise
+        (Compile("aot_eager", "model", ("body.1",)), "compile.paths"),
+        (Compile("", "model"), "compile.backend"),
+    ]:
+        with pytest.raises(CaseError) as e:
+            dataclasses.replace(COMPILED, compile=bad).validate()
+        assert e.value.field == field, (bad, e.value)
+
+
+def test_a_compiled_model_with_a_checkpoint_event_and_fsdp1_without_orig_params_are_refused():
+    with pytest.raises(CaseError, match="_orig_mod"):
+        dataclasses.replace(COMPILED, compile=Compile("aot_eager", "model"),
+                            checkpoint=Checkpoint(step=1, save="dcp")).validate()
+    fsdp1 = simple(model=BLOCKS, plan=FSDP1Plan(use_orig_params=False), compile=Compile("aot_eager", "model"))
+    with pytest.raises(RuleViolation, match="fsdp1.compile-orig-params"):
+        fsdp1.validate()
+    dataclasses.replace(fsdp1, plan=FSDP1Plan()).validate()
+
+
+def test_autocast_validation_and_the_loss_dtype_it_promises():
+    case = simple(train=TrainSpec(dtype="float32", autocast="bfloat16")).validate()
+    assert promise(case).output("") == "float32"  # mse_loss runs in float32 under autocast
+    mixed = simple(train=TrainSpec(dtype="float32", autocast="float16"), reference="ddp_mp",
+                   plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),))).validate()
+    assert promise(mixed).output("") == "float32"  # whatever the policy's output dtype
+    for train in (TrainSpec(autocast="bfloat16"),  # float64: autocast leaves it alone
+                  TrainSpec(dtype="float32", to_float64=True, autocast="bfloat16"),
+                  TrainSpec(dtype="float32", autocast="int8")):
+        with pytest.raises(CaseError) as e:
+            simple(train=train).validate()
+        assert e.value.field == "train.autocast"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+@given(st.data())
+def test_every_family_draws_each_compile_form_and_autocast(data):
+    """Over 400 draws per family (derandomized: the same every run) (a share of 1 in 6 compiles), every form the family supports comes up."""
+    test_every_family_draws_each_compile_form_and_autocast.seen.update(
+        (case.family, case.compile.form if case.compile else "eager", case.train.autocast)
+        for case in [data.draw(cases(family=f, world_sizes=(1, 2, 4))) for f in families.MODULES])
+
+
+test_every_family_draws_each_compile_form_and_autocast.seen = set()
+
+
+def test_the_draws_cover_every_family():
+    seen = test_every_family_draws_each_compile_form_and_autocast.seen
+    if not seen:
+        pytest.skip("runs after the drawing test")
+    for family in families.records():
+        forms = {form for f, form, _ in seen if f == family.name}
+        assert set(family.compiles) <= forms, (family.name, forms)
+        assert {a for f, _, a in seen if f == family.name} >= {"bfloat16", "float16"}, family.name
+
+
+def test_a_compiled_case_proves_that_it_compiled(executor):
+    verdict = verify_case(COMPILED.validate(), executor)
+    assert verdict.ok, verdict.describe()
+    assert "compile_graphs=0" not in verdict.tags and any(t.startswith("compile_graphs=") for t in verdict.tags)
+    assert "compiled nothing" not in verdict.note
+
+
+def test_autocast_with_checkpointing_trains_like_ddp_and_its_fault_is_caught(executor):
+    case = simple(model=BLOCKS, train=TrainSpec(dtype="float32", autocast="bfloat16", steps=2),
+                  plan=FSDP2Plan(wraps=(Wrap(""),), checkpoints=(ActivationCheckpoint("body.1", api="composable"),)))
+    assert verify_case(case.validate(), executor).ok
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:RecomputeWithoutAutocast"), executor)
+    assert not verdict.ok, verdict.describe()
+
+
+def test_the_compiled_backward_fault_acts_only_under_compile(executor):
+    faulty = dataclasses.replace(COMPILED, system="tests.faults:CompiledBackwardOff").validate()
+    verdict = verify_case(faulty, executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.check == "value", verdict.describe()
+    assert verify_case(dataclasses.replace(faulty, compile=Compile()), executor).ok
+
+
+def _focused(case, dimension: str):
+    """``case`` with the dimension on where it validates (the run spends its cases where the fault can act: a
+    share of 1 in 6 compiled cases would take hundreds of cases to meet a fault there)."""
+    if dimension == "compile" and not case.compile:
+        paths = compilable(case)
+        on = dataclasses.replace(case, compile=Compile("aot_eager", "blocks_after", tuple(paths[:2])) if paths
+                                 else Compile("aot_eager", "model"))
+    elif dimension == "autocast" and not case.train.autocast:
+        on = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="bfloat16"))
+    else:
+        return case
+    try:
+        return on.validate()
+    except CaseError:
+        return case
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("fault, dimension, shows", [
+    ("CompiledBackwardOff", "compile", lambda c: c.compile.backend == "aot_eager"),
+    ("RecomputeWithoutAutocast", "autocast", lambda c: bool(c.train.autocast) and bool(c.plan.checkpoints)),
+])
+def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_path, fault, dimension, shows, seed):
+    system = f"tests.faults:{fault}"
+    strategy = cases(world_sizes=(2,), system=system).map(lambda c: _focused(c, dimension))
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=100, max_shrink_runs=20, strategy=strategy)
+    assert len(stats.failures) == 1, stats.summary_line()
+    f = stats.failures[0]
+    print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
+          f"{body_modules(f.case)} modules: {f.verdict.describe()}")
+    assert shows(f.case), f.case.to_json(indent=1)
