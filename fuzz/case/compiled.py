@@ -17,8 +17,9 @@ noise no larger than another summation order's, and draws random numbers its own
 eager ones).
 
 Which forms a family's system supports is its record's (:attr:`parityfuzz.families.Family.compiles`).  A compiled
-case must prove that it compiled: the ranks count the graphs the backend received, and a run whose system
-captured none is an error (:func:`parityfuzz.judge.verify.verdict_from_outcomes`), never a pass.
+case must prove that it compiled: the ranks count the graphs the backend received, and the verdict of a run whose
+system captured none on some rank says so (:func:`parityfuzz.judge.verify.verdict_from_outcomes`): it is judged as
+the eager run it was, and counted apart, never passed as compiled.
 """
 
 from __future__ import annotations

@@ -364,8 +364,8 @@ def train(role, dp, device, mesh):
                 model = reference_thawed(model, inner, device, mesh)
             elif is_ddp(model):  # a system under DDP (zero) likewise
                 model = apply_plan(inner, mesh, device)
-                if COMPILER is not None and COMPILE.form == "model":
-                    model = torch.compile(model, backend=COMPILER.backend)
+                if COMPILER is not None:  # compiled as the first DDP was
+                    model = COMPILER.whole(model)
             watch()
         zero_grad(step)
         losses = []
@@ -409,8 +409,8 @@ def train(role, dp, device, mesh):
         if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
             model, inner, optim, scheduler = checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler,
                                                              passes, named)
-    if role == "system" and compiled_nothing():
-        raise RuntimeError(compiled_nothing())
+    if role == "system" and (nothing := compiled_nothing()):
+        raise RuntimeError(nothing)
     return passes
 '''
 

@@ -113,7 +113,7 @@ class Family:
     #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
     checkpoint_ways: tuple[str, ...] = ()
     #: The ``torch.compile`` forms its system supports (:data:`parityfuzz.case.compiled.FORMS`); none: say why in
-    #: ``missing["compile"]``.
+    #: ``missing["compiles"]``.
     compiles: tuple[str, ...] = ()
     #: The layers it does not supply, each with the reason (``{"export": "..."}``): a test checks that every
     #: family supplies every layer or says why not here.

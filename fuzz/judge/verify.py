@@ -64,7 +64,7 @@ def compile_tags(sut: Trace) -> tuple[str, ...]:
     """What the compiler captured, as feature tags: graphs (the fewest any rank captured), graph breaks (the
     most any rank counted)."""
     breaks = max(rt.compiled.get("breaks", 0) for rt in sut.ranks)
-    graphs = min(rt.compiled.get("graphs", 0) for rt in sut.ranks) or 0
+    graphs = min(rt.compiled.get("graphs", 0) for rt in sut.ranks)
     return (f"compile_graphs={graphs if graphs < 3 else '3-5' if graphs <= 5 else '6+'}",
             f"compile_breaks={breaks if breaks < 3 else '3+'}")
 

@@ -44,7 +44,8 @@ class Compiler:
         counters.clear()
         if spec.backend == "inductor":
             # Inductor draws random numbers its own way; "fallback_random: fallback to eager for random/dropout"
-            # (torch/_inductor/config.py) keeps dropout masks the eager reference's (the rank restores it).
+            # (torch/_inductor/config.py) keeps dropout masks the eager reference's.  It stays set in the rank:
+            # every inductor case wants it, and no eager run reads it.
             import torch._inductor.config as inductor_config
 
             inductor_config.fallback_random = True
@@ -60,9 +61,12 @@ class Compiler:
         ``blocks_after`` form compiles its modules, ``model`` compiles the whole; returns the module to call."""
         if self.spec.form == "blocks_after":
             self._blocks(inner)
-        if self.spec.form == "model":
-            return torch.compile(model, backend=self.backend)
-        return model
+        return self.whole(model)
+
+    def whole(self, model: nn.Module) -> nn.Module:
+        """The ``model`` form's ``torch.compile`` around ``model`` (also around a model the system wraps anew,
+        DDP after a change of ``requires_grad``); any other form's ``model`` as it is (its blocks stay compiled)."""
+        return torch.compile(model, backend=self.backend) if self.spec.form == "model" else model
 
     def _blocks(self, model: nn.Module) -> None:
         for path in self.spec.paths:

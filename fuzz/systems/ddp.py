@@ -34,6 +34,8 @@ class DDPSystem(System):
         parameters" (it speaks of changing parameters; changing ``requires_grad`` is the nearest case)."""
         super().unfreeze(names)
         self.model = self.wrap(self.model.module)
+        if self.compiler is not None:  # compiled as the first DDP was
+            self.model = self.compiler.whole(self.model)
 
     def inner(self) -> nn.Module:
         return self.model.module
