@@ -25,7 +25,7 @@ from parityfuzz.judge.verdict import Verdict
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "corpus" / "known_bugs.toml"
 
 #: Owners of preconditions that are not families: a dimension every family draws -> its package.
-DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint"}
+DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.systems.compiled"}
 
 KINDS = ("wrong training", "gradient presence")
 STATUSES = ("reported", "related only", "none found", "design")

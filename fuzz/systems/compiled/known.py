@@ -1,0 +1,26 @@
+"""Preconditions of the known torch bugs of ``torch.compile`` in any family (``corpus/known_bugs.toml`` names them
+``compile:<function>``): what the shrunk cases of each bug needed.  Each takes a case and says whether the bug can
+show in it.  Torch-free."""
+
+from __future__ import annotations
+
+from parityfuzz.case import Case, under
+
+
+def _composable_checkpoints(case: Case) -> list[str]:
+    """The paths ``torch.distributed._composable.checkpoint`` is applied to, whatever the plan calls it: an FSDP2
+    plan's ``checkpoints`` with the composable API, a composable plan's ``applies`` of ``checkpoint``."""
+    plan = case.plan
+    paths = [c.path for c in getattr(plan, "checkpoints", ()) if getattr(c, "api", "") == "composable"]
+    return paths + [a.path for a in getattr(plan, "applies", ()) if getattr(a, "api", "") == "checkpoint"]
+
+
+def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
+    """The composable ``checkpoint`` on a module that a compiled region holds strictly inside it: the whole model
+    compiled, or a compiled block above the module (compiling the checkpointed module itself trains)."""
+    c, paths = case.compile, _composable_checkpoints(case)
+    if not c or not paths:
+        return False
+    if c.form == "model":
+        return True
+    return any(p != q and under(p, (q,)) for p in paths for q in c.paths)
