@@ -8,11 +8,13 @@ from parityfuzz.strategies import cases
 
 
 def found_and_shrunk(executor, tmp_path, family: str, fault: str, world_sizes: tuple[int, ...],
-                     seed: int = 1, where=None, locate: bool = False, reduce_runs: int = 0) -> tuple[Failure, int]:
+                     seed: int = 1, where=None, locate: bool = False, reduce_runs: int = 0,
+                     shrink_runs: int = 20) -> tuple[Failure, int]:
     """``(failure, modules left in the shrunk model)`` of a short fuzz run of ``family`` with
     ``tests.faults:<fault>`` as the system under test (only its cases ``where`` holds, if given); asserts that it
-    found exactly one failure.  ``reduce_runs``: runs of the 1-minimal reduction after the shrink (0: off)."""
-    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=20,
+    found exactly one failure.  ``reduce_runs``: runs of the 1-minimal reduction after the shrink (0: off);
+    ``shrink_runs``: the shrink's budget of runs."""
+    options = FuzzOptions(corpus_dir=tmp_path, seed=seed, shrink_budget_s=120, max_cases=60, max_shrink_runs=shrink_runs,
                           max_reduce_runs=reduce_runs, locate=locate, stop_after=1)
     strategy = cases(family=family, world_sizes=world_sizes, system=f"tests.faults:{fault}")
     stats = Fuzzer(options, executor, log=print).fuzz(fault, strategy.filter(where) if where else strategy,

@@ -75,7 +75,8 @@ SEEDS = [(f, 1) for f in FAULTS] + [(f, 2) for f in FAULTS if f not in ("Reduces
 def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault, seed):
     _, _, shows = FAULTS[fault]
     hsdp = fault == "ReplicaNotAllReduced"  # needs a 2-D mesh with replicas: world size 4
-    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=60, max_shrink_runs=20,
+    # 100 cases: with the training-loop dimensions drawn too, seed 1 meets the bf16 faults' situation at case 63-65
+    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=100, max_shrink_runs=20,
                  world_sizes=(4,) if hsdp else (2,), locate=fault == "UnevenShardGradOff")
     assert len(stats.failures) == 1, stats.summary_line()
     f = stats.failures[0]
