@@ -144,3 +144,11 @@ def checkpoint_with_shard_groups_of_one_rank(case: Case) -> bool:
 def hybrid_sharded_recipe(case: Case) -> bool:
     return case.family == "fsdp1" and case.plan.sharding in HYBRID \
         and case.checkpoint.load_way == "fsdp1_sharded" and case.mesh.axis_size("dp_replicate") > 1
+
+
+def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
+    """A compiled FSDP1 forward under ``torch.no_grad()`` (the evaluation pass) while the flat parameters hold
+    the step's gradients: sharded (a gradient of the shard's size on the unsharded parameter) or in mixed
+    precision (a gradient in another dtype than the cast parameter)."""
+    return (bool(case.compile) and case.train.eval
+            and (not runs_unsharded(case) or case.plan.mixed_precision()))
