@@ -24,3 +24,14 @@ def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
     if c.form == "model":
         return True
     return any(p != q and under(p, (q,)) for p in paths for q in c.paths)
+
+
+def tp_local_output_into_a_compiled_block(case: Case) -> bool:
+    """A compiled block (not the whole model) and, outside every compiled block, a tensor-parallel module whose
+    output is reduced and handed on as a local tensor (``RowwiseParallel`` or ``PrepareModuleOutput`` with
+    ``use_local_output=True``): the asynchronous collective's local tensor is what a compiled block may take."""
+    c = case.compile
+    if not c or c.form == "model":
+        return False
+    return any(p.style in ("rowwise", "prepare_output") and p.use_local_output and not under(p.path, c.paths)
+               for p in getattr(case.plan, "tp", ()))
