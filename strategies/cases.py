@@ -14,6 +14,7 @@ from parityfuzz.case import Case, CaseError
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.perturbation import delays
+from parityfuzz.strategies.reentrant import reentrant
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,
@@ -44,10 +45,13 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
 
 
 def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool) -> Case:
-    """The case a family strategy drew the parts of: its seed, delays and ``torch.compile`` of the system under
-    test (:mod:`parityfuzz.strategies.compiled`) drawn last (they shrink first to 0, none and eager), validated."""
+    """The case a family strategy drew the parts of: its seed, delays, reentrant checkpoints
+    (:mod:`parityfuzz.strategies.reentrant`) and ``torch.compile`` of the system under test
+    (:mod:`parityfuzz.strategies.compiled`) drawn last (they shrink first to 0, none, non-reentrant and eager),
+    validated."""
     case = Case(seed=draw(st.integers(0, 2**16)), world_size=world_size, model=model, mesh=mesh, plan=plan,
                 train=train, delays=draw(delays(world_size)) if perturb else (), system=system, reference=reference)
+    case = dataclasses.replace(case, plan=draw(reentrant(case)))
     compiled = dataclasses.replace(case, compile=draw(compiles(case, families.get(plan.family).compiles)))
     if not compiled.compile:
         return case.validate()

@@ -904,3 +904,21 @@ class RecomputeWithoutAutocast(_Injected, FSDP2System):
             return forgetful
 
         _patch_once(checkpoint, "_get_autocast_kwargs", make)
+
+
+class ReentrantRecomputeWithLaterRng(_Injected, FSDP2System):
+    """The reentrant checkpoint's recompute restores the CPU RNG state of the backward's time instead of the one
+    its forward saved (``torch.utils.checkpoint.CheckpointFunction.backward``): only a reentrant checkpoint with a
+    random op inside (dropout) reaches it, whose recomputed mask then differs from the forward's."""
+
+    def inject(self):
+        import torch
+        from torch.utils.checkpoint import CheckpointFunction
+
+        def make(original):
+            def forgetful(ctx, *args):
+                ctx.fwd_cpu_state = torch.get_rng_state()
+                return original(ctx, *args)
+            return forgetful
+
+        _patch_once(CheckpointFunction, "backward", make)

@@ -1,4 +1,5 @@
-"""The training-loop dimensions every family draws: ``torch.compile`` of the system under test and autocast.
+"""The training-loop dimensions every family draws: ``torch.compile`` of the system under test, autocast and
+reentrant activation checkpointing.
 
 Validation refuses what torch or the harness cannot run as drawn (naming the field, and the rule where torch
 documents it); every family draws each dimension; a compiled case proves that it compiled; and a test fault
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 
 from parityfuzz import families
 from parityfuzz.case import CaseError, ModelSpec, Node, TrainSpec
+from parityfuzz.case.training import Freeze
 from parityfuzz.case.checkpoint import Checkpoint
 from parityfuzz.case.compiled import Compile, compilable
 from parityfuzz.case.dtypes import promise
@@ -19,6 +21,7 @@ from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.rules import RuleViolation
 from parityfuzz.strategies import cases
+from parityfuzz.strategies.reentrant import eligible
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
 
@@ -68,6 +71,40 @@ def test_autocast_validation_and_the_loss_dtype_it_promises():
         assert e.value.field == "train.autocast"
 
 
+def test_reentrant_checkpoints_where_torch_documents_them():
+    """The wrapper APIs only, and only on a module whose input requires grad on every forward (torch documents
+    that the reentrant variant otherwise leaves the checkpointed part without gradients)."""
+    embedded = dataclasses.replace(BLOCKS, input="embedding", vocab=5)
+    plan = FSDP2Plan(wraps=(Wrap(""),), checkpoints=(ActivationCheckpoint("body.1", api="wrapper", reentrant=True),))
+    simple(model=BLOCKS, plan=plan).validate()  # body.0 trains before it
+    simple(model=embedded, plan=dataclasses.replace(plan, checkpoints=(
+        ActivationCheckpoint("body.0", api="apply", before=False, reentrant=True),))).validate()
+    with pytest.raises(CaseError) as e:
+        simple(model=BLOCKS, plan=dataclasses.replace(plan, checkpoints=(
+            ActivationCheckpoint("body.1", reentrant=True),))).validate()
+    assert e.value.field == "plan.checkpoints[0].reentrant"
+    refusals = [(BLOCKS, (ActivationCheckpoint("body.0", api="wrapper", reentrant=True),), ()),  # the dense input
+                (BLOCKS, plan.checkpoints, (Freeze("body.0", until=1),)),  # nothing before body.1 trains at step 0
+                (embedded, plan.checkpoints, (Freeze("inp"), Freeze("body.0")))]
+    for model, checkpoints, frozen in refusals:
+        with pytest.raises(RuleViolation, match="checkpointing.reentrant-input-requires-grad"):
+            simple(model=model, plan=dataclasses.replace(plan, checkpoints=checkpoints),
+                   train=TrainSpec(frozen=frozen, steps=2)).validate()
+    fsdp1 = FSDP1Plan(checkpoints=(ActivationCheckpoint("body.0", api="wrapper", reentrant=True),))
+    with pytest.raises(RuleViolation, match="checkpointing.reentrant-input-requires-grad"):
+        simple(model=BLOCKS, plan=fsdp1).validate()
+
+
+@pytest.mark.parametrize("family", ["fsdp2", "fsdp2_tp", "fsdp1", "fsdp1_tp"])
+def test_every_family_with_wrapper_checkpoints_draws_reentrant_ones(family):
+    quick = settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     phases=(Phase.generate,))
+    for api in ("wrapper", "apply"):
+        find(cases(family=family, world_sizes=(1, 2, 4)),
+             lambda c, api=api: any(x.reentrant and x.api == api for x in getattr(c.plan, "checkpoints", ())),
+             settings=quick)
+
+
 @pytest.mark.parametrize("family", list(families.MODULES))
 def test_every_family_draws_each_compile_form_and_autocast(family):
     """The family's strategy draws every compile form its record offers, and both autocast dtypes (``find``
@@ -112,6 +149,9 @@ def _focused(case, dimension: str):
                                  else Compile("aot_eager", "model"))
     elif dimension == "autocast" and not case.train.autocast:
         on = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="bfloat16"))
+    elif dimension == "reentrant" and any(eligible(case, c) and not c.reentrant for c in case.plan.checkpoints):
+        on = dataclasses.replace(case, plan=dataclasses.replace(case.plan, checkpoints=tuple(
+            dataclasses.replace(c, reentrant=eligible(case, c)) for c in case.plan.checkpoints)))
     else:
         return case
     try:
@@ -124,6 +164,7 @@ def _focused(case, dimension: str):
 @pytest.mark.parametrize("fault, dimension, shows", [
     ("CompiledBackwardOff", "compile", lambda c: c.compile.backend == "aot_eager"),
     ("RecomputeWithoutAutocast", "autocast", lambda c: bool(c.train.autocast) and bool(c.plan.checkpoints)),
+    ("ReentrantRecomputeWithLaterRng", "reentrant", lambda c: any(x.reentrant for x in c.plan.checkpoints)),
 ])
 def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_path, fault, dimension, shows, seed):
     system = f"tests.faults:{fault}"

@@ -179,6 +179,31 @@ class ModelSpec:
         node = dict(self.body.walk("body")).get(path)
         return node is None or _trains(node, path, frozen)  # a leaf block's Linears have parameters
 
+    def input_requires_grad(self, path: str, frozen=()) -> bool:
+        """Whether the activations reaching the module at ``path`` require grad on every forward, when the
+        ``frozen`` module paths hold no trainable parameter: something before it on every path through the model
+        trains.  Conservative: False where that is not certain (the leaf blocks' inner Linears are judged by the
+        block's input)."""
+        if path in ("", "inp"):
+            return False
+        grad = self.input == "embedding" and not under("inp", frozen)
+        if path == "head":
+            return grad or _trains(self.body, "body", frozen)
+        node, here = self.body, "body"
+        while here != path:
+            if node.kind in LEAF_SUBMODULES:
+                return grad
+            for name, child in zip(child_names(node), node.children):
+                child_path = f"{here}.{name}"
+                if under(path, (child_path,)):
+                    node, here = child, child_path
+                    break
+                if node.kind in ("seq", "block"):
+                    grad = grad or _trains(child, child_path, frozen)
+            else:
+                raise KeyError(path)
+        return grad
+
     def gates(self) -> tuple[str, ...]:
         """Paths of the gates (modules that run on some forwards only, the identity on the others)."""
         return tuple(path for path, node in self.body.walk("body") if node.kind == "gate")

@@ -22,7 +22,7 @@ IMPORTS = ("import functools\n"
            "from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, "
            "size_based_auto_wrap_policy\n"
            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-           "    apply_activation_checkpointing, checkpoint_wrapper)\n")
+           "    CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)\n")
 
 #: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``parityfuzz.systems.fsdp1.KIND_CLASSES``).
 KIND_CLASSES = {"linear": "nn.Linear", "seq": "nn.Sequential", "layernorm": "nn.LayerNorm", "rmsnorm": "nn.RMSNorm",
@@ -98,10 +98,7 @@ def plan_lines(case: Case, mesh: str = "") -> list[str]:
             lines.append(f'owner, attr = holder(model, "{path}")\n'
                          "setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))")
     lines.append("model = FSDP(model, auto_wrap_policy=policy, **kwargs)")
-    for c in plan.checkpoints:
-        if not c.before:
-            lines.append(f"target = {fsdp2._at(c.path)}\n"
-                         "apply_activation_checkpointing(model, check_fn=lambda m: m is target)")
+    lines += [fsdp2.checkpoint_line(c) for c in plan.checkpoints if not c.before]
     return lines
 
 

@@ -8,10 +8,11 @@ from parityfuzz.case.model import children_first
 from parityfuzz.export.parts import Parts
 from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 
-IMPORTS = ("from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
+IMPORTS = ("import functools\n"
+           "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
            "from torch.distributed._composable import checkpoint\n"
            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-           "    apply_activation_checkpointing, checkpoint_wrapper)\n")
+           "    CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)\n")
 
 
 def refusal(case: Case) -> str | None:
@@ -26,11 +27,14 @@ def checkpoint_line(c: ActivationCheckpoint) -> str:
     if c.api == "composable":
         return f"checkpoint({_at(c.path)})"
     if c.api == "apply":
+        wrapper = ("functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.REENTRANT)" if c.reentrant
+                   else "checkpoint_wrapper")
         return (f"target = {_at(c.path)}\n"
-                "apply_activation_checkpointing(model, checkpoint_wrapper_fn=checkpoint_wrapper, "
+                f"apply_activation_checkpointing(model, checkpoint_wrapper_fn={wrapper}, "
                 "check_fn=lambda m: m is target)")
     parent, _, name = c.path.rpartition(".")
-    return f'setattr({_at(parent)}, "{name}", checkpoint_wrapper(getattr({_at(parent)}, "{name}")))'
+    impl = ", checkpoint_impl=CheckpointImpl.REENTRANT" if c.reentrant else ""
+    return f'setattr({_at(parent)}, "{name}", checkpoint_wrapper(getattr({_at(parent)}, "{name}"){impl}))'
 
 
 def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:

@@ -115,12 +115,9 @@ class FSDP1System(System):
         model = FSDP(model, auto_wrap_policy=policy, **kwargs)
         if plan.sharding in HYBRID:
             self._check_hybrid_groups(model)
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
-
         for c in plan.checkpoints:
             if not c.before:
-                target = resolve(model, c.path)
-                apply_activation_checkpointing(model, check_fn=lambda m, target=target: m is target)
+                apply_checkpoint(model, c)
         return model
 
     def _start_elsewhere(self, model: nn.Module) -> None:

@@ -34,7 +34,10 @@ def apply_checkpoint(model: nn.Module, c: ActivationCheckpoint, **kwargs) -> Non
         checkpoint(resolve(model, c.path), **kwargs)
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing, checkpoint_wrapper)
+        CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+
+    if c.reentrant:
+        kwargs = {**kwargs, "checkpoint_impl": CheckpointImpl.REENTRANT}
 
     if c.api == "apply":
         target = resolve(model, c.path)

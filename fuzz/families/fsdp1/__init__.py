@@ -24,7 +24,8 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp1 import grids
-from parityfuzz.families.fsdp2 import ActivationCheckpoint
+from parityfuzz.families.fsdp2 import ActivationCheckpoint, checkpoint_tags
+from parityfuzz.rules import checkpointing
 from parityfuzz.rules import fsdp1 as fsdp1_rules
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -168,6 +169,7 @@ def validate_plan(case: Case) -> None:
     """The FSDP1 call's arguments against the case (its mesh's axes checked by the family)."""
     plan, model, mesh, t = case.plan, case.model, case.mesh, case.train
     fsdp1_rules.check_rules(case)
+    checkpointing.check_rules(case)
     kinds = dict(model.module_paths())
     hybrid = plan.sharding in HYBRID
     if hybrid:
@@ -341,7 +343,7 @@ def features(case: Case) -> set[str]:
         tags.add("rank_flow")  # control flow that differs per rank
     if plan.wraps:
         tags.add(f"wrapped={min(len(plan.wraps), 3)}{'+' if len(plan.wraps) > 3 else ''}")
-    tags.update(f"ckpt={c.api}/{'before' if c.before else 'after'}" for c in plan.checkpoints)
+    tags.update(checkpoint_tags(plan.checkpoints))
     mp = plan.precision
     if mp.active():
         tags.add("mixed_precision")
@@ -384,7 +386,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         for path in plan.wraps:
             notes[path] = "FullyShardedDataParallel(same arguments)"
     for c in plan.checkpoints:
-        api = "checkpoint_wrapper" if c.api == "wrapper" else "apply_activation_checkpointing"
+        api = ("checkpoint_wrapper" if c.api == "wrapper" else "apply_activation_checkpointing") + \
+            ("(checkpoint_impl=REENTRANT)" if c.reentrant else "")
         notes[c.path] = (f"{api}, then " + notes[c.path]) if c.before and c.path in notes else \
             (f"{notes[c.path]}, then {api}" if c.path in notes else f"{api} ({'before' if c.before else 'after'} FSDP1)")
     lines = []
@@ -427,5 +430,5 @@ FAMILY = Family(
     compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
     seed_grids=grids.GRIDS,
-    rules=fsdp1_rules.RULES,
+    rules=fsdp1_rules.RULES + checkpointing.RULES,
 )

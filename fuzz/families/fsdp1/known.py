@@ -152,3 +152,11 @@ def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
     precision (a gradient in another dtype than the cast parameter)."""
     return (bool(case.compile) and case.train.eval
             and (not runs_unsharded(case) or case.plan.mixed_precision()))
+
+
+def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
+    """A reentrant checkpoint on a module that is not itself an FSDP1 instance (so inside another instance's
+    flat parameter), with a strategy that shards (``units`` unknown under a size policy: any module)."""
+    found = units(case)
+    return not runs_unsharded(case) and any(
+        c.reentrant and (found is None or c.path not in found) for c in case.plan.checkpoints)

@@ -118,5 +118,5 @@ FAMILY = Family(
     compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
     seed_grids=grids.GRIDS,
-    rules=fsdp2_tp.FAMILY.rules + fsdp1.FAMILY.rules,
+    rules=tuple(dict.fromkeys(fsdp2_tp.FAMILY.rules + fsdp1.FAMILY.rules)),
 )

@@ -18,6 +18,7 @@ from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp2 import grids
+from parityfuzz.rules import checkpointing
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,14 @@ class ActivationCheckpoint:
     ``wrapper`` (``checkpoint_wrapper``, which inserts a ``CheckpointWrapper``
     into the module tree; not for the root) or ``apply``
     (``apply_activation_checkpointing`` selecting this module; not for the root).  ``before``: applied before
-    ``fully_shard`` (else after).
+    ``fully_shard`` (else after).  ``reentrant``: ``checkpoint_impl=CheckpointImpl.REENTRANT``, torch's
+    ``checkpoint(use_reentrant=True)`` (the wrapper APIs only: the composable API has no reentrant form).
     """
 
     path: str
     api: str = "composable"
     before: bool = True
+    reentrant: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,9 @@ def validate(case: Case) -> None:
         check(c.api in CHECKPOINT_APIS, f"{where}.api", f"must be one of {CHECKPOINT_APIS}, got {c.api!r}")
         check(not (c.api != "composable" and c.path == ""), f"{where}.api",
               "only the composable API can checkpoint the root")
+        check(not (c.reentrant and c.api == "composable"), f"{where}.reentrant",
+              "the composable checkpoint has no reentrant form (checkpoint_wrapper's checkpoint_impl has)")
+    checkpointing.check_rules(case)
     for i, p in enumerate(plan.prefetch):
         where = f"plan.prefetch[{i}]"
         check(p.path in seen, f"{where}.path", f"{p.path!r} is not a wrapped module")
@@ -191,6 +197,12 @@ def _validate_rank_gates(case: Case) -> None:
               "non-root pass)")
 
 
+def checkpoint_tags(checkpoints) -> set[str]:
+    """Feature tags of activation checkpoints: API, before or after the parallel API, reentrant or not."""
+    return {f"ckpt={c.api}/{'before' if c.before else 'after'}{'/reentrant' if c.reentrant else ''}"
+            for c in checkpoints}
+
+
 def features(case: Case) -> set[str]:
     plan, t = case.plan, case.train
     tags = set()
@@ -213,7 +225,7 @@ def features(case: Case) -> set[str]:
             tags.add("mp_output_dtype")
         if not all(w.cast_forward_inputs for w in plan.wraps):
             tags.add("mp_no_input_cast")
-    tags.update(f"ckpt={c.api}/{'before' if c.before else 'after'}" for c in plan.checkpoints)
+    tags.update(checkpoint_tags(plan.checkpoints))
     if any(p.forward for p in plan.prefetch):
         tags.add("prefetch=forward")
     if any(p.backward for p in plan.prefetch):
@@ -241,7 +253,7 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         parts = []
         c = checkpoints.get(path)
         if c and c.before:
-            parts.append(f"checkpoint[{c.api}]")
+            parts.append(f"checkpoint[{c.api}{', REENTRANT' if c.reentrant else ''}]")
         w = wraps.get(path)
         if w:
             mp = [f"{k}={getattr(w, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(w, k)]
@@ -250,7 +262,7 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
                          + (", offload=CPUOffloadPolicy()" if w.offload else "")
                          + (f", mp_policy=MixedPrecisionPolicy({', '.join(mp)})" if mp else "") + ")")
         if c and not c.before:
-            parts.append(f"checkpoint[{c.api}]")
+            parts.append(f"checkpoint[{c.api}{', REENTRANT' if c.reentrant else ''}]")
         p = prefetch.get(path)
         if p:
             parts += [f"prefetch {kind} {[x or '<root>' for x in getattr(p, kind)]}"
@@ -311,6 +323,6 @@ FAMILY = Family(
     compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full"),
     seed_grids=grids.GRIDS,
-    missing={"rules": "its plan's checks are field checks in validate(); no documented composition rule of its own yet"},
+    rules=checkpointing.RULES,
     resume="parityfuzz.strategies.fsdp2:resumed",
 )

@@ -35,6 +35,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, under
 from parityfuzz.families import Family
 from parityfuzz.families import fsdp2
+from parityfuzz.rules import checkpointing
 from parityfuzz.rules import tensor_parallel as tp_rules
 
 STYLES = ("colwise", "rowwise", "sequence", "prepare_input", "prepare_output")
@@ -93,6 +94,7 @@ def validate(case: Case) -> None:
         for flag in ("prefetch", "no_sync", "reduce_scatter_unused", "is_last_backward", "unshard_first",
                      "no_all_reduce", "forward_method"):
             check(not getattr(plan, flag), f"plan.{flag}", "needs fully_shard (a data-parallel axis)")
+        checkpointing.check_rules(case)
         check(plan.reshard_after_backward, "plan.reshard_after_backward", "needs fully_shard")
         check(not case.train.nonroot, "train.nonroot", "a non-root pass runs through a wrapped module")
         check(not model.per_rank_flow(), "model.body",
@@ -268,6 +270,6 @@ FAMILY = Family(
     ),
     compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full"),
-    rules=tp_rules.RULES,
+    rules=tp_rules.RULES + checkpointing.RULES,
     missing={"seed_grids": "PyTorch's tensor-parallel tests' grids are not transcribed yet"},
 )
