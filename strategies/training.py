@@ -10,14 +10,16 @@ loss divides the drawn learning rate by its number of terms, so SGD steps stay a
 training stays comparable up to the last step.
 
 A float32 model trains under an autocast region (``torch.autocast``, bfloat16 or float16) around each forward and its
-loss in about one case in three, the backward outside it, as users write it.
+loss in about one case in three, the backward outside it, as users write it.  A token model's cross-entropy has
+padding (``ignore_index``), a rank whose microbatch is all padding, and label smoothing (:data:`PAD`,
+:data:`PAD_ALL_DP0`, :data:`LABEL_SMOOTHING`).
 
 Gradient accumulation over 1-3 microbatches per step (what the parallel API does on the non-last ones is
 its family's draw).  Rare coins also convert a float32 model to float64 (``.to(torch.float64)``) and add to
 each step a second pass whose forward and backward run through only a non-root module the family offers.
 
 Shrinking: one step, SGD at lr 0.01 without momentum, weight decay or foreach, ``set_to_none=True``, batch
-1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass, no autocast.
+1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass, no autocast, padding or label smoothing.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ from parityfuzz.strategies.coins import RARE
 #: An autocast region around forward and loss in 1 case of 3 (where the model is float32), bfloat16 twice as often
 #: as float16; shrinks to none.
 AUTOCAST = st.sampled_from(("", "", "", "", "", "", "bfloat16", "bfloat16", "float16"))
+#: Token losses (a model that takes tokens: cross-entropy): padding in 1 case of 3 (a quarter or half of the target
+#: tokens ignored), a data-parallel rank whose first microbatch is all padding in 1 summed case of 6, label
+#: smoothing in 1 case of 3; each shrinks to none.
+PAD = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.25, 0.5))
+PAD_ALL_DP0 = st.sampled_from((False, False, False, False, False, True))
+LABEL_SMOOTHING = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.1, 0.3))
 
 def _holding_params(model: ModelSpec) -> list[str]:
     """Non-root module paths with parameters at or below them (what a group or a freeze can name)."""
@@ -87,6 +95,8 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         lr /= batch * seq_len * (1 if model.input == "embedding" else model.output_width(""))
     to_float64 = draw(RARE) and dtype == "float32"
     autocast = draw(AUTOCAST)
+    tokens = model.input == "embedding"
+    pad, pad_all_dp0, smoothing = draw(PAD), draw(PAD_ALL_DP0), draw(LABEL_SMOOTHING)
     return TrainSpec(
         steps=steps,
         optimizer=optimizer,
@@ -110,4 +120,7 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         frozen=frozen,
         eval=draw(RARE),
         autocast=autocast if dtype == "float32" and not to_float64 else "",
+        pad=pad if tokens else 0.0,
+        pad_all_dp0=pad_all_dp0 and tokens and loss == "sum",
+        label_smoothing=smoothing if tokens else 0.0,
     )

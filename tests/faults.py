@@ -493,6 +493,23 @@ def _partial_taken_as_reduced(grad):
                               shape=grad.shape, stride=grad.stride())
 
 
+class LossParallelBackwardCountsPadding(_InsideTP):
+    """``loss_parallel()``'s fused backward of log-softmax and NLL loses the padding mask: ignored target tokens
+    (``ignore_index``) are taken as class 0 (``torch.distributed.tensor.parallel.loss``), so the logits of padded
+    positions get a gradient.  Only padded token targets under ``loss_parallel()`` reach it."""
+
+    def inject(self):
+        from torch.distributed.tensor.parallel import loss
+
+        def make(original):
+            def unmasked(grad_output, x, target, weight, reduction, ignore_index, *rest):
+                target = torch.where(target == ignore_index, 0, target)
+                return original(grad_output, x, target, weight, reduction, ignore_index, *rest)
+            return unmasked
+
+        _patch_once(loss, "_nll_loss_and_log_softmax_backward", make)
+
+
 class SequenceParallelGradNotReduced(_InsideTP):
     """The gradient of a sequence-parallel norm's parameters (replicated over tp, computed from each rank's
     sequence shard) misses its sum over tp: with FSDP2 where FSDP2 redistributes it before its

@@ -41,6 +41,13 @@ SP_MLP = [{"path": "body.0.fc1", "style": "colwise"},
           {"path": "body.0.fc2", "style": "rowwise", "output_layout": "shard_seq"},
           {"path": "body.1", "style": "sequence"}]
 
+def _smoothed(data):
+    """``data`` as a token model (cross-entropy) with label smoothing."""
+    data["model"].update(input="embedding", vocab=4)
+    data["train"]["label_smoothing"] = 0.1
+    return data
+
+
 #: rule name -> a case that breaks that rule alone (and the field the refusal names).
 COUNTER_EXAMPLES = {
     "tp.declared-input": (_with_tp([{"path": "body.0", "style": "rowwise"}], [LIN]), "plan.tp[0].input_layout"),
@@ -64,6 +71,9 @@ COUNTER_EXAMPLES = {
     "tp.attention-heads": (_with_tp([{"path": "body.0.q", "style": "colwise"}], [{"kind": "attention", "heads": 2}]),
                            "plan.tp[0]"),
     "tp.loss-input": (_with_tp([{"path": "body.0", "style": "colwise"}], [LIN]), "plan.tp"),
+    "tp.loss-parallel-smoothing": (_smoothed(_with_tp(
+        [{"path": "head", "style": "colwise", "output_layout": "shard_last", "use_local_output": False}], [LIN],
+        loss_parallel=True)), "train.label_smoothing"),
 }
 
 
@@ -95,6 +105,9 @@ def test_the_valid_form_of_each_counter_example_validates():
         "uneven hidden kept a DTensor": _with_tp([{"path": "body.0", "style": "colwise", "use_local_output": False},
                                                  {"path": "body.2", "style": "rowwise"}],
                                                 [{"kind": "linear", "out": 3}, GELU, LIN]),
+        "loss parallel without smoothing": dict(_smoothed(_with_tp(
+            [{"path": "head", "style": "colwise", "output_layout": "shard_last", "use_local_output": False}], [LIN],
+            loss_parallel=True)), train={"seq_len": 2, "pad": 0.5}),
         "whole attention": _with_tp([{"path": f"body.0.{x}", "style": "colwise"} for x in "qkv"]
                                     + [{"path": "body.0.o", "style": "rowwise"}], [{"kind": "attention", "heads": 2}]),
     }

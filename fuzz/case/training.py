@@ -56,6 +56,12 @@ class TrainSpec:
     module at this path (fed inputs of the width and dtype it sees inside the
     model); the family says which modules may take such a pass.  ``autocast``: the dtype of an autocast region
     around every forward and its loss, in the system under test and the reference alike (``""``: none).
+
+    Token losses as language-model training writes them (cross-entropy: an embedding model): ``pad`` is the share
+    of target tokens set to ``F.cross_entropy``'s ``ignore_index`` (-100; never a sequence's first token, so a
+    ``mean`` always has a token to average), ``pad_all_dp0`` makes every target of data-parallel rank 0's first
+    microbatch of each step padding (a rank with nothing to learn from; ``sum`` only: the ``mean`` over no token is
+    0/0), ``label_smoothing`` is ``F.cross_entropy``'s.
     """
 
     steps: int = 1
@@ -81,6 +87,9 @@ class TrainSpec:
     frozen: tuple[Freeze, ...] = ()
     eval: bool = False
     autocast: str = ""
+    pad: float = 0.0
+    pad_all_dp0: bool = False
+    label_smoothing: float = 0.0
 
     def group_of(self, param: str) -> int | None:
         """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
@@ -134,6 +143,13 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
     # double): a float64 model is left as it is, and autocast would be a no-op drawn as a dimension.
     check(not t.autocast or (t.dtype == "float32" and not t.to_float64), "train.autocast",
           "casts float32 work only (torch leaves float64 alone): needs dtype 'float32' without to_float64")
+    tokens = model.input == "embedding"
+    check(0 <= t.pad < 1 and (tokens or not t.pad), "train.pad",
+          f"must be in [0, 1), and 0 unless the model takes tokens (cross-entropy), got {t.pad}")
+    check(not t.pad_all_dp0 or (tokens and t.loss == "sum"), "train.pad_all_dp0",
+          "needs a token model and the sum loss (the mean over no target token is 0/0)")
+    check(0 <= t.label_smoothing < 1 and (tokens or not t.label_smoothing), "train.label_smoothing",
+          f"must be in [0, 1), and 0 unless the model takes tokens (cross-entropy), got {t.label_smoothing}")
     check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")
     paths = {p for p, _ in model.module_paths()}
     owners = model.param_modules()

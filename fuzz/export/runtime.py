@@ -14,7 +14,14 @@ import pprint
 
 
 def data() -> str:
-    return DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()).replace("$SEEDS", _seeds())
+    return DATA.replace("$WRAPPER_HELPERS", _wrapper_helpers()).replace("$SEEDS", _seeds()).replace("$PADDED", _padded())
+
+
+def _padded() -> str:
+    """The harness's padding of token targets (:func:`parityfuzz.run.build.padded`), as it is."""
+    from parityfuzz.run import build
+
+    return f"IGNORE_INDEX = {build.IGNORE_INDEX}\n\n\n" + inspect.getsource(build.padded)
 
 
 def train() -> str:
@@ -104,10 +111,13 @@ def batch(dp, step, micro, nonroot=False):
     return torch.randn((BATCH, SEQ_LEN, width), generator=g, dtype=torch.float64).to(dtype)
 
 
+$PADDED
+
 def target(dp, step, micro, nonroot=False):
     g = generator(dp, step, micro, 1)
     if EMBEDDING and not nonroot:
-        return torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
+        y = torch.randint(0, VOCAB, (BATCH, SEQ_LEN), generator=g)
+        return padded(y, PAD, PAD_ALL_DP0 and micro == 0 and dp == 0, g)
     return torch.randn((BATCH, SEQ_LEN, NONROOT_OUT_WIDTH if nonroot else OUT_WIDTH), generator=g,
                        dtype=torch.float64)
 
@@ -124,7 +134,7 @@ def autocast(x):
 
 def loss_fn(out, tgt):
     if not tgt.is_floating_point():
-        return F.cross_entropy(out.flatten(0, -2), tgt.flatten(), reduction=LOSS)
+        return F.cross_entropy(out.flatten(0, -2), tgt.flatten(), reduction=LOSS, label_smoothing=LABEL_SMOOTHING)
     return F.mse_loss(out, tgt.to(out.dtype), reduction=LOSS)
 
 
@@ -532,6 +542,6 @@ if __name__ == "__main__":
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (DATA, TRAIN, COMPARE, MAIN):
     compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", "")
-            .replace("$ORACLE", "").replace("$COMPILER", ""),
+            .replace("$ORACLE", "").replace("$COMPILER", "").replace("$PADDED", ""),
             "<parityfuzz.export.runtime>", "exec")
 del _source

@@ -47,6 +47,9 @@ def constants(case: Case) -> str:
         ("VOCAB", m.vocab, ""), ("IN_WIDTH", m.in_dim, ""), ("OUT_WIDTH", m.output_width(""), ""),
         ("SAME_INPUT", t.same_input, "every rank gets the same batch"),
         ("LOSS", t.loss, "the loss's reduction"),
+        ("PAD", t.pad, "share of target tokens set to ignore_index=-100 (never a sequence's first)"),
+        ("PAD_ALL_DP0", t.pad_all_dp0, "every target of data-parallel rank 0's first microbatch is padding"),
+        ("LABEL_SMOOTHING", t.label_smoothing, "cross_entropy's label_smoothing"),
         ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
         ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
                                      "system under test where its family says)"),

@@ -66,6 +66,11 @@ def describe_case(case: Case) -> str:
         lines.append(f"{t.microbatches} microbatches per step")
     if t.eval:
         lines.append("after every step, an evaluation forward (model.eval(), torch.no_grad())")
+    if t.pad or t.pad_all_dp0 or t.label_smoothing:
+        lines.append("token loss: cross_entropy(ignore_index=-100" + (f", label_smoothing={t.label_smoothing}"
+                                                                      if t.label_smoothing else "") + ")"
+                     + (f", {t.pad:.0%} of target tokens padding (not a sequence's first)" if t.pad else "")
+                     + (", every target of data-parallel rank 0's first microbatch padding" if t.pad_all_dp0 else ""))
     if t.autocast:
         lines.append(f"every forward and its loss under torch.autocast(dtype=torch.{t.autocast}) (system and reference), "
                      "the backward outside it")

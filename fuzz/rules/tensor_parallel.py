@@ -79,6 +79,12 @@ LOSS_INPUT = Rule(
     "where efficient parallelized loss computation can be performed when the input is sharded on the class "
     "dimension' and 'the input ... is a DTensor'")
 
+LOSS_PARALLEL_SMOOTHING = Rule(
+    "tp.loss-parallel-smoothing",
+    "no label smoothing under loss_parallel()",
+    "torch/distributed/tensor/parallel/loss.py loss_parallel, of cross_entropy's arguments: 'label_smoothing: "
+    "Currently not supported.'")
+
 STYLE_PREPARES_ITS_INPUT = Rule(
     "tp.style-prepares-its-input",
     "a module that a parallel style parallelizes takes no PrepareModuleInput (the style converts its input itself)",
@@ -87,7 +93,7 @@ STYLE_PREPARES_ITS_INPUT = Rule(
     "and SequenceParallel each prepare their input from input_layouts to the layout they compute on")
 
 RULES = (DECLARED_INPUT, STYLE_PREPARES_ITS_INPUT, DECLARED_OUTPUT, PARAMETERS_SEE_FULL_TENSORS, ELEMENTWISE_ON_SHARDS, PLAIN_WITHOUT_STYLE,
-         EVEN_LOCAL_SHARDS, ATTENTION_HEADS, LOSS_INPUT)
+         EVEN_LOCAL_SHARDS, ATTENTION_HEADS, LOSS_INPUT, LOSS_PARALLEL_SMOOTHING)
 
 #: Leaf kinds without parameters that act elementwise (per value), so a shard in gives the shard of the result.
 ELEMENTWISE = ("act",)
@@ -117,6 +123,8 @@ def check_rules(case) -> None:
     """Raise :class:`parityfuzz.rules.RuleViolation` where ``case``'s tensor-parallel plan breaks a rule of :data:`RULES`
     (the styles' own fields were checked before: known styles and layouts on modules that exist)."""
     plan, model = case.plan, case.model
+    require(not (plan.loss_parallel and case.train.label_smoothing), LOSS_PARALLEL_SMOOTHING,
+            "train.label_smoothing", f"label_smoothing={case.train.label_smoothing} under loss_parallel()")
     if not plan.tp:
         return
     walker = _Walker(case)

@@ -225,6 +225,22 @@ def batch_for(case: Case, rank: int, step: int, device: torch.device | str = "cp
     return x.to(device)
 
 
+#: ``F.cross_entropy``'s default ``ignore_index``: the padding of token targets.
+IGNORE_INDEX = -100
+
+
+def padded(y: torch.Tensor, share: float, everywhere: bool, g: torch.Generator) -> torch.Tensor:
+    """Token targets ``y`` with padding (:data:`IGNORE_INDEX`): everywhere, or at each position but a sequence's
+    first with probability ``share`` (drawn from ``g`` after ``y``: without padding ``y`` is what it was)."""
+    if everywhere:
+        return torch.full_like(y, IGNORE_INDEX)
+    if not share:
+        return y
+    mask = torch.rand(y.shape, generator=g) < share
+    mask[:, 0] = False
+    return torch.where(mask, IGNORE_INDEX, y)
+
+
 def target_for(case: Case, rank: int, step: int, device: torch.device | str = "cpu", micro: int = 0,
                path: str = "") -> torch.Tensor:
     """What the output of the module at ``path`` is trained toward, for this rank, step and microbatch:
@@ -236,6 +252,7 @@ def target_for(case: Case, rank: int, step: int, device: torch.device | str = "c
     shape = (t.batch, t.seq_len)
     if not path and case.model.input == "embedding":
         y = torch.randint(0, case.model.vocab, shape, generator=g)
+        y = padded(y, t.pad, t.pad_all_dp0 and micro == 0 and case.mesh.dp_index(rank) == 0, g)
     else:
         y = torch.randn(shape + (case.model.output_width(path),), generator=g, dtype=torch.float64)
     return y.to(device)

@@ -240,10 +240,11 @@ class System:
         self.optim.zero_grad(set_to_none=(mode == "none") or (mode == "alternate" and step % 2 == 0))
 
     def loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy against token ids, else mean squared error against ``target`` cast to the output's
-        dtype; reduced by ``train.loss`` (sum or mean)."""
+        """Cross-entropy against token ids (padding ignored, with the case's label smoothing), else mean squared
+        error against ``target`` cast to the output's dtype; reduced by ``train.loss`` (sum or mean)."""
         if not target.is_floating_point():
-            return F.cross_entropy(out.flatten(0, -2), target.flatten(), reduction=self.case.train.loss)
+            return F.cross_entropy(out.flatten(0, -2), target.flatten(), reduction=self.case.train.loss,
+                                   label_smoothing=self.case.train.label_smoothing)
         return F.mse_loss(out, target.to(out.dtype), reduction=self.case.train.loss)
 
     #: Whether the forward/backward running now is the last of its step (True outside :meth:`microbatch`:

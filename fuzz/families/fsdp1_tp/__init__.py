@@ -49,6 +49,9 @@ def validate(case: Case) -> None:
     check(not plan.mixed_precision(), "plan.precision",
           "not with tensor parallelism (the reference that emulates FSDP1's mixed precision runs no TP)")
     check(not plan.ignored, "plan.ignored", "not with tensor parallelism")
+    check(not case.train.autocast, "train.autocast",
+          "not with tensor parallelism: under autocast TP sums per-rank partial products rounded to the autocast "
+          "dtype where DDP rounds a whole product once, and this family has no reference that does TP's arithmetic")
     check(not model.per_rank_flow(), "model.body", "per-rank control flow is not drawn with tensor parallelism")
     fsdp1.validate_plan(case)
     fsdp2_tp.validate_styles(case)

@@ -78,10 +78,11 @@ MESHES = (("tp",), ("dp_shard", "tp"), ("dp_replicate", "dp_shard", "tp"))
 
 
 def reference(case: Case) -> str:
-    """DDP, or under mixed precision the emulating reference on the same tensor-parallel model (TP's own
-    arithmetic is what DDP checks without mixed precision; with it, the reference does the same bf16 TP
-    collectives, so FSDP2's policy is checked bit for bit on top)."""
-    return "ddp_mp_tp" if case.mixed_precision() else "ddp"
+    """DDP, or under mixed precision or autocast the emulating reference on the same tensor-parallel model (TP's
+    own arithmetic is what DDP checks in full precision; in low precision TP sums per-rank partial products
+    rounded to that precision, where DDP rounds a whole product once: the reference does the same low-precision TP
+    collectives, so FSDP2 is checked bit for bit on top)."""
+    return "ddp_mp_tp" if case.mixed_precision() or case.train.autocast else "ddp"
 
 
 def validate(case: Case) -> None:
@@ -91,6 +92,9 @@ def validate(case: Case) -> None:
         fsdp2.validate(case)
     else:
         check(not plan.wraps, "plan.wraps", "TP alone (a mesh with only a 'tp' axis) wraps nothing")
+        check(not case.train.autocast, "train.autocast",
+              "not with TP alone: under autocast TP sums per-rank partial products rounded to the autocast dtype, "
+              "DDP rounds a whole product once, and the reference that does TP's arithmetic would be the system")
         for flag in ("prefetch", "no_sync", "reduce_scatter_unused", "is_last_backward", "unshard_first",
                      "no_all_reduce", "forward_method"):
             check(not getattr(plan, flag), f"plan.{flag}", "needs fully_shard (a data-parallel axis)")
@@ -263,6 +267,7 @@ FAMILY = Family(
         "ddp_mp_tp": "parityfuzz.systems.fsdp2_tp:MixedPrecisionTPReference",
     },
     export="parityfuzz.export.fsdp2_tp",
+    patchable=("torch.distributed.tensor.parallel.loss",),
     patchable_classes=(
         ("torch.distributed.tensor.parallel.style", "ColwiseParallel"),
         ("torch.distributed.tensor.parallel.style", "RowwiseParallel"),
