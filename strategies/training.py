@@ -12,17 +12,20 @@ training stays comparable up to the last step.
 A float32 model trains under an autocast region (``torch.autocast``, bfloat16 or float16) around each forward and its
 loss in about one case in three, the backward outside it, as users write it.  A token model's cross-entropy has
 padding (``ignore_index``), a rank whose microbatch is all padding, and label smoothing (:data:`PAD`,
-:data:`PAD_ALL_DP0`, :data:`LABEL_SMOOTHING`).
+:data:`PAD_ALL_DP0`, :data:`LABEL_SMOOTHING`).  Under float16 autocast the loss is scaled (:data:`LOSS_SCALE`), with a
+step whose float16 gradients overflow on one rank (:data:`OVERFLOWS`).
 
 Gradient accumulation over 1-3 microbatches per step (what the parallel API does on the non-last ones is
 its family's draw).  Rare coins also convert a float32 model to float64 (``.to(torch.float64)``) and add to
 each step a second pass whose forward and backward run through only a non-root module the family offers.
 
 Shrinking: one step, SGD at lr 0.01 without momentum, weight decay or foreach, ``set_to_none=True``, batch
-1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass, no autocast, padding or label smoothing.
+1, sequence 1, sum loss, float64, different inputs per rank, one microbatch, one parameter group, no clipping, scheduler or frozen parameters, no non-root or evaluation pass, no autocast, padding, label smoothing or loss scaling.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from hypothesis import strategies as st
 
@@ -38,6 +41,10 @@ AUTOCAST = st.sampled_from(("", "", "", "", "", "", "bfloat16", "bfloat16", "flo
 PAD = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.25, 0.5))
 PAD_ALL_DP0 = st.sampled_from((False, False, False, False, False, True))
 LABEL_SMOOTHING = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.1, 0.3))
+#: fp16 loss scaling in 1 float16-autocast case of 2 (init_scale 2**8 or 2**16), with a step that overflows on one
+#: rank in half of those that have a second step; shrinks to none.
+LOSS_SCALE = st.sampled_from((0.0, 0.0, 2.0 ** 8, 2.0 ** 16))
+OVERFLOWS = st.booleans()
 
 def _holding_params(model: ModelSpec) -> list[str]:
     """Non-root module paths with parameters at or below them (what a group or a freeze can name)."""
@@ -97,7 +104,9 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
     autocast = draw(AUTOCAST)
     tokens = model.input == "embedding"
     pad, pad_all_dp0, smoothing = draw(PAD), draw(PAD_ALL_DP0), draw(LABEL_SMOOTHING)
-    return TrainSpec(
+    loss_scale, overflows = draw(LOSS_SCALE), draw(OVERFLOWS)
+    overflow_at = draw(st.integers(1, steps - 1)) if loss_scale and overflows and steps > 1 else 0
+    train = TrainSpec(
         steps=steps,
         optimizer=optimizer,
         lr=lr,
@@ -124,3 +133,6 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         pad_all_dp0=pad_all_dp0 and tokens and loss == "sum",
         label_smoothing=smoothing if tokens else 0.0,
     )
+    if train.autocast == "float16" and not train.nonroot:  # what loss scaling is for; DDP's non-root pass is unscaled
+        train = dataclasses.replace(train, loss_scale=loss_scale, overflow_at=overflow_at)
+    return train

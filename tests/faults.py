@@ -939,3 +939,25 @@ class ReentrantRecomputeWithLaterRng(_Injected, FSDP2System):
             return forgetful
 
         _patch_once(CheckpointFunction, "backward", make)
+
+
+class ScalerKeepsItsScaleOnRankOne(_Injected, FSDP2System):
+    """``ShardedGradScaler.update`` on rank 1 forgets to back off after a step it skipped for an overflow: from
+    then on rank 1 scales its loss twice as much as the other ranks, and the gradients the ranks reduce mix two
+    scales.  Only loss scaling with an overflowing step reaches it."""
+
+    def inject(self):
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        if self.ctx.rank != 1:
+            return
+
+        def make(original):
+            def stubborn(scaler, new_scale=None):
+                kept = scaler.get_scale()
+                original(scaler, new_scale)
+                if scaler.get_scale() < kept:
+                    scaler._scale.fill_(kept)
+            return stubborn
+
+        _patch_once(ShardedGradScaler, "update", make)

@@ -1,5 +1,5 @@
 """The training-loop dimensions every family draws: ``torch.compile`` of the system under test, autocast,
-reentrant activation checkpointing, and token losses with padding and label smoothing.
+reentrant activation checkpointing, token losses with padding and label smoothing, and fp16 loss scaling.
 
 Validation refuses what torch or the harness cannot run as drawn (naming the field, and the rule where torch
 documents it); every family draws each dimension; a compiled case proves that it compiled; and a test fault
@@ -21,6 +21,7 @@ from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.run.build import IGNORE_INDEX, target_for
+from parityfuzz.run.trace import Trace
 from parityfuzz.rules import RuleViolation
 from parityfuzz.strategies import cases
 from parityfuzz.strategies.reentrant import eligible
@@ -155,6 +156,45 @@ def test_every_family_draws_padding_and_smoothing(family):
         find(strategy, shows, settings=quick)
 
 
+SCALED = simple(model=BLOCKS, plan=FSDP2Plan(wraps=(Wrap("body.1"), Wrap(""))),
+                train=TrainSpec(steps=3, dtype="float32", autocast="float16", loss_scale=2.0 ** 8, overflow_at=1,
+                                batch=2))
+
+
+@pytest.mark.parametrize("family", [f for f in families.MODULES if f != "fsdp1_tp"])  # fsdp1_tp: no autocast
+def test_every_family_draws_loss_scaling_with_an_overflowing_step(family):
+    quick = settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     phases=(Phase.generate,))
+    find(cases(family=family, world_sizes=(1, 2, 4)), lambda c: c.train.overflow_at > 0, settings=quick)
+
+
+def test_loss_scaling_validation():
+    SCALED.validate()
+    for train, field in [(dict(autocast="bfloat16"), "train.loss_scale"),  # no float16: nothing to scale for
+                         (dict(loss_scale=0.5), "train.loss_scale"),
+                         (dict(nonroot="body.1"), "train.loss_scale"),
+                         (dict(overflow_at=3), "train.overflow_at"),
+                         (dict(loss_scale=0.0), "train.overflow_at")]:
+        with pytest.raises(CaseError) as e:
+            dataclasses.replace(SCALED, train=dataclasses.replace(SCALED.train, **train)).validate()
+        assert e.value.field == field, str(e.value)
+
+
+def test_every_rank_skips_the_overflowing_step_as_the_reference_does(executor):
+    """Rank 0's overflow at step 1 makes the reference and FSDP2 (ShardedGradScaler) skip that step on every rank:
+    no gradient is recorded there, the parameters stay as they were, and the next steps train again."""
+    case = SCALED.validate()
+    outcomes = executor.run(case, roles=("reference", "system"))
+    for role in ("reference", "system"):
+        trace = Trace.merge([o.result[role] for o in outcomes])
+        grads = [bool(trace.names(i, "grad")) for i in range(len(trace.passes))]
+        assert grads == [True, False, True], (role, grads)
+        for name in trace.names(1, "param"):
+            assert torch.equal(torch.as_tensor(trace.full(1, "param", name).value),
+                               torch.as_tensor(trace.full(0, "param", name).value)), (role, name)
+    assert verify_case(case, executor).ok
+
+
 @pytest.mark.parametrize("family", list(families.MODULES))
 def test_every_family_draws_each_compile_form_and_autocast(family):
     """The family's strategy draws every compile form its record offers, and both autocast dtypes (``find``
@@ -203,6 +243,10 @@ def _focused(case, dimension: str):
         on = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="bfloat16"))
     elif dimension == "padding" and case.model.input == "embedding" and not case.train.pad:
         on = dataclasses.replace(case, train=dataclasses.replace(case.train, pad=0.5))
+    elif dimension == "loss_scale" and not case.train.loss_scale:
+        on = dataclasses.replace(case, train=dataclasses.replace(
+            case.train, dtype="float32", to_float64=False, autocast="float16", loss_scale=2.0 ** 8,
+            overflow_at=1 if case.train.steps > 1 else 0))
     elif dimension == "reentrant" and any(eligible(case, c) and not c.reentrant for c in case.plan.checkpoints):
         on = dataclasses.replace(case, plan=dataclasses.replace(case.plan, checkpoints=tuple(
             dataclasses.replace(c, reentrant=eligible(case, c)) for c in case.plan.checkpoints)))
@@ -220,6 +264,7 @@ def _focused(case, dimension: str):
     ("RecomputeWithoutAutocast", "autocast", lambda c: bool(c.train.autocast) and bool(c.plan.checkpoints), "fsdp2"),
     ("ReentrantRecomputeWithLaterRng", "reentrant", lambda c: any(x.reentrant for x in c.plan.checkpoints), "fsdp2"),
     ("LossParallelBackwardCountsPadding", "padding", lambda c: c.plan.loss_parallel and c.train.pad > 0, "fsdp2_tp"),
+    ("ScalerKeepsItsScaleOnRankOne", "loss_scale", lambda c: c.train.overflow_at > 0, "fsdp2"),
 ])
 def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_path, fault, dimension, shows, family,
                                                                  seed):

@@ -55,6 +55,7 @@ def generic_features(case: Case) -> set[str]:
     if t.autocast:
         tags.add(f"autocast={t.autocast}")
     tags.update(tag for tag, on in ((f"pad={t.pad}", t.pad), ("pad_all_dp0", t.pad_all_dp0),
-                                    (f"label_smoothing={t.label_smoothing}", t.label_smoothing)) if on)
+                                    (f"label_smoothing={t.label_smoothing}", t.label_smoothing),
+                                    ("loss_scale", t.loss_scale), ("overflow", t.overflow_at)) if on)
     tags.update(f"delay={d.where}" for d in case.delays)
     return tags | checkpoint_features(case) | compile_features(case)

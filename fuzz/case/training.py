@@ -17,6 +17,9 @@ LOSSES = ("sum", "mean")
 #: LR schedulers stepped after every optimizer step: StepLR(step_size=2, gamma=0.5), LinearLR(1.0 -> 0.1).
 SCHEDULERS = ("", "step", "linear")
 DTYPES = ("float64", "float32")
+#: What data-parallel rank 0's first microbatch multiplies its loss by for its backward at ``train.overflow_at``:
+#: enough to overflow float16 (at most 65504) under any loss scale.
+OVERFLOW_SPIKE = 2.0 ** 24
 #: ``torch.autocast("cpu"/"cuda", dtype=...)`` around each forward and its loss (the backward outside it, as the
 #: autocast docs ask: "Backward passes under autocast are not recommended").
 AUTOCASTS = ("", "bfloat16", "float16")
@@ -62,6 +65,12 @@ class TrainSpec:
     ``mean`` always has a token to average), ``pad_all_dp0`` makes every target of data-parallel rank 0's first
     microbatch of each step padding (a rank with nothing to learn from; ``sum`` only: the ``mean`` over no token is
     0/0), ``label_smoothing`` is ``F.cross_entropy``'s.
+
+    fp16 loss scaling (``loss_scale``: the scaler's ``init_scale``; 0: none) as the AMP recipe writes it:
+    ``scaler.scale(loss).backward()``, ``scaler.unscale_(optimizer)`` before clipping, ``scaler.step(optimizer)``,
+    ``scaler.update()``; ``torch.amp.GradScaler``, or ``ShardedGradScaler`` where the family's system shards
+    gradients.  ``overflow_at``: at that step (1 or later) data-parallel rank 0's first microbatch backpropagates
+    its loss times 2**24, so its float16 gradients overflow: every rank must skip that step as the reference does.
     """
 
     steps: int = 1
@@ -90,12 +99,19 @@ class TrainSpec:
     pad: float = 0.0
     pad_all_dp0: bool = False
     label_smoothing: float = 0.0
+    loss_scale: float = 0.0
+    overflow_at: int = 0
 
     def group_of(self, param: str) -> int | None:
         """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
         whose paths hold its module), or None for the default group."""
         module = param.rpartition(".")[0]
         return next((i for i, g in enumerate(self.groups) if under(module, g.paths)), None)
+
+    def spike(self, step: int, dp: int, micro: int) -> float:
+        """What the backward of data-parallel rank ``dp``'s microbatch ``micro`` of ``step`` multiplies its loss by
+        (:data:`OVERFLOW_SPIKE` at ``overflow_at``, else 1)."""
+        return OVERFLOW_SPIKE if self.overflow_at and (step, dp, micro) == (self.overflow_at, 0, 0) else 1.0
 
     def frozen_at(self, param: str, step: int) -> bool:
         """Whether the parameter named ``param`` has ``requires_grad=False`` during ``step``."""
@@ -150,6 +166,12 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
           "needs a token model and the sum loss (the mean over no target token is 0/0)")
     check(0 <= t.label_smoothing < 1 and (tokens or not t.label_smoothing), "train.label_smoothing",
           f"must be in [0, 1), and 0 unless the model takes tokens (cross-entropy), got {t.label_smoothing}")
+    check(t.loss_scale == 0 or (t.loss_scale >= 1 and t.autocast == "float16"), "train.loss_scale",
+          f"must be 0, or an init_scale >= 1 under autocast float16 (what loss scaling is for), got {t.loss_scale}")
+    check(not (t.loss_scale and t.nonroot), "train.loss_scale",
+          "not with a non-root pass (DDP's non-root pass takes autograd.grad: nothing scales or unscales it)")
+    check(t.overflow_at == 0 or (t.loss_scale and 1 <= t.overflow_at < t.steps), "train.overflow_at",
+          f"must be 0, or a step in [1, steps={t.steps}) of a loss-scaled case, got {t.overflow_at}")
     check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")
     paths = {p for p, _ in model.module_paths()}
     owners = model.param_modules()

@@ -25,7 +25,8 @@ GENERIC_PATCHABLE = ("torch", "torch.nn.functional", "torch.distributed", "torch
                      # checkpointing's recompute (autocast state)
                      "torch._dynamo", "torch.utils.checkpoint")
 #: Classes whose methods a test-only fault may patch inside torch, beyond each family's.
-GENERIC_PATCHABLE_CLASSES = (("torch", "Tensor"), ("torch.utils.checkpoint", "CheckpointFunction"))
+GENERIC_PATCHABLE_CLASSES = (("torch", "Tensor"), ("torch.utils.checkpoint", "CheckpointFunction"),
+                             ("torch.distributed.fsdp.sharded_grad_scaler", "ShardedGradScaler"))
 
 
 def patchable() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:

@@ -132,6 +132,26 @@ def autocast(x):
     return torch.autocast(x.device.type, dtype=getattr(torch, AUTOCAST)) if AUTOCAST else contextlib.nullcontext()
 
 
+def make_scaler(role, device):
+    """The loss scaling's gradient scaler (LOSS_SCALE: its init_scale), or None: ShardedGradScaler for a system
+    under test whose gradients are sharded (SHARDED_SCALER), torch.amp.GradScaler otherwise."""
+    if not LOSS_SCALE:
+        return None
+    if role == "system" and SHARDED_SCALER:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device=device.type, init_scale=LOSS_SCALE)
+    return torch.amp.GradScaler(device.type, init_scale=LOSS_SCALE)
+
+
+def scaled(scaler, loss, dp, step, micro):
+    """What the backward runs on: the loss, or scaler.scale(loss), times OVERFLOW_SPIKE on data-parallel rank 0's
+    first microbatch of step OVERFLOW_AT (its float16 gradients overflow: every rank must skip that step)."""
+    if scaler is None:
+        return loss
+    return scaler.scale(loss * OVERFLOW_SPIKE if OVERFLOW_AT and (step, dp, micro) == (OVERFLOW_AT, 0, 0) else loss)
+
+
 def loss_fn(out, tgt):
     if not tgt.is_floating_point():
         return F.cross_entropy(out.flatten(0, -2), tgt.flatten(), reduction=LOSS, label_smoothing=LABEL_SMOOTHING)
@@ -305,6 +325,7 @@ def train(role, dp, device, mesh):
     and its parameters and buffers (after), and the largest local gradient of each parameter (before any
     reduction); a pass is a step, a non-root pass after it (NONROOT), an evaluation forward (EVAL)."""
     model, inner, optim, scheduler = build(role, dp, device, mesh)
+    scaler = make_scaler(role, device)
     local, watched = {}, set()
 
     def named():  # asked afresh each time, as a user would: FSDP2 swaps the registered parameters
@@ -327,24 +348,36 @@ def train(role, dp, device, mesh):
         with step_context() if role == "system" else reference_step_context():
             optim.zero_grad(set_to_none=ZERO_GRAD == "none" or (ZERO_GRAD == "alternate" and step % 2 == 0))
 
+    def grads():
+        return gradients(model, named()) if role == "system" else {name: whole(p.grad) for name, p in named()}
+
     def finish(at_, losses, step):
         record = {"at": at_, "loss": ("|".join(dict.fromkeys(dtype_name(x) for x in losses)),
                                       torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
-                  "grad": gradients(model, named()) if role == "system" else
-                  {name: whole(p.grad) for name, p in named()},
+                  "grad": grads() if scaler is None else {},
                   "local": {**local, **(reference_local(model) if role != "system" else {})}}
         local.clear()
         if role.startswith("perturbed"):
             perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1))
         if role == "system":
             sleep("before_step")
+        skipped = False
         with step_context() if role == "system" else reference_step_context():
+            if scaler is not None:  # the AMP recipe: unscale before clipping, step and update through the scaler
+                scaler.unscale_(optim)
+                skipped = sum(v.item() for v in scaler._found_inf_per_device(optim).values()) > 0
             if CLIP:
                 if role == "system":
                     clip(model, [p for _, p in named()], CLIP)
                 else:
                     torch.nn.utils.clip_grad_norm_([p for _, p in named() if p.grad is not None], CLIP)
-            optim.step()
+            if scaler is None:
+                optim.step()
+            else:
+                scaler.step(optim)
+                scaler.update()
+        if scaler is not None and not skipped:  # recorded as the optimizer used them; a skipped step's are not
+            record["grad"] = grads()
         if role != "system":
             reference_stepped(model)
         if scheduler is not None:
@@ -390,13 +423,13 @@ def train(role, dp, device, mesh):
                     with autocast(x):
                         loss = loss_fn(forward(model, x), y)
                     sleep("after_forward")
-                    loss.backward()
+                    scaled(scaler, loss, dp, step, micro).backward()
                 after_backward(model, last)
             else:
                 with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
                     with autocast(x):
                         loss = loss_fn(model(x), y)
-                    reference_backward(model, loss)
+                    reference_backward(model, scaled(scaler, loss, dp, step, micro))
             losses.append(plain(loss))
         finish((step, ""), losses, step)
         if NONROOT:

@@ -9,8 +9,10 @@ import dataclasses
 import json
 import textwrap
 
+from parityfuzz import families
 from parityfuzz.case import dtypes
 from parityfuzz.case import Case
+from parityfuzz.case.training import OVERFLOW_SPIKE
 from parityfuzz.export import checkpoint, reference, runtime
 from parityfuzz.export.model import model_source
 from parityfuzz.export.parts import Parts
@@ -24,6 +26,13 @@ def refusal(case: Case) -> str | None:
 
 def _py(value) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _sharded_scaler(case: Case) -> bool:
+    """Whether the family's system under test scales its loss with ``ShardedGradScaler`` (its class says)."""
+    from parityfuzz.systems import system_class
+
+    return system_class(families.get(case.family).system).sharded_scaler
 
 
 def constants(case: Case) -> str:
@@ -50,6 +59,12 @@ def constants(case: Case) -> str:
         ("PAD", t.pad, "share of target tokens set to ignore_index=-100 (never a sequence's first)"),
         ("PAD_ALL_DP0", t.pad_all_dp0, "every target of data-parallel rank 0's first microbatch is padding"),
         ("LABEL_SMOOTHING", t.label_smoothing, "cross_entropy's label_smoothing"),
+        ("LOSS_SCALE", t.loss_scale, "the gradient scaler's init_scale (0: no loss scaling)"),
+        ("SHARDED_SCALER", _sharded_scaler(case),
+         "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
+         "torch.amp.GradScaler"),
+        ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),
+        ("OVERFLOW_SPIKE", OVERFLOW_SPIKE, "what that backward multiplies its loss by"),
         ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
         ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
                                      "system under test where its family says)"),

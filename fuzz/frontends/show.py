@@ -71,6 +71,11 @@ def describe_case(case: Case) -> str:
                                                                       if t.label_smoothing else "") + ")"
                      + (f", {t.pad:.0%} of target tokens padding (not a sequence's first)" if t.pad else "")
                      + (", every target of data-parallel rank 0's first microbatch padding" if t.pad_all_dp0 else ""))
+    if t.loss_scale:
+        lines.append(f"loss scaling: GradScaler (ShardedGradScaler where the system shards gradients), init_scale "
+                     f"{t.loss_scale:g}; unscale_ before clipping, step and update through it"
+                     + (f"; at step {t.overflow_at} data-parallel rank 0's first backward overflows float16 (loss x "
+                        f"2**24): every rank must skip that step" if t.overflow_at else ""))
     if t.autocast:
         lines.append(f"every forward and its loss under torch.autocast(dtype=torch.{t.autocast}) (system and reference), "
                      "the backward outside it")

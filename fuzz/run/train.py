@@ -187,15 +187,20 @@ class _Run:
         trace.activations.append(self.probe.take() if self.probe is not None else {})
         kinds = "|".join(dict.fromkeys(dtype_name(x) for x in losses))
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
+        # Under loss scaling the gradients are recorded after the step (unscaled, as the optimizer used them), and
+        # not at all where the scaler skipped it (they are the overflow's inf and NaN, applied nowhere).
+        scaled = trains and system.scaler is not None
         if self.record:
-            trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
+            if not scaled:
+                trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
             trace.local_grad_scales.append(system.local_gradient_scales())
         if trains and self.role == "perturbed_reference":
             perturb_gradients(system.named_parameters(),
                               gradient_perturbation_key(case.seed, self.sample, len(trace.passes)))
-        if trains:
-            system.optimizer_step()
+        skipped = system.optimizer_step() if trains else False
         if self.record:
+            if scaled:
+                trace.grads.append({} if skipped else record_tensors(system.gradients(), self.ctx, system.rank_local()))
             trace.params.append(self._params() if trains else {})
 
     def counting(self):
@@ -226,6 +231,7 @@ class _Run:
                 for micro in range(n):
                     clock.set(step, micro, n)
                     torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both
+                    system.spike = case.train.spike(step, case.mesh.dp_index(ctx.rank), micro)
                     with system.microbatch(micro, last=micro == n - 1):
                         losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
                                                               target_for(case, ctx.rank, step, ctx.device, micro)))

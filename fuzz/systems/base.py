@@ -170,6 +170,13 @@ class System:
     #: Whether the trainer counts the collectives of each pass (a dispatch mode; slows every op down, so
     #: only systems whose collectives follow from their plan in ways worth checking turn it on).
     count_collectives = False
+    #: Whether the system under test scales its loss with ``ShardedGradScaler`` (its gradients are sharded: FSDP)
+    #: rather than ``torch.amp.GradScaler`` (references always take the latter, as DDP does).
+    sharded_scaler = False
+    #: The case's gradient scaler (``train.loss_scale``), or None.
+    scaler = None
+    #: What the backward running now multiplies its loss by (``TrainSpec.spike``: the trainer sets it).
+    spike = 1.0
 
     def setup(self, model: nn.Module) -> None:
         """Apply the case to ``model``: the dtype conversion, ``torch.compile`` of the system under test
@@ -190,11 +197,25 @@ class System:
             self.model = self.compiler.after(self.model, self.inner())
         self.optim = self.make_optimizer()
         self.scheduler = make_scheduler(self.case.train, self.optim)
+        self.scaler = self.make_scaler()
         if self.role != "system":
             self._watch_local_gradients()
         for where, name in (("all_gather", "all_gather_single"), ("reduce_scatter", "reduce_scatter_single")):
             if where in self.delays:
                 _delay_collective(name, self.delays[where])  # undone by the rank's isolation snapshot
+
+    def make_scaler(self):
+        """The gradient scaler of the case's loss scaling (``train.loss_scale`` its ``init_scale``), or None:
+        ``ShardedGradScaler`` for a system under test whose gradients are sharded, ``torch.amp.GradScaler``
+        otherwise (its default growth interval: no growth within a case)."""
+        scale = self.case.train.loss_scale
+        if not scale:
+            return None
+        if self.role == "system" and self.sharded_scaler:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            return ShardedGradScaler(device=self.ctx.device.type, init_scale=scale)
+        return torch.amp.GradScaler(self.ctx.device.type, init_scale=scale)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer the case's training spec names, over :meth:`named_parameters`."""
@@ -288,20 +309,39 @@ class System:
         module there: a non-root pass.  Returns the loss."""
         loss = self.forward_loss(batch, target, None if path is None else resolve(self.inner(), path))
         self._sleep("after_forward")
-        loss.backward()
+        self.backward(loss)
         return loss.detach()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, or under loss scaling ``scaler.scale(loss * spike).backward()``."""
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss * self.spike if self.spike != 1 else loss).backward()
 
     def gradients(self) -> dict[str, torch.Tensor | None]:
         return {n: p.grad for n, p in self.named_parameters()}
 
-    def optimizer_step(self) -> None:
-        """Clip the gradients' total norm (``train.clip``), step the optimizer, then the LR scheduler."""
+    def optimizer_step(self) -> bool:
+        """Clip the gradients' total norm (``train.clip``), step the optimizer, then the LR scheduler; under loss
+        scaling unscale first and step through the scaler.  Returns whether the step was skipped: the infs and NaNs
+        the scaler found while unscaling (``ShardedGradScaler`` sums them over the ranks), which its ``step`` skips
+        on (``GradScaler._maybe_opt_step``), read where ``step`` reads them (``_found_inf_per_device``)."""
         self._sleep("before_step")
+        scaler, skipped = self.scaler, False
+        if scaler is not None:
+            scaler.unscale_(self.optim)
+            skipped = sum(v.item() for v in scaler._found_inf_per_device(self.optim).values()) > 0
         if self.case.train.clip:
             self.clip_gradients(self.case.train.clip)
-        self.optim.step()
+        if scaler is None:
+            self.optim.step()
+        else:
+            scaler.step(self.optim)
+            scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
+        return skipped
 
     def clip_gradients(self, max_norm: float) -> None:
         """Scale the gradients so that their total norm is at most ``max_norm``."""

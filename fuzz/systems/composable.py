@@ -32,6 +32,7 @@ def _kind(t: torch.Tensor):
 
 class ComposableSystem(System):
     name = "composable"
+    sharded_scaler = True
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed._composable import checkpoint, replicate
@@ -111,11 +112,11 @@ class ComposableSystem(System):
         with implicit_replication():
             super().zero_grad(step)
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self) -> bool:
         from torch.distributed.tensor.experimental import implicit_replication
 
         with implicit_replication():
-            super().optimizer_step()
+            return super().optimizer_step()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         cls, groups, kwargs = optimizer_parts(self.case.train, self.named_parameters())

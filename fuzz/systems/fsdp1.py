@@ -57,6 +57,7 @@ class FSDP1System(System):
     modules' own)."""
 
     name = "fsdp1"
+    sharded_scaler = True
 
     def fsdp_kwargs(self, model: nn.Module) -> dict:
         """The arguments every ``FullyShardedDataParallel`` call of the plan takes (the root's adds the policy)."""

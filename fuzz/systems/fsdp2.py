@@ -60,6 +60,7 @@ class InvariantViolation(AssertionError):
 
 class FSDP2System(System):
     name = "fsdp2"
+    sharded_scaler = True
     converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
     checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every ActivationCheckpoint in the plan
 

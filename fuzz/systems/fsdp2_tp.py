@@ -63,12 +63,12 @@ class TensorParallel:
         with self._loss_context():
             return _plain(super().forward_backward(batch, target, path))
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self) -> bool:
         """Under ``implicit_replication()``, as PyTorch asks of a model that is only partly tensor parallel
         (pytorch PR #134551): its parameters mix plain tensors, 1-D (``dp``) and 2-D (``dp``, ``tp``) DTensors,
         which foreach optimizer steps otherwise refuse to combine."""
         with implicit_replication():
-            super().optimizer_step()
+            return super().optimizer_step()
 
     def zero_grad(self, step: int) -> None:
         with implicit_replication():  # foreach zeroing of mixed gradients (set_to_none=False)

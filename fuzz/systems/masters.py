@@ -117,9 +117,10 @@ class EmulatedReference(System):
         super().unfreeze(names)  # the masters
         self.model.thaw()
 
-    def optimizer_step(self) -> None:
-        super().optimizer_step()
+    def optimizer_step(self) -> bool:
+        skipped = super().optimizer_step()
         self.model.stepped()
+        return skipped
 
     def _watch_local_gradients(self) -> None:
         """The masters get no autograd gradient: the emulation sees the local ones (:meth:`local_gradient_scales`)."""

@@ -53,11 +53,10 @@ class ZeroReference(_ZeroTraining):
         self._steps = 0
         return cls(groups, **kwargs)
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self) -> bool:
         """Under ``overlap`` the first steps update nothing (ZeRO waits for DDP's rebuilt buckets)."""
         self._steps += 1
-        if self._steps > self.case.plan.warmup_steps():
-            super().optimizer_step()
+        return self._steps > self.case.plan.warmup_steps() and super().optimizer_step()
 
 
 class ZeroSystem(_ZeroTraining):
@@ -87,9 +86,9 @@ class ZeroSystem(_ZeroTraining):
         self.model.register_comm_hook(None, hook(allreduce_hook, self.model, optim, shard_buckets=plan.shard_buckets))
         return optim
 
-    def optimizer_step(self) -> None:
-        if not self.case.plan.overlap:  # else the step ran inside the backward (step() would only warn)
-            super().optimizer_step()
+    def optimizer_step(self) -> bool:
+        # under overlap the step ran inside the backward (step() would only warn)
+        return not self.case.plan.overlap and super().optimizer_step()
 
     def joined(self) -> None:
         self._check_partition(self.optim)

@@ -58,7 +58,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
     if loss_parallel:  # torch documents label smoothing as not supported there (tp.loss-parallel-smoothing)
         train = dataclasses.replace(train, label_smoothing=0.0)
-    train = dataclasses.replace(train, autocast="")  # low-precision TP arithmetic has no reference here
+    train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0)  # low-precision TP: no reference
     plan = FSDP1TPPlan(sharding=sharding, use_orig_params=use_orig_params, wrapping=kind, **wraps, tp=styles,
                        loss_parallel=loss_parallel, **draw(call_options(model, train)))
     case = finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,

@@ -72,8 +72,8 @@ def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec) -> Tra
     """On a rare coin, a non-root pass through a wrapped module that holds each group of tensor-parallel
     styles passing sharded activations whole or not at all (``parityfuzz.families.fsdp2_tp.connections``): alone, it
     takes and gives full tensors.  Drawn after the TP plan, which decides what may be cut."""
-    if not draw(RARE) or plan.reduce_scatter_unused:  # not with per-rank gates (see strategies.fsdp2)
-        return train
+    if not draw(RARE) or plan.reduce_scatter_unused or train.loss_scale:  # not with per-rank gates (see
+        return train  # strategies.fsdp2), nor with loss scaling (DDP's non-root pass is unscaled)
     trainable = frozenset(f.path for f in train.frozen)
     paths = [p for p in nonroot_paths(plan) if model.uses_params(p, trainable)]
     return dataclasses.replace(train, nonroot=draw(st.sampled_from(paths))) if paths else train
@@ -108,7 +108,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     if loss_parallel:  # torch documents label smoothing as not supported there (tp.loss-parallel-smoothing)
         train = dataclasses.replace(train, label_smoothing=0.0)
     if not data_parallel:  # TP alone under autocast would be its own reference (fsdp2_tp.validate)
-        train = dataclasses.replace(train, autocast="")
+        train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0)
     plan = _no_int_reshard_over_tp(plan)
     train = draw(_nonroot(model, plan, train))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,

@@ -80,6 +80,8 @@ def validate(case: Case) -> None:
     check(not t.nonroot, "train.nonroot", "not drawn for ZeRO (a pass through one module bypasses DDP)")
     check(plan.overlap in OVERLAPS, "plan.overlap", f"must be one of {OVERLAPS}, got {plan.overlap!r}")
     check(not plan.shard_buckets or plan.overlap, "plan.shard_buckets", "is the overlap hooks' argument")
+    check(not (plan.overlap and t.loss_scale), "train.loss_scale",
+          "not with ZeRO's overlap (the step runs inside the backward: no scaler can unscale or skip it)")
     check(0 <= plan.late_group < t.steps, "plan.late_group", f"must be in [0, steps={t.steps}), got {plan.late_group}")
     if plan.late_group:
         check(bool(t.groups), "plan.late_group", "needs a parameter group in train.groups")
