@@ -195,6 +195,20 @@ def test_every_rank_skips_the_overflowing_step_as_the_reference_does(executor):
     assert verify_case(case, executor).ok
 
 
+def test_post_optim_event_on_cpu_is_the_stub_event_torch_documents_and_trains_like_ddp(executor):
+    """What torch does on CPU: seed 000's way of making the event (``current_stream().record_event()``) gives None
+    there (FSDP2 then waits on the current stream, its default), ``torch.Event("cpu").record()`` refuses, and the device
+    module's ``Event`` is a stub whose wait does nothing: a case setting it after every step trains like DDP (the
+    root takes the event branch)."""
+    assert torch.get_device_module("cpu").current_stream().record_event() is None
+    with pytest.raises(RuntimeError, match="doesn't support events"):
+        torch.Event("cpu").record()
+    case = dataclasses.replace(COMPILED, compile=Compile(), plan=dataclasses.replace(COMPILED.plan, post_optim_event=True),
+                               train=TrainSpec(steps=3)).validate()
+    assert "post_optim_event" in case.features()
+    assert verify_case(case, executor).ok
+
+
 @pytest.mark.parametrize("family", list(families.MODULES))
 def test_every_family_draws_each_compile_form_and_autocast(family):
     """The family's strategy draws every compile form its record offers, and both autocast dtypes (``find``

@@ -147,6 +147,10 @@ class FSDP2System(System):
 
     def accumulation(self, index: int, last: bool):
         plan = self.case.plan
+        if index == 0 and plan.post_optim_event:  # recorded after the optimizer step: nothing runs in between
+            event = torch.get_device_module(self.ctx.device.type).Event()
+            event.record()
+            self.model.set_post_optim_event(event)
         if index == 0 and plan.unshard_first:  # 1F1B, as PyTorch's test does it: every wrapped module's all-gather
             # issued up front, the handles still pending when the forward starts (the forward waits for them)
             self._pending = [resolve(self.model, w.path).unshard(async_op=True) for w in self.case.plan.wraps]

@@ -69,4 +69,4 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec) -> FSDP2Plan:
                 prefetch.append(Prefetch(path, forward=forward, backward=backward))
     rank_flow = model.per_rank_flow()
     return FSDP2Plan(wraps=tuple(wraps), checkpoints=tuple(checkpoints), prefetch=tuple(prefetch),
-                    reduce_scatter_unused=rank_flow)
+                     reduce_scatter_unused=rank_flow, post_optim_event=draw(RARE))

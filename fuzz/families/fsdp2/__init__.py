@@ -100,6 +100,11 @@ class FSDP2Plan(Plan):
     unshard_first: bool = False
     no_all_reduce: bool = False
     forward_method: bool = False
+    #: ``set_post_optim_event`` on the root after every optimizer step, with an event recorded on the device's
+    #: current stream (seed 000's ``test_post_optim_event``).  On CPU the event is ``torch.cpu.Event``, a stub
+    #: whose ``wait_event`` does nothing: the root takes the event branch and trains as without it (what
+    #: ``tests/test_training_loop_dimensions.py`` checks of torch on CPU).
+    post_optim_event: bool = False
 
     def owner(self, path: str) -> str:
         """The wrapped module whose FSDP group holds the module at ``path``: itself or its nearest wrapped
@@ -234,7 +239,7 @@ def features(case: Case) -> set[str]:
         all_wrapped = {w.path for w in plan.wraps}
         tags.add("no_sync=" + ("none" if not plan.no_sync else "all" if set(plan.no_sync) == all_wrapped
                                else "root" if plan.no_sync == ("",) else "subset"))
-    for flag in ("is_last_backward", "unshard_first", "forward_method", "no_all_reduce"):
+    for flag in ("is_last_backward", "unshard_first", "forward_method", "no_all_reduce", "post_optim_event"):
         if getattr(plan, flag):
             tags.add(flag)
     if not plan.reshard_after_backward:
@@ -289,6 +294,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         lines.append("root called through forward_alt, registered with register_fsdp_forward_method")
     if plan.reduce_scatter_unused:
         lines.append("set_reduce_scatter_unused_params(True) on every wrapped module")
+    if plan.post_optim_event:
+        lines.append("set_post_optim_event on the root with an event recorded after each optimizer step")
     return notes, lines
 
 

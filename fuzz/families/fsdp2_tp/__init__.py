@@ -96,7 +96,7 @@ def validate(case: Case) -> None:
               "not with TP alone: under autocast TP sums per-rank partial products rounded to the autocast dtype, "
               "DDP rounds a whole product once, and the reference that does TP's arithmetic would be the system")
         for flag in ("prefetch", "no_sync", "reduce_scatter_unused", "is_last_backward", "unshard_first",
-                     "no_all_reduce", "forward_method"):
+                     "no_all_reduce", "forward_method", "post_optim_event"):
             check(not getattr(plan, flag), f"plan.{flag}", "needs fully_shard (a data-parallel axis)")
         checkpointing.check_rules(case)
         check(plan.reshard_after_backward, "plan.reshard_after_backward", "needs fully_shard")
