@@ -10,8 +10,9 @@ What the load resumes, in shrinking order:
 - plain DDP (the composable family's DDP-based ``replicate`` on the root).
 
 Resharding is drawn only where the reference can take the trusted turn (no mixed precision, no per-rank control
-flow); a resumed case that its family refuses falls back to the same plan.  Shrinking: toward the first step,
-the ``dcp`` way, no options, no resharding.
+flow); a resumed case that its family refuses falls back to the same plan.  Where nothing reshards, one event
+in three is a rollback: the live system trains on and loads the checkpoint into itself (:data:`ROLLBACK`).
+Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
                                    saves_from)
+
+#: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
+ROLLBACK = st.sampled_from((False, False, True))
+
 
 def reshards() -> tuple[str, ...]:
     """What a load may resume, in shrinking order: the same plan, the same plan at another world size, or a plan
@@ -90,6 +95,9 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     if {save, load} & {"dcp", "full"}:
         options["separate"] = draw(st.booleans())
     options["strict"] = not draw(st.booleans())
+    rollback = draw(ROLLBACK)  # into the live system, a few steps on: where nothing reshards, steps are left
+    if rollback and not resume and step + 1 < case.train.steps and case.reference_name() in PLAIN_REFERENCES:
+        options["rollback_at"] = draw(st.integers(step + 1, case.train.steps - 1))
     event = dataclasses.replace(event, load="" if load == save else load, **options)
     case = dataclasses.replace(case, checkpoint=event)
     if case.compile:  # compiled as the case was drawn, where the resumed family compiles the same way

@@ -961,3 +961,21 @@ class ScalerKeepsItsScaleOnRankOne(_Injected, FSDP2System):
             return stubborn
 
         _patch_once(ShardedGradScaler, "update", make)
+
+
+class LiveLoadKeepsOptimizerState(FSDP2System):
+    """A checkpoint loaded into the live optimizer keeps the state it already holds (momentum, Adam's moments and
+    step) for every parameter that has one, instead of the checkpoint's: ``load_state_dict`` merging rather than
+    replacing.  A fresh optimizer holds no state, so only a rollback into the live system reaches it."""
+
+    def before_live_load(self):
+        super().before_live_load()
+        optim, original = self.optim, self.optim.load_state_dict
+
+        def merging(state_dict):
+            live = dict(optim.state)
+            original(state_dict)
+            for p, s in live.items():
+                optim.state[p] = s
+
+        optim.load_state_dict = merging

@@ -24,6 +24,7 @@ from parityfuzz.run.build import IGNORE_INDEX, target_for
 from parityfuzz.run.trace import Trace
 from parityfuzz.rules import RuleViolation
 from parityfuzz.strategies import cases
+from parityfuzz.strategies.checkpoint import checkpointed_cases
 from parityfuzz.strategies.reentrant import eligible
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
@@ -290,3 +291,46 @@ def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
           f"{body_modules(f.case)} modules: {f.verdict.describe()}")
     assert shows(f.case), f.case.to_json(indent=1)
+
+
+def _rolled_back(case):
+    """``case`` with its checkpoint event made a rollback where it validates (SGD with momentum where it had no
+    optimizer state to roll back)."""
+    c = case.checkpoint
+    if c.rollback_at or c.step + 1 >= case.train.steps:
+        return case
+    train = case.train if case.train.optimizer != "sgd" or case.train.momentum else \
+        dataclasses.replace(case.train, momentum=0.9)
+    try:
+        return dataclasses.replace(case, train=train,
+                                   checkpoint=dataclasses.replace(c, rollback_at=c.step + 1)).validate()
+    except CaseError:
+        return case
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_short_fuzz_run_finds_and_shrinks_a_rollback_that_keeps_the_live_optimizer_state(executor, tmp_path, seed):
+    system = "tests.faults:LiveLoadKeepsOptimizerState"
+    strategy = checkpointed_cases(world_sizes=(2,), families=("fsdp2",), system=system, max_steps=5).map(_rolled_back)
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=20, strategy=strategy)
+    assert len(stats.failures) == 1, stats.summary_line()
+    f = stats.failures[0]
+    print(f"rollback seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
+          f"{body_modules(f.case)} modules: {f.verdict.describe()}")
+    assert f.case.checkpoint.rollback_at, f.case.to_json(indent=1)
+
+
+def test_a_rollback_restores_the_saved_state_in_system_and_reference(executor):
+    """The parameters right after the rollback are those saved at the checkpoint's step, in both runs."""
+    case = dataclasses.replace(COMPILED, compile=Compile(), train=TrainSpec(steps=4, momentum=0.9),
+                               checkpoint=Checkpoint(step=1, save="dcp", rollback_at=3)).validate()
+    outcomes = executor.run_segments(case)[0]
+    for role in ("reference", "system"):
+        trace = Trace.merge([o.result[role] for o in outcomes])
+        at = [tuple(p) for p in trace.passes]
+        assert at == [(0, ""), (1, ""), (2, ""), (3, "loaded"), (3, "")], at
+        for name in trace.names(0, "param"):
+            saved, loaded = trace.full(0, "param", name).value, trace.full(3, "param", name).value
+            assert (saved == loaded).all(), (role, name)
+            assert not (trace.full(2, "param", name).value == loaded).all(), (role, name)  # it had trained on
+    assert verify_case(case, executor).ok

@@ -82,6 +82,11 @@ class Checkpoint:
     ``strict`` (the load's), ``separate`` (``dcp`` and ``full``: the model's and the optimizer's state dicts
     through ``get/set_model_state_dict`` and ``get/set_optimizer_state_dict``, model first, as torchtitan and
     torchtune take them, instead of ``get/set_state_dict``).
+
+    ``rollback_at``: instead of loading into a fresh system right after the save, the live system trains on to
+    this step and then loads the checkpoint into its own model, optimizer and scheduler, as a job rolls back after
+    a loss spike (0: a fresh system loads at ``step``).  The reference rolls back the same way through its trusted
+    path; both go on training from ``rollback_at`` with the state of ``step``.
     """
 
     step: int = 0
@@ -93,6 +98,7 @@ class Checkpoint:
     broadcast_from_rank0: bool = False
     strict: bool = True
     separate: bool = False
+    rollback_at: int = 0
     world_size: int = 0
     mesh: MeshSpec | None = None
     plan: Plan | None = None
@@ -136,6 +142,8 @@ def validate_checkpoint(case: Case) -> None:
         return
     check(1 <= c.step < case.train.steps, "checkpoint.step",
           f"must be in [1, steps={case.train.steps}): save after some step, train on after the load")
+    check(c.rollback_at == 0 or c.step < c.rollback_at < case.train.steps, "checkpoint.rollback_at",
+          f"must be 0, or a step in (step={c.step}, steps={case.train.steps}): train on, roll back, train on")
     check(not case.expect_error, "checkpoint", "a case torch must refuse does not train to a checkpoint")
     check(case.reference_name() not in RANK_LOCAL_REFERENCES, "checkpoint",
           "this case holds tensors with a value per rank (FSDP1's ignored modules): a checkpoint keeps one copy")
@@ -177,6 +185,11 @@ def validate_checkpoint(case: Case) -> None:
         families.get(r.family).validate(r)
     except CaseError as e:
         raise CaseError(f"checkpoint.{e.field}", f"(in the resumed case) {e.message}") from None
+    if c.rollback_at:
+        check(not reshards(case), "checkpoint.rollback_at",
+              "a rollback loads into the live system: the same world size, mesh and plan")
+        check(case.reference_name() in PLAIN_REFERENCES, "checkpoint.rollback_at",
+              f"the reference rolls back through its plain full tensors; {case.reference_name()!r} holds sharded ones")
     if reshards(case):
         for which, c_ in (("the case", case), ("the resumed case", r)):
             check(c_.reference_name() in PLAIN_REFERENCES, "checkpoint.plan",

@@ -39,6 +39,9 @@ INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.c
 
 
 def refusal(case: Case) -> str | None:
+    if case.checkpoint.rollback_at:
+        return ("a rollback into the live system (the reference rolls back too, through its trusted path), which the "
+                "export does not write out yet")
     if case.checkpoint and reshard_kind(case):
         return (f"a checkpoint loaded into another {reshard_kind(case).replace('_', ' ')} (its reference takes the "
                 "turn too; another world size needs a second torchrun job), which the export does not write out yet")

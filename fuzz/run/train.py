@@ -106,8 +106,19 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
     from parityfuzz import checkpoint
     from parityfuzz.case.checkpoint import reshards
 
-    turns = role == "system" or reshards(case)  # where nothing reshards, the reference trains on uninterrupted
     directory = os.path.join(scratch, role + (f"-{sample}" if sample else ""))
+    if event.rollback_at:  # the live system trains on, then loads the checkpoint into itself; so does the reference
+        run.start(case, 0)
+        run.train(0, event.step)
+        run.note_violations(checkpoint.save(run.system, case, directory, trusted=role != "system"))
+        run.train(event.step, event.rollback_at)
+        run.system.before_live_load()
+        broken = checkpoint.load(run.system, case, directory, trusted=role != "system")
+        run.record_loaded(event.rollback_at)
+        run.note_violations(broken)
+        run.train(event.rollback_at, case.train.steps)
+        return run.trace
+    turns = role == "system" or reshards(case)  # where nothing reshards, the reference trains on uninterrupted
     if segment in (None, 0):
         run.start(case, 0)
         run.train(0, event.step)

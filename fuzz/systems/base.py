@@ -357,17 +357,29 @@ class System:
         :meth:`reshard`" (an evaluation forward under ``no_grad`` leaves them unsharded: no backward reshards
         them).  Without it the harness changed unsharded parameters that FSDP2 does not look at, outside the
         documented use, and reported what followed as torch bugs."""
-        from torch.distributed.fsdp import FSDPModule
-
-        # FSDPModule.reshard: "This method is *not* recursive." (_fully_shard.py): every FSDPModule is resharded.
-        for module in self.model.modules():
-            if isinstance(module, FSDPModule):
-                module.reshard()
+        self.reshard()
         for name, p in self.named_parameters():
             if name in names:
                 p.requires_grad_(True)
         if self.role != "system":
             self._watch_local_gradients()
+
+    def before_live_load(self) -> None:
+        """Ready the trained system for a checkpoint loaded into it (a rollback): no checkpoint keeps gradients, so
+        they are dropped (a fresh system starts without them too), and FSDP2 modules are resharded first, as
+        ``fully_shard``'s docstring asks of any change to the registered parameters ("the registered parameters
+        must be the sharded parameters"; an evaluation forward leaves them unsharded)."""
+        self.reshard()
+        self.optim.zero_grad(set_to_none=True)
+
+    def reshard(self) -> None:
+        """Reshard every FSDP2 module (``fully_shard``, ``replicate_with_fsdp``): ``FSDPModule.reshard``: "This
+        method is *not* recursive." (_fully_shard.py)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     def evaluate(self, batch: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """An evaluation forward: eval mode (no dropout), under ``torch.no_grad()``; returns the loss."""
