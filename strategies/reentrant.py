@@ -14,6 +14,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case
+from parityfuzz.case.training import input_requires_grad
 
 #: The coin that makes an eligible checkpoint reentrant: 1 in 3, shrinking to non-reentrant.
 REENTRANT = st.sampled_from((False, False, True))
@@ -21,8 +22,7 @@ REENTRANT = st.sampled_from((False, False, True))
 
 def eligible(case: Case, c) -> bool:
     """Whether the checkpoint ``c`` of ``case``'s plan may be reentrant."""
-    frozen = tuple(f.path for f in case.train.frozen)
-    return c.api != "composable" and case.model.input_requires_grad(c.path, frozen)
+    return c.api != "composable" and input_requires_grad(case.model, case.train, c.path)
 
 
 @st.composite

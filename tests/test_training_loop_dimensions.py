@@ -112,6 +112,11 @@ def test_reentrant_checkpoints_where_torch_documents_them():
         with pytest.raises(RuleViolation, match="checkpointing.reentrant-input-requires-grad"):
             simple(model=model, plan=dataclasses.replace(plan, checkpoints=checkpoints),
                    train=TrainSpec(frozen=frozen, steps=2)).validate()
+    nonroot = dataclasses.replace(plan, wraps=(Wrap("body.1"), Wrap("")))
+    with pytest.raises(RuleViolation, match="checkpointing.reentrant-input-requires-grad"):  # fed fresh inputs
+        simple(model=embedded, plan=dataclasses.replace(nonroot, checkpoints=(
+            ActivationCheckpoint("body.1.linear0", api="wrapper", reentrant=True),)),
+            train=TrainSpec(nonroot="body.1")).validate()
     fsdp1 = FSDP1Plan(checkpoints=(ActivationCheckpoint("body.0", api="wrapper", reentrant=True),))
     with pytest.raises(RuleViolation, match="checkpointing.reentrant-input-requires-grad"):
         simple(model=BLOCKS, plan=fsdp1).validate()

@@ -179,17 +179,21 @@ class ModelSpec:
         node = dict(self.body.walk("body")).get(path)
         return node is None or _trains(node, path, frozen)  # a leaf block's Linears have parameters
 
-    def input_requires_grad(self, path: str, frozen=()) -> bool:
+    def input_requires_grad(self, path: str, frozen=(), root: str = "") -> bool:
         """Whether the activations reaching the module at ``path`` require grad on every forward, when the
         ``frozen`` module paths hold no trainable parameter: something before it on every path through the model
-        trains.  Conservative: False where that is not certain (the leaf blocks' inner Linears are judged by the
-        block's input)."""
-        if path in ("", "inp"):
+        trains.  ``root``: a forward of only the body module there, fed fresh inputs (a non-root pass).
+        Conservative: False where that is not certain (the leaf blocks' inner Linears are judged by the block's
+        input)."""
+        if path in ("", "inp", root):
             return False
-        grad = self.input == "embedding" and not under("inp", frozen)
+        grad = not root and self.input == "embedding" and not under("inp", frozen)
         if path == "head":
             return grad or _trains(self.body, "body", frozen)
         node, here = self.body, "body"
+        if root:
+            node = dict(self.body.walk("body"))[root]
+            here = root
         while here != path:
             if node.kind in LEAF_SUBMODULES:
                 return grad

@@ -137,6 +137,15 @@ class Delay:
     ms: int = 5
 
 
+def input_requires_grad(model: ModelSpec, t: TrainSpec, path: str) -> bool:
+    """Whether the activations reaching the module at ``path`` require grad in every pass of the training: the
+    whole model's forwards and, for a module inside the non-root pass's, that pass's (fed fresh inputs)."""
+    frozen = tuple(f.path for f in t.frozen)
+    inside = bool(t.nonroot) and under(path, (t.nonroot,))
+    return model.input_requires_grad(path, frozen) and (
+        not inside or model.input_requires_grad(path, frozen, root=t.nonroot))
+
+
 def validate_train(t: TrainSpec, model: ModelSpec) -> None:
     check(1 <= t.steps <= 50, "train.steps", f"must be in [1, 50], got {t.steps}")
     check(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {t.optimizer!r}")
