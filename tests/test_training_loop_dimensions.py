@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from parityfuzz import families
 from parityfuzz.case import Case, CaseError, ModelSpec, Node, TrainSpec
 from parityfuzz.case.training import Freeze
-from parityfuzz.case.checkpoint import Checkpoint
+from parityfuzz.case.checkpoint import Checkpoint, checkpoint_families
 from parityfuzz.case.compiled import Compile, compilable
 from parityfuzz.case.dtypes import promise
 from parityfuzz.families.fsdp1 import FSDP1Plan
@@ -323,6 +323,13 @@ def test_a_short_fuzz_run_finds_and_shrinks_a_rollback_that_keeps_the_live_optim
     print(f"rollback seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
           f"{body_modules(f.case)} modules: {f.verdict.describe()}")
     assert f.case.checkpoint.rollback_at, f.case.to_json(indent=1)
+
+
+@pytest.mark.parametrize("family", checkpoint_families())
+def test_every_checkpoint_family_draws_a_rollback(family):
+    quick = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     phases=(Phase.generate,))
+    find(checkpointed_cases(families=(family,)), lambda c: c.checkpoint.rollback_at > 0, settings=quick)
 
 
 def test_a_rollback_restores_the_saved_state_in_system_and_reference(executor):

@@ -5,6 +5,7 @@ show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import Case
+from parityfuzz.case.model import under
 
 
 def hsdp_deferred_all_reduce_with_gated_params(case: Case) -> bool:
@@ -22,3 +23,11 @@ def mixed_precision_accumulation_with_gated_params(case: Case) -> bool:
 
 def rank_flow_with_several_groups(case: Case) -> bool:
     return case.plan.reduce_scatter_unused and len(case.plan.wraps) > 1
+
+
+def reentrant_checkpoint_called_twice_over_fully_shard(case: Case) -> bool:
+    """A reentrant checkpoint on a module that a ``twice`` node calls twice per forward, with a ``fully_shard``
+    module at or inside it."""
+    twice = [f"{path}.inner" for path, node in case.model.body.walk("body") if node.kind == "twice"]
+    return any(c.reentrant and under(c.path, twice) and any(under(w.path, (c.path,)) for w in case.plan.wraps)
+               for c in case.plan.checkpoints)
