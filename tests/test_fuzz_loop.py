@@ -213,7 +213,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
 
         monkeypatch.setattr(engine.Fuzzer, "_run", judge)
         pools = type("Pools", (), {"pool": lambda self, ws: None})()
-        options = FuzzOptions(corpus_dir=tmp_path, seed=3, max_cases=40)
+        options = FuzzOptions(corpus_dir=tmp_path, seed=3, max_cases=100)
         Fuzzer(options, pools, log=lambda *_: None).fuzz("fsdp2", cases(world_sizes=(2, 4)), budget_s=BUDGET_S)
         return ids
 
@@ -229,7 +229,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
     try:
         first = drawn()
         load_constants("parityfuzz_test_constants_a", 7)
-        assert drawn() == first and len(first) == 40
+        assert drawn() == first and len(first) == 100
         from hypothesis.internal.conjecture import providers
 
         if hasattr(providers, "_get_local_constants"):  # the control: this Hypothesis has the pool

@@ -290,7 +290,7 @@ def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_
                                                                  seed):
     system = f"tests.faults:{fault}"
     strategy = cases(family=family, world_sizes=(2,), system=system).map(lambda c: _focused(c, dimension))
-    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=100, max_shrink_runs=20, strategy=strategy)
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=100, max_shrink_runs=12, strategy=strategy)
     assert len(stats.failures) == 1, stats.summary_line()
     f = stats.failures[0]
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
@@ -299,13 +299,14 @@ def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_
 
 
 def _rolled_back(case):
-    """``case`` with its checkpoint event made a rollback where it validates (SGD with momentum where it had no
-    optimizer state to roll back)."""
+    """``case`` with its checkpoint event made a rollback where it validates (a step to train on after it, SGD with
+    momentum where it had no optimizer state to roll back)."""
     c = case.checkpoint
-    if c.rollback_at or c.step + 1 >= case.train.steps:
+    if c.rollback_at:
         return case
-    train = case.train if case.train.optimizer != "sgd" or case.train.momentum else \
-        dataclasses.replace(case.train, momentum=0.9)
+    train = dataclasses.replace(case.train, steps=max(case.train.steps, c.step + 2))
+    if train.optimizer == "sgd" and not train.momentum:
+        train = dataclasses.replace(train, momentum=0.9)
     try:
         return dataclasses.replace(case, train=train,
                                    checkpoint=dataclasses.replace(c, rollback_at=c.step + 1)).validate()
@@ -316,8 +317,9 @@ def _rolled_back(case):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_short_fuzz_run_finds_and_shrinks_a_rollback_that_keeps_the_live_optimizer_state(executor, tmp_path, seed):
     system = "tests.faults:LiveLoadKeepsOptimizerState"
-    strategy = checkpointed_cases(world_sizes=(2,), families=("fsdp2",), system=system, max_steps=5).map(_rolled_back)
-    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=20, strategy=strategy)
+    strategy = checkpointed_cases(world_sizes=(2,), families=("fsdp2",), system=system, max_steps=3,
+                                  max_depth=1).map(_rolled_back)
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=8, strategy=strategy)
     assert len(stats.failures) == 1, stats.summary_line()
     f = stats.failures[0]
     print(f"rollback seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
