@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from parityfuzz.case import seedgrids
 from parityfuzz.case import Delay, MeshSpec
+from parityfuzz.case.compiled import Compile
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.frontends import report
@@ -29,14 +31,17 @@ def fsdp2(reshard, *delays: str):
 def test_a_case_lands_on_the_grid_points_its_features_name():
     cases = [fsdp2(True), fsdp2(2, "all_gather"), fsdp2(2, "all_gather")]
     cov = seedgrids.coverage(MULTI_GROUP, [(c.features(), 1) for c in cases])
-    assert cov["points"] == 48 and cov["covered"] == 3  # the root's wrap is True too: (True, ...) twice
+    assert cov["points"] == 96 and cov["covered"] == 3  # the root's wrap is True too: (True, ...) twice
     counts = cov["counts"]
     plain = ("delay_after_forward=False, delay_before_all_gather={}, delay_before_reduce_scatter=False, "
-             "delay_before_optim=False")
+             "delay_before_optim=False, compiled=eager")
     assert counts["reshard_after_forward=True, " + plain.format(False)] == 1
     assert counts["reshard_after_forward=2, " + plain.format(True)] == 2
     assert counts["reshard_after_forward=True, " + plain.format(True)] == 2  # the root of both resharding-2 cases
     assert "reshard_after_forward=False, " + plain.format(False) in cov["missing"]
+    compiled = dataclasses.replace(fsdp2(True), compile=Compile("aot_eager", "blocks_after", ("body.0",)))
+    cov = seedgrids.coverage(MULTI_GROUP, [(compiled.features(), 1)])  # test_compiled_fsdp's axis
+    assert cov["counts"]["reshard_after_forward=True, " + plain.format(False).replace("eager", "compute_on_module")] == 1
     other_family = simple(plan=FSDP2Plan(wraps=(Wrap(""),))).features() - {"family=fsdp2"} | {"family=fsdp1"}
     assert seedgrids.coverage(MULTI_GROUP, [(frozenset(other_family), 5)])["covered"] == 0
 
@@ -68,7 +73,7 @@ def test_the_page_shows_targets_timeline_grids_heatmap_and_findings(tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page  # self-contained
     assert page.count("<svg") == 2  # the timeline and the heatmap
     # (True), (False and the root True, each with before_step), (2 and the root True): 4 points
-    assert re.search(r"test_train_parity_multi_group</td><td>4 / 48", page)
+    assert re.search(r"test_train_parity_multi_group</td><td>4 / 96", page)
     assert "a &lt;bad&gt; grad" in page and "begins at step 0 in body.0" in page  # escaped text
     assert f"parityfuzz export {tmp_path}/corpus/fsdp2/abc123.json -o repro.py &amp;&amp; torchrun " \
            "--nproc-per-node=2 repro.py" in page
