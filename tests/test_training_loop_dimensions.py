@@ -184,6 +184,8 @@ def test_loss_scaling_validation():
         with pytest.raises(CaseError) as e:
             dataclasses.replace(SCALED, train=dataclasses.replace(SCALED.train, **train)).validate()
         assert e.value.field == field, str(e.value)
+    with pytest.raises(CaseError, match="keeps no gradient scaler"):  # a resumed scaler would start afresh
+        dataclasses.replace(SCALED, checkpoint=Checkpoint(step=2)).validate()
 
 
 def test_every_rank_skips_the_overflowing_step_as_the_reference_does(executor):

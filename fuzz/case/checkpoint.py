@@ -145,6 +145,8 @@ def validate_checkpoint(case: Case) -> None:
     check(c.rollback_at == 0 or c.step < c.rollback_at < case.train.steps, "checkpoint.rollback_at",
           f"must be 0, or a step in (step={c.step}, steps={case.train.steps}): train on, roll back, train on")
     check(not case.expect_error, "checkpoint", "a case torch must refuse does not train to a checkpoint")
+    check(not case.train.loss_scale, "checkpoint", "not with loss scaling: the checkpoint keeps no gradient scaler "
+          "(its scale after a skipped step), so a loaded system would scale otherwise than the uninterrupted one")
     check(case.reference_name() not in RANK_LOCAL_REFERENCES, "checkpoint",
           "this case holds tensors with a value per rank (FSDP1's ignored modules): a checkpoint keeps one copy")
     for key, way in (("save", c.save), ("load", c.load_way)):
