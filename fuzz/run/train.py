@@ -199,12 +199,15 @@ class _Run:
         kinds = "|".join(dict.fromkeys(dtype_name(x) for x in losses))
         trace.losses.append(Rec(kinds, np.array(sum(float(x) for x in losses), dtype=np.float64)))
         # Under loss scaling the gradients are recorded after the step (unscaled, as the optimizer used them), and
-        # not at all where the scaler skipped it (they are the overflow's inf and NaN, applied nowhere).
+        # not at all where the scaler skipped it (they are the overflow's inf and NaN, applied nowhere); the local
+        # gradients the hooks saw were scaled, and are unscaled here (else they would loosen the floor by the scale).
         scaled = trains and system.scaler is not None
-        if self.record:
-            if not scaled:
-                trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
-            trace.local_grad_scales.append(system.local_gradient_scales())
+        local = system.local_gradient_scales()
+        if scaled:
+            factor = system.scaler.get_scale()  # the scale of this step's backwards (updated by the step below)
+            local = {name: value / factor for name, value in local.items()}
+        if self.record and not scaled:
+            trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
         if trains and self.role == "perturbed_reference":
             perturb_gradients(system.named_parameters(),
                               gradient_perturbation_key(case.seed, self.sample, len(trace.passes)))
@@ -212,6 +215,7 @@ class _Run:
         if self.record:
             if scaled:
                 trace.grads.append({} if skipped else record_tensors(system.gradients(), self.ctx, system.rank_local()))
+            trace.local_grad_scales.append({} if skipped else local)
             trace.params.append(self._params() if trains else {})
 
     def counting(self):
