@@ -201,6 +201,14 @@ def test_every_rank_skips_the_overflowing_step_as_the_reference_does(executor):
             assert torch.equal(torch.as_tensor(trace.full(1, "param", name).value),
                                torch.as_tensor(trace.full(0, "param", name).value)), (role, name)
     assert verify_case(case, executor).ok
+    # The reference's local gradients (what sizes the floor of its reductions' rounding) are recorded unscaled:
+    # as an unscaled run's (the scale is a power of two), and none at the skipped step.
+    plain = dataclasses.replace(case, train=dataclasses.replace(case.train, loss_scale=0.0, overflow_at=0))
+    unscaled = executor.run(plain, roles=("reference",))
+    for o, p in zip(outcomes, unscaled):
+        local, expected = o.result["reference"].local_grad_scales, p.result["reference"].local_grad_scales
+        assert local[1] == {} and local[0] and local[0].keys() == expected[0].keys()
+        assert all(abs(local[0][k] - v) <= 1e-6 * v for k, v in expected[0].items()), (local[0], expected[0])
 
 
 def test_post_optim_event_on_cpu_is_the_stub_event_torch_documents_and_trains_like_ddp(executor):
