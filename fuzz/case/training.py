@@ -25,6 +25,12 @@ OVERFLOW_SPIKE = 2.0 ** 24
 AUTOCASTS = ("", "bfloat16", "float16")
 
 
+def overflow_spike(overflow_at: int, step: int, dp: int, micro: int) -> float:
+    """What the backward of data-parallel rank ``dp``'s microbatch ``micro`` of ``step`` multiplies its loss by:
+    :data:`OVERFLOW_SPIKE` on rank 0's first microbatch of step ``overflow_at`` (0: never), else 1."""
+    return OVERFLOW_SPIKE if overflow_at and (step, dp, micro) == (overflow_at, 0, 0) else 1.0
+
+
 @dataclass(frozen=True)
 class ParamGroup:
     """An optimizer parameter group: the parameters of the modules at ``paths`` (and inside them), at
@@ -109,9 +115,8 @@ class TrainSpec:
         return next((i for i, g in enumerate(self.groups) if under(module, g.paths)), None)
 
     def spike(self, step: int, dp: int, micro: int) -> float:
-        """What the backward of data-parallel rank ``dp``'s microbatch ``micro`` of ``step`` multiplies its loss by
-        (:data:`OVERFLOW_SPIKE` at ``overflow_at``, else 1)."""
-        return OVERFLOW_SPIKE if self.overflow_at and (step, dp, micro) == (self.overflow_at, 0, 0) else 1.0
+        """What the backward of data-parallel rank ``dp``'s microbatch ``micro`` of ``step`` multiplies its loss by."""
+        return overflow_spike(self.overflow_at, step, dp, micro)
 
     def frozen_at(self, param: str, step: int) -> bool:
         """Whether the parameter named ``param`` has ``requires_grad=False`` during ``step``."""

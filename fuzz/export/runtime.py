@@ -25,7 +25,18 @@ def _padded() -> str:
 
 
 def train() -> str:
-    return TRAIN.replace("$PERTURBATION", _perturbation()).replace("$COMPILER", _compiler())
+    return TRAIN.replace("$PERTURBATION", _perturbation()).replace("$COMPILER", _compiler()).replace(
+        "$SCALING", _scaling())
+
+
+def _scaling() -> str:
+    """The harness's loss scaling (:mod:`parityfuzz.run.scaling`) and its overflow spike, as they are."""
+    from parityfuzz.case import training
+    from parityfuzz.run import scaling
+
+    return f"OVERFLOW_SPIKE = {training.OVERFLOW_SPIKE!r}\n\n\n" + "\n\n".join(
+        inspect.getsource(f) for f in (training.overflow_spike, scaling.make_scaler, scaling.backward_loss,
+                                       scaling.step_skipped))
 
 
 def _compiler() -> str:
@@ -130,26 +141,6 @@ def forward_seed(dp, step, micro):
 def autocast(x):
     """The case's autocast region around a forward and its loss (AUTOCAST: its dtype), the backward outside it."""
     return torch.autocast(x.device.type, dtype=getattr(torch, AUTOCAST)) if AUTOCAST else contextlib.nullcontext()
-
-
-def make_scaler(role, device):
-    """The loss scaling's gradient scaler (LOSS_SCALE: its init_scale), or None: ShardedGradScaler for a system
-    under test whose gradients are sharded (SHARDED_SCALER), torch.amp.GradScaler otherwise."""
-    if not LOSS_SCALE:
-        return None
-    if role == "system" and SHARDED_SCALER:
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-        return ShardedGradScaler(device=device.type, init_scale=LOSS_SCALE)
-    return torch.amp.GradScaler(device.type, init_scale=LOSS_SCALE)
-
-
-def scaled(scaler, loss, dp, step, micro):
-    """What the backward runs on: the loss, or scaler.scale(loss), times OVERFLOW_SPIKE on data-parallel rank 0's
-    first microbatch of step OVERFLOW_AT (its float16 gradients overflow: every rank must skip that step)."""
-    if scaler is None:
-        return loss
-    return scaler.scale(loss * OVERFLOW_SPIKE if OVERFLOW_AT and (step, dp, micro) == (OVERFLOW_AT, 0, 0) else loss)
 
 
 def loss_fn(out, tgt):
@@ -266,6 +257,9 @@ def build(role, dp, device, mesh, step=0):
 $COMPILER
 
 
+$SCALING
+
+
 COMPILE = Compile(*COMPILE_SPEC)
 COMPILER = None  # the system under test's, where COMPILE compiles it
 
@@ -325,7 +319,7 @@ def train(role, dp, device, mesh):
     and its parameters and buffers (after), and the largest local gradient of each parameter (before any
     reduction); a pass is a step, a non-root pass after it (NONROOT), an evaluation forward (EVAL)."""
     model, inner, optim, scheduler = build(role, dp, device, mesh)
-    scaler = make_scaler(role, device)
+    scaler = make_scaler(LOSS_SCALE, device.type, role == "system" and SHARDED_SCALER)
     local, watched = {}, set()
 
     def named():  # asked afresh each time, as a user would: FSDP2 swaps the registered parameters
@@ -365,7 +359,7 @@ def train(role, dp, device, mesh):
         with step_context() if role == "system" else reference_step_context():
             if scaler is not None:  # the AMP recipe: unscale before clipping, step and update through the scaler
                 scaler.unscale_(optim)
-                skipped = sum(v.item() for v in scaler._found_inf_per_device(optim).values()) > 0
+                skipped = step_skipped(scaler, optim)
             if CLIP:
                 if role == "system":
                     clip(model, [p for _, p in named()], CLIP)
@@ -423,13 +417,13 @@ def train(role, dp, device, mesh):
                     with autocast(x):
                         loss = loss_fn(forward(model, x), y)
                     sleep("after_forward")
-                    scaled(scaler, loss, dp, step, micro).backward()
+                    backward_loss(scaler, loss, overflow_spike(OVERFLOW_AT, step, dp, micro)).backward()
                 after_backward(model, last)
             else:
                 with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
                     with autocast(x):
                         loss = loss_fn(model(x), y)
-                    reference_backward(model, scaled(scaler, loss, dp, step, micro))
+                    reference_backward(model, backward_loss(scaler, loss, overflow_spike(OVERFLOW_AT, step, dp, micro)))
             losses.append(plain(loss))
         finish((step, ""), losses, step)
         if NONROOT:
@@ -575,6 +569,6 @@ if __name__ == "__main__":
 # The pieces above must stay plain Python: parse them once here so a typo fails at import, not in a user's run.
 for _source in (DATA, TRAIN, COMPARE, MAIN):
     compile(_source.replace("$WRAPPER_HELPERS", "").replace("$PERTURBATION", "").replace("$SEEDS", "")
-            .replace("$ORACLE", "").replace("$COMPILER", "").replace("$PADDED", ""),
+            .replace("$ORACLE", "").replace("$COMPILER", "").replace("$PADDED", "").replace("$SCALING", ""),
             "<parityfuzz.export.runtime>", "exec")
 del _source

@@ -12,7 +12,6 @@ import textwrap
 from parityfuzz import families
 from parityfuzz.case import dtypes
 from parityfuzz.case import Case
-from parityfuzz.case.training import OVERFLOW_SPIKE
 from parityfuzz.export import checkpoint, reference, runtime
 from parityfuzz.export.model import model_source
 from parityfuzz.export.parts import Parts
@@ -64,7 +63,6 @@ def constants(case: Case) -> str:
          "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
          "torch.amp.GradScaler"),
         ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),
-        ("OVERFLOW_SPIKE", OVERFLOW_SPIKE, "what that backward multiplies its loss by"),
         ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
         ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
                                      "system under test where its family says)"),

@@ -106,19 +106,11 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
     from parityfuzz import checkpoint
     from parityfuzz.case.checkpoint import reshards
 
+    # Where nothing reshards the reference trains on uninterrupted, unless the event rolls back: then every system
+    # trains on past the save and loads the checkpoint into itself at rollback_at (its own segment, one pool).
+    turns = role == "system" or reshards(case) or bool(event.rollback_at)
+    resume = event.rollback_at or event.step
     directory = os.path.join(scratch, role + (f"-{sample}" if sample else ""))
-    if event.rollback_at:  # the live system trains on, then loads the checkpoint into itself; so does the reference
-        run.start(case, 0)
-        run.train(0, event.step)
-        run.note_violations(checkpoint.save(run.system, case, directory, trusted=role != "system"))
-        run.train(event.step, event.rollback_at)
-        run.system.before_live_load()
-        broken = checkpoint.load(run.system, case, directory, trusted=role != "system")
-        run.record_loaded(event.rollback_at)
-        run.note_violations(broken)
-        run.train(event.rollback_at, case.train.steps)
-        return run.trace
-    turns = role == "system" or reshards(case)  # where nothing reshards, the reference trains on uninterrupted
     if segment in (None, 0):
         run.start(case, 0)
         run.train(0, event.step)
@@ -126,14 +118,18 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
             run.note_violations(checkpoint.save(run.system, case, directory, trusted=role != "system"))
     if segment in (None, 1):
         broken = []
-        if turns:
+        if event.rollback_at:
+            run.train(event.step, resume)
+            run.system.before_live_load()
+        elif turns:
             run.start(case.resumed(), event.step)
+        if turns:
             broken = checkpoint.load(run.system, case, directory, trusted=role != "system")
         else:  # no checkpoint keeps gradients: the resumed system starts without them, and so does the reference
             run.system.optim.zero_grad(set_to_none=True)
-        run.record_loaded(event.step)
+        run.record_loaded(resume)
         run.note_violations(broken)
-        run.train(event.step, case.train.steps)
+        run.train(resume, case.train.steps)
     return run.trace
 
 

@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parityfuzz.case import Case, TrainSpec
+from parityfuzz.run import scaling
 
 
 @dataclass
@@ -205,17 +206,10 @@ class System:
                 _delay_collective(name, self.delays[where])  # undone by the rank's isolation snapshot
 
     def make_scaler(self):
-        """The gradient scaler of the case's loss scaling (``train.loss_scale`` its ``init_scale``), or None:
-        ``ShardedGradScaler`` for a system under test whose gradients are sharded, ``torch.amp.GradScaler``
-        otherwise (its default growth interval: no growth within a case)."""
-        scale = self.case.train.loss_scale
-        if not scale:
-            return None
-        if self.role == "system" and self.sharded_scaler:
-            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-            return ShardedGradScaler(device=self.ctx.device.type, init_scale=scale)
-        return torch.amp.GradScaler(self.ctx.device.type, init_scale=scale)
+        """The gradient scaler of the case's loss scaling, or None: sharded for a system under test whose
+        gradients are (:attr:`sharded_scaler`)."""
+        return scaling.make_scaler(self.case.train.loss_scale, self.ctx.device.type,
+                                   self.role == "system" and self.sharded_scaler)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer the case's training spec names, over :meth:`named_parameters`."""
@@ -314,24 +308,20 @@ class System:
 
     def backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, or under loss scaling ``scaler.scale(loss * spike).backward()``."""
-        if self.scaler is None:
-            loss.backward()
-        else:
-            self.scaler.scale(loss * self.spike if self.spike != 1 else loss).backward()
+        scaling.backward_loss(self.scaler, loss, self.spike).backward()
 
     def gradients(self) -> dict[str, torch.Tensor | None]:
         return {n: p.grad for n, p in self.named_parameters()}
 
     def optimizer_step(self) -> bool:
         """Clip the gradients' total norm (``train.clip``), step the optimizer, then the LR scheduler; under loss
-        scaling unscale first and step through the scaler.  Returns whether the step was skipped: the infs and NaNs
-        the scaler found while unscaling (``ShardedGradScaler`` sums them over the ranks), which its ``step`` skips
-        on (``GradScaler._maybe_opt_step``), read where ``step`` reads them (``_found_inf_per_device``)."""
+        scaling unscale first and step through the scaler.  Returns whether the scaler skipped the step
+        (:func:`parityfuzz.run.scaling.step_skipped`)."""
         self._sleep("before_step")
         scaler, skipped = self.scaler, False
         if scaler is not None:
             scaler.unscale_(self.optim)
-            skipped = sum(v.item() for v in scaler._found_inf_per_device(self.optim).values()) > 0
+            skipped = scaling.step_skipped(scaler, self.optim)
         if self.case.train.clip:
             self.clip_gradients(self.case.train.clip)
         if scaler is None:

@@ -29,7 +29,7 @@ from parityfuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.fsdp1 import call_options, wrapping
 from parityfuzz.strategies.fsdp2_tp import transformer_models
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans, tp_training
 from parityfuzz.strategies.models import LEAVES, models
 from parityfuzz.strategies.training import training
 
@@ -56,9 +56,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     if train.seq_len % tp and draw(OFTEN):  # sequence parallelism splits the sequence over tp
         train = dataclasses.replace(train, seq_len=tp * draw(st.integers(1, 2)))
     styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
-    if loss_parallel:  # torch documents label smoothing as not supported there (tp.loss-parallel-smoothing)
-        train = dataclasses.replace(train, label_smoothing=0.0)
-    train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0)  # low-precision TP: no reference
+    train = tp_training(train, loss_parallel, low_precision=False)  # the family has no TP reference for it
     plan = FSDP1TPPlan(sharding=sharding, use_orig_params=use_orig_params, wrapping=kind, **wraps, tp=styles,
                        loss_parallel=loss_parallel, **draw(call_options(model, train)))
     case = finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,

@@ -29,7 +29,7 @@ from parityfuzz.strategies.fsdp2.accumulation import accumulation
 from parityfuzz.strategies.fsdp2.precision import precision_policies
 from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.fsdp2_tp.meshes import meshes
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, models
 from parityfuzz.strategies.training import training
@@ -105,10 +105,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         train = dataclasses.replace(train, seq_len=tp_size * draw(st.integers(1, 2)))
     tp, loss_parallel = draw(tp_plans(model, tp_size, train.seq_len))
     plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
-    if loss_parallel:  # torch documents label smoothing as not supported there (tp.loss-parallel-smoothing)
-        train = dataclasses.replace(train, label_smoothing=0.0)
-    if not data_parallel:  # TP alone under autocast would be its own reference (fsdp2_tp.validate)
-        train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0)
+    train = tp_training(train, loss_parallel, low_precision=data_parallel)  # TP alone: its own reference
     plan = _no_int_reshard_over_tp(plan)
     train = draw(_nonroot(model, plan, train))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,

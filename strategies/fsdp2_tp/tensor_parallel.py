@@ -26,7 +26,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from parityfuzz.case import ModelSpec, Node, child_names
+from parityfuzz.case import ModelSpec, Node, TrainSpec, child_names
 from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
 from parityfuzz.strategies.coins import RARE
 
@@ -44,6 +44,17 @@ class _Unit:
     heads: tuple[str, ...] = ()
     tail: str = ""
     block: str = ""  # the MLP or attention block holding ``heads``
+
+
+def tp_training(train: TrainSpec, loss_parallel: bool, low_precision: bool) -> TrainSpec:
+    """``train`` as a tensor-parallel case may take it: no label smoothing under ``loss_parallel()`` (torch
+    documents it as not supported: ``tp.loss-parallel-smoothing``), and without ``low_precision`` no autocast nor
+    loss scaling (TP's partial products rounded to the autocast dtype have no reference there)."""
+    if loss_parallel:
+        train = dataclasses.replace(train, label_smoothing=0.0)
+    if not low_precision:
+        train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0)
+    return train
 
 
 @st.composite

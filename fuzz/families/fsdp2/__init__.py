@@ -257,8 +257,9 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     for path in dict.fromkeys([*wraps, *checkpoints, *prefetch]):
         parts = []
         c = checkpoints.get(path)
+        checkpointed = f"checkpoint[{c.api}{', REENTRANT' if c.reentrant else ''}]" if c else ""
         if c and c.before:
-            parts.append(f"checkpoint[{c.api}{', REENTRANT' if c.reentrant else ''}]")
+            parts.append(checkpointed)
         w = wraps.get(path)
         if w:
             mp = [f"{k}={getattr(w, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(w, k)]
@@ -267,7 +268,7 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
                          + (", offload=CPUOffloadPolicy()" if w.offload else "")
                          + (f", mp_policy=MixedPrecisionPolicy({', '.join(mp)})" if mp else "") + ")")
         if c and not c.before:
-            parts.append(f"checkpoint[{c.api}{', REENTRANT' if c.reentrant else ''}]")
+            parts.append(checkpointed)
         p = prefetch.get(path)
         if p:
             parts += [f"prefetch {kind} {[x or '<root>' for x in getattr(p, kind)]}"
