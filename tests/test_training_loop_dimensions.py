@@ -17,8 +17,10 @@ from parityfuzz.case.training import Freeze
 from parityfuzz.case.checkpoint import Checkpoint, checkpoint_families
 from parityfuzz.case.compiled import Compile, compilable
 from parityfuzz.case.dtypes import promise
+from parityfuzz.engine.stats import TargetStats, merge_timing
 from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
+from parityfuzz.judge.verdict import PASS, Verdict
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.run.build import IGNORE_INDEX, target_for
 from parityfuzz.run.trace import Trace
@@ -245,6 +247,15 @@ def test_a_compiled_case_proves_that_it_compiled(executor):
     assert verdict.ok, verdict.describe()
     assert "compile_graphs=0" not in verdict.tags and any(t.startswith("compile_graphs=") for t in verdict.tags)
     assert "compiled nothing" not in verdict.note
+    # What it cost: the seconds its ranks spent compiling, counted apart from eager cases in a target's timing.
+    assert 0 < verdict.compile_seconds < 120, verdict.compile_seconds
+    stats = TargetStats("t")
+    stats.count(COMPILED, verdict, seconds=2 * verdict.compile_seconds)
+    stats.count(simple(), Verdict(PASS), seconds=3.0)
+    timing = stats.timing()
+    assert timing["compiled"]["compile_share"] == 0.5 and timing["eager"] == {"cases": 1, "seconds": 3.0,
+                                                                              "cases_per_minute": 20.0}
+    assert merge_timing(timing, timing)["compiled"]["cases"] == 2 and "compiled" in stats.summary_line()
 
 
 def test_autocast_with_checkpointing_trains_like_ddp_and_its_fault_is_caught(executor):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from parityfuzz.engine.stats import merge_timing
+
 
 def _add(a: dict, b: dict) -> dict:
     return dict(Counter(a) + Counter(b))
@@ -18,6 +20,7 @@ def _merge_target(a: dict, b: dict) -> dict:
         out[key] = a.get(key, 0) + b.get(key, 0)
     for key in ("verdicts", "cut_short", "explained", "feature_counts", "pair_counts"):
         out[key] = _add(a.get(key, {}), b.get(key, {}))
+    out["timing"] = merge_timing(a.get("timing", {}), b.get("timing", {}))
     out["timeline"] = sorted(a.get("timeline", []) + b.get("timeline", []))
     out["failures"] = a.get("failures", []) + b.get("failures", [])
     grids = dict(a.get("seed_grids", {}))

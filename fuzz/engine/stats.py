@@ -33,10 +33,21 @@ class TargetStats:
     explained: Counter = field(default_factory=Counter)
     #: ``(seconds since the run began, verdict kind)`` of every case, in order.
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    #: Cases run, and seconds their runs took (verdicts included, not generation), eager and compiled apart.
+    run_cases: Counter = field(default_factory=Counter)
+    run_seconds: Counter = field(default_factory=Counter)
+    #: Of the compiled cases' seconds, those their systems spent compiling (:attr:`Verdict.compile_seconds`).
+    compile_seconds: float = 0.0
 
-    def count(self, case: Case, verdict: Verdict, at: float = 0.0, why: Explanation | None = None) -> None:
-        """Count a case as the search saw it (``verdict``), with what explains it where it failed."""
+    def count(self, case: Case, verdict: Verdict, at: float = 0.0, why: Explanation | None = None,
+              seconds: float = 0.0) -> None:
+        """Count a case as the search saw it (``verdict``), with what explains it where it failed, and the
+        ``seconds`` its run took."""
         self.cases += 1
+        mode = "compiled" if case.compile else "eager"
+        self.run_cases[mode] += 1
+        self.run_seconds[mode] += seconds
+        self.compile_seconds += verdict.compile_seconds
         if why is not None and why.silences:
             self.explained[why.label()] += 1
         elif verdict.ok and verdict.note:
@@ -63,12 +74,19 @@ class TargetStats:
         return {g.source: seedgrids.coverage(g, combos) for g in seedgrids.grids()
                 if f"family={g.family}" in self.features}
 
+    def timing(self) -> dict:
+        """:func:`timing` of this target's cases."""
+        return timing(self.run_cases, self.run_seconds, self.compile_seconds)
+
     def summary_line(self) -> str:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
         notes = "".join(f"; {n} cases: {reason}" for reason, n in (self.notes + self.explained).items())
         return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
                 f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking"
                 + (f", {self.reduce_seconds:.1f}s reducing ({self.reduce_runs} runs)" if self.reduce_runs else "")
+                + "".join(f"; {mode} {t['cases_per_minute']} cases/min"
+                          + (f" ({t['compile_share']:.0%} of it compiling)" if t.get("compile_share") is not None else "")
+                          for mode, t in self.timing().items() if t["cases_per_minute"] is not None)
                 + notes)
 
     def to_dict(self) -> dict:
@@ -80,6 +98,7 @@ class TargetStats:
             "shrink_runs": self.shrink_runs,
             "reduce_seconds": round(self.reduce_seconds, 2),
             "reduce_runs": self.reduce_runs,
+            "timing": self.timing(),
             "cut_short": dict(self.notes),
             "explained": dict(self.explained),
             "distinct_feature_combinations": len(self.combinations),
@@ -92,3 +111,22 @@ class TargetStats:
         }
 
 
+def timing(cases: dict, seconds: dict, compile_seconds: float) -> dict:
+    """Per mode (``eager``, ``compiled``: its ``cases`` and their run's ``seconds``): cases, seconds, cases per
+    minute; for compiled cases also the seconds and share of their time spent compiling."""
+    out = {}
+    for mode in sorted(cases):
+        n, s = cases[mode], seconds.get(mode, 0.0)
+        out[mode] = {"cases": n, "seconds": round(s, 1), "cases_per_minute": round(60 * n / s, 1) if s else None}
+        if mode == "compiled":
+            out[mode]["compile_seconds"] = round(compile_seconds, 1)
+            out[mode]["compile_share"] = round(compile_seconds / s, 3) if s else None
+    return out
+
+
+def merge_timing(a: dict, b: dict) -> dict:
+    """Two :func:`timing` results as one."""
+    modes = set(a) | set(b)
+    get = lambda key: {m: a.get(m, {}).get(key, 0) + b.get(m, {}).get(key, 0) for m in modes}  # noqa: E731
+    compile_s = a.get("compiled", {}).get("compile_seconds", 0.0) + b.get("compiled", {}).get("compile_seconds", 0.0)
+    return timing(get("cases"), get("seconds"), compile_s)

@@ -172,6 +172,14 @@ def explained_html(explained: dict) -> str:
             f"<th>cases</th></tr>{rows}</table>")
 
 
+def _rates(timing: dict) -> str:
+    """A target's eager and compiled cases per minute (:func:`parityfuzz.engine.stats.timing`) as two cells."""
+    eager, compiled = timing.get("eager", {}), timing.get("compiled", {})
+    share = compiled.get("compile_share")
+    return (f'<td>{eager.get("cases_per_minute") or "-"}</td><td>{compiled.get("cases_per_minute") or "-"}'
+            + (f" ({share:.0%})" if share is not None else "") + "</td>")
+
+
 def render(report: dict, title: str = "parityfuzz run") -> str:
     """The page for ``report`` (a ``--fuzz-report`` JSON object)."""
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(report["verdicts"].items())) or "none"
@@ -185,9 +193,10 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
         f'<tr><td class="l"><a href="#t-{_e(n)}">{_e(n)}</a></td><td>{t.get("cases", 0)}</td>'
         + "".join(f'<td>{t.get("verdicts", {}).get(k, 0)}</td>' for k in KINDS)
         + f'<td>{t.get("distinct_feature_combinations", 0)}</td><td>{t.get("generate_seconds", 0):.0f}</td>'
-        f'<td>{len(t.get("failures", []))}</td></tr>' for n, t in report["targets"].items())
+        + _rates(t.get("timing", {})) + f'<td>{len(t.get("failures", []))}</td></tr>' for n, t in report["targets"].items())
     table = ('<table><tr><th class="l">target</th><th>cases</th>' + "".join(f"<th>{k}</th>" for k in KINDS)
-             + "<th>feature combinations</th><th>s generating</th><th>findings</th></tr>" + rows + "</table>")
+             + "<th>feature combinations</th><th>s generating</th><th>eager cases/min</th>"
+             "<th>compiled cases/min (share compiling)</th><th>findings</th></tr>" + rows + "</table>")
     sections = []
     for name, t in report["targets"].items():
         sections.append(

@@ -133,6 +133,9 @@ class Verdict:
     #: Feature tags only the run could tell (what a compiled system captured: ``compile_graphs=2-4``), counted
     #: with the case's own (:meth:`parityfuzz.case.Case.features`).
     tags: tuple[str, ...] = ()
+    #: A measurement, not part of what the verdict says (left out of its equality): for a compiled case, the
+    #: most seconds any rank's system under test spent compiling.
+    compile_seconds: float = field(default=0.0, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -208,7 +211,8 @@ class Verdict:
             origin = Origin(**{**origin, "ranks": tuple(origin.get("ranks", ()))})
         return cls(kind=data["kind"], divergence=Divergence(**div) if div else None,
                    ranks=tuple(data.get("ranks", ())), note=data.get("note", ""),
-                   closeness=data.get("closeness", 0.0), origin=origin or None, tags=tuple(data.get("tags", ())))
+                   closeness=data.get("closeness", 0.0), origin=origin or None, tags=tuple(data.get("tags", ())),
+                   compile_seconds=data.get("compile_seconds", 0.0))
 
 
 def _one_line(message: str, limit: int = 300) -> str:

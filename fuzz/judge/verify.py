@@ -57,7 +57,8 @@ def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace 
     # system ran eagerly there, and the verdict says so (a pass is an eager pass; the run counts such cases).
     eager = [r for r, rt in enumerate(sut.ranks) if not rt.compiled.get("graphs")]
     note = f"compiled nothing: torch.compile captured no graph on ranks {eager}, which ran eagerly" if eager else ""
-    return dataclasses.replace(verdict, tags=compile_tags(sut), note="; ".join(n for n in (verdict.note, note) if n))
+    return dataclasses.replace(verdict, tags=compile_tags(sut), note="; ".join(n for n in (verdict.note, note) if n),
+                               compile_seconds=max(rt.compiled.get("seconds", 0.0) for rt in sut.ranks))
 
 
 def compile_tags(sut: Trace) -> tuple[str, ...]:
@@ -121,7 +122,8 @@ def verdict_of_segments(case: Case, segments: list[list[RankOutcome]], noises: l
     if len(passed) == 1:
         return passed[0]
     return Verdict(PASS, note="; ".join(v.note for v in passed if v.note),
-                   closeness=max(v.closeness for v in passed), tags=tuple(dict.fromkeys(t for v in passed for t in v.tags)))
+                   closeness=max(v.closeness for v in passed), tags=tuple(dict.fromkeys(t for v in passed for t in v.tags)),
+                   compile_seconds=sum(v.compile_seconds for v in passed))
 
 
 def locate(case: Case, executor: Executor, verdict: Verdict, timeout_s: float | None = None) -> Verdict:

@@ -134,7 +134,7 @@ class RankTrace:
     #: in execution order (``{label: Rec}``); empty otherwise.
     activations: list[dict] = field(default_factory=list)
     #: For a compiled system under test (:mod:`parityfuzz.systems.compiled`), what the compiler captured on this
-    #: rank, summed over the systems it built: ``{"graphs", "ops", "breaks"}``; empty otherwise.
+    #: rank, summed over the systems it built: ``{"graphs", "ops", "breaks", "seconds"}``; empty otherwise.
     compiled: dict = field(default_factory=dict)
 
     def tensors(self, what: str) -> list[Tensors]:

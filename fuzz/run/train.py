@@ -225,7 +225,7 @@ class _Run:
         compiled system's compiler captured is added to the trace."""
         self._steps(first, stop)
         if self.system.compiler is not None:
-            for key, n in self.system.compiler.stats().items():
+            for key, n in self.system.compiler.take_stats().items():
                 self.trace.compiled[key] = self.trace.compiled.get(key, 0) + n
 
     def _steps(self, first: int, stop: int) -> None:

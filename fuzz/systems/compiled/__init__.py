@@ -4,7 +4,7 @@ compiler captured (the proof that a compiled case compiled).
 The backend handed to ``torch.compile`` is :class:`CountingBackend`, which counts the graphs and operations it
 receives and hands each graph to the named backend.  Dynamo's caches are reset before a compiled system is
 built (a persistent rank would otherwise reach the recompile limit across cases and fall back to eager without
-a word), and Dynamo's graph-break counter read after it trained.
+a word), and Dynamo's graph-break counter and compile timers read after it trained.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class Compiler:
     def __init__(self, spec: Compile, resolve):
         self.spec, self.resolve = spec, resolve
         self.backend = CountingBackend(spec.backend)
+        self._taken: dict = {}
         from torch._dynamo.utils import counters
 
         torch._dynamo.reset()
@@ -72,10 +73,20 @@ class Compiler:
         for path in self.spec.paths:
             self.resolve(model, path).compile(backend=self.backend)
 
-    def stats(self) -> dict:
-        """``{"graphs", "ops", "breaks"}`` so far on this rank: graphs and call nodes the backend received (a
-        recompile is one more graph), graph breaks Dynamo counted."""
-        from torch._dynamo.utils import counters
+    def take_stats(self) -> dict:
+        """``{"graphs", "ops", "breaks", "seconds"}`` on this rank since the last call: graphs and call nodes the
+        backend received (a recompile is one more graph), graph breaks Dynamo counted, and seconds spent compiling
+        (Dynamo's own timers, reset with its caches: its frame compiles, the backend's included, and the backward
+        graphs compiled lazily at the first backward)."""
+        from torch._dynamo.utils import compilation_time_metrics, counters
 
-        return {"graphs": self.backend.graphs, "ops": self.backend.ops,
-                "breaks": sum(counters["graph_break"].values())}
+        now = {"graphs": self.backend.graphs, "ops": self.backend.ops,
+               "breaks": sum(counters["graph_break"].values()),
+               "seconds": sum(sum(compilation_time_metrics.get(key, ())) for key in COMPILE_TIMERS)}
+        taken, self._taken = self._taken, now
+        return {key: n - taken.get(key, 0) for key, n in now.items()}
+
+
+#: Dynamo's timers (``torch._dynamo.utils.compilation_time_metrics``) that cover compiling, not nesting each other:
+#: a frame's compile (tracing and the backend) and a lazily compiled backward.
+COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
