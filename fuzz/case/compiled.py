@@ -14,7 +14,9 @@ Backends: ``aot_eager`` (Dynamo and AOTAutograd, run by eager kernels: where the
 ``inductor`` (generated C++ on a CPU; it reorders floating-point work, which the measured-noise oracle sees as
 noise no larger than another summation order's, and draws random numbers its own way unless
 ``torch._inductor.config.fallback_random`` is set: the system sets it, as the reference's dropout masks are
-eager ones).
+eager ones; and in low precision it keeps fused values in float32 where eager rounds after each operator, unless
+``emulate_precision_casts`` is set, which the system sets too, as the reference is eager: without it a bfloat16
+LayerNorm's weight gradient was one bfloat16 rounding step off the eager one, a harness false alarm).
 
 Which forms a family's system supports is its record's (:attr:`parityfuzz.families.Family.compiles`).  A compiled
 case must prove that it compiled: the ranks count the graphs the backend received, and the verdict of a run whose

@@ -266,7 +266,7 @@ COMPILER = None  # the system under test's, where COMPILE compiles it
 
 def compiled_nothing():
     """A compiled system under test must prove that it compiled: the message where it captured no graph."""
-    if COMPILER is not None and not COMPILER.stats()["graphs"]:
+    if COMPILER is not None and not COMPILER.backend.graphs:
         return f"torch.compile ({COMPILE.form}, {COMPILE.backend}) captured no graph: the system ran eagerly"
     return None
 
@@ -443,9 +443,9 @@ def train(role, dp, device, mesh):
             passes.append({"at": (step, "eval"), "loss": (dtype_name(loss),
                                                                     plain(loss).to("cpu", torch.float64)),
                            "grad": {}, "param": {}, "local": {}})
-        if step + 1 == CHECKPOINT_STEP:  # the checkpoint event: save, a fresh system loads, training goes on
-            model, inner, optim, scheduler = checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler,
-                                                             passes, named)
+        if step + 1 in (CHECKPOINT_STEP, ROLLBACK_AT):  # the checkpoint event: save, load, training goes on
+            model, inner, optim, scheduler = checkpoint_turn(step + 1, role, dp, device, mesh, model, inner, optim,
+                                                             scheduler, passes, named)
     if role == "system" and (nothing := compiled_nothing()):
         raise RuntimeError(nothing)
     return passes

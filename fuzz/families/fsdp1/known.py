@@ -105,6 +105,12 @@ def hybrid_rank0_only(case: Case) -> bool:
     return case.family in fsdp1_families() and case.mesh.axis_size("dp_replicate") > 1 and rank0_only
 
 
+def no_shard_rank0_only(case: Case) -> bool:
+    c = case.checkpoint
+    return (case.family in fsdp1_families() and case.plan.sharding == "NO_SHARD" and case.world_size > 1
+            and c.save == "fsdp1_full" and c.rank0_only)
+
+
 def full_state_dict_offloaded_on_cpu(case: Case) -> bool:
     c = case.checkpoint
     full = c.save in ("fsdp1_full", "full") or (c.save == "dcp" and c.full_state_dict)

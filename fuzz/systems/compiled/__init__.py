@@ -35,6 +35,10 @@ class Compiler:
     """What one system under test compiles, and what the compiler made of it; ``resolve(model, path)`` finds the
     module at a case path (through wrappers)."""
 
+    #: Dynamo's timers (``torch._dynamo.utils.compilation_time_metrics``) that cover compiling, not nesting each
+    #: other: a frame's compile (tracing and the backend) and a lazily compiled backward.
+    TIMERS = ("_compile.compile_inner", "backward._backward_impl")
+
     def __init__(self, spec: Compile, resolve):
         self.spec, self.resolve = spec, resolve
         self.backend = CountingBackend(spec.backend)
@@ -50,6 +54,11 @@ class Compiler:
             import torch._inductor.config as inductor_config
 
             inductor_config.fallback_random = True
+            # "When two low precision operators are fused together, Inductor will elide the downcast-upcast pairs
+            # ... that would occur between these two operators ... with this knob you can ensure the
+            # downcast-upcast are preserved so that you can emulate the eager numerics" (emulate_precision_casts,
+            # torch/_inductor/config.py): the reference computes in low precision eagerly, rounding between ops.
+            inductor_config.emulate_precision_casts = True
 
     def before(self, model: nn.Module) -> nn.Module:
         """Before the parallel API: the ``blocks_before`` form compiles its modules."""
@@ -82,11 +91,8 @@ class Compiler:
 
         now = {"graphs": self.backend.graphs, "ops": self.backend.ops,
                "breaks": sum(counters["graph_break"].values()),
-               "seconds": sum(sum(compilation_time_metrics.get(key, ())) for key in COMPILE_TIMERS)}
+               "seconds": sum(sum(compilation_time_metrics.get(key, ())) for key in self.TIMERS)}
         taken, self._taken = self._taken, now
         return {key: n - taken.get(key, 0) for key, n in now.items()}
 
 
-#: Dynamo's timers (``torch._dynamo.utils.compilation_time_metrics``) that cover compiling, not nesting each other:
-#: a frame's compile (tracing and the backend) and a lazily compiled backward.
-COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
