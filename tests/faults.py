@@ -747,6 +747,29 @@ class ComposableRefusalSuppressed(ComposableSystem):
         return super().wrap(model)
 
 
+class ZeroLoadSkipsTheLastOfEachPartition(_Injected, ZeroSystem):
+    """ZeRO's ``load_state_dict`` leaves out the last parameter of each rank's partition (an off-by-one in the
+    partition's range): that parameter keeps what its local optimizer held, none in a fresh ZeRO, the state it
+    trained on to in a live one.  Only the ``zero`` checkpoint way loads through it."""
+
+    def inject(self):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        def skipping_the_last(real):
+            def load_state_dict(zero, state_dict):
+                mine = [p for group in zero._partition_parameters()[zero.rank] for p in group["params"]]
+                kept = zero.optim.state.get(mine[-1]) if mine else None
+                real(zero, state_dict)
+                if mine:
+                    if kept is None:
+                        zero.optim.state.pop(mine[-1], None)
+                    else:
+                        zero.optim.state[mine[-1]] = kept
+            return load_state_dict
+
+        _patch_once(ZeroRedundancyOptimizer, "load_state_dict", skipping_the_last)
+
+
 class ZeroOverlapOnGloo(_Injected, ZeroSystem):
     """Not a fault: ZeRO's overlap with DDP with torch's gloo refusal taken out (``hook_with_zero_step`` sees the
     backend as NCCL), so that the warm-up the reference models can be checked on CPU ranks."""

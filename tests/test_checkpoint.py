@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 
 from parityfuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.case.training import ParamGroup
 from parityfuzz.case.checkpoint import Checkpoint, reshard_kind
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from parityfuzz.families.zero import ZeroPlan
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.run.trace import Trace
 from parityfuzz.strategies.checkpoint import checkpointed_cases
@@ -122,6 +124,16 @@ ROUND_TRIPS = {
         world_size=4, mesh=MeshSpec((4,)), model=MLP, train=ADAM, plan=FSDP2_WRAPPED,
         checkpoint=event(save="full", world_size=2, mesh=MeshSpec((2,)),
                          plan=ComposablePlan(applies=(Compose("", "replicate"),)))),
+    # ZeroRedundancyOptimizer's own way: consolidated on rank 0, loaded into a fresh ZeRO (also on another world
+    # size, where each rank takes another partition), or rolled back into the live one (parameter groups: the
+    # state is keyed by index over them)
+    "zero": simple(model=MLP, train=ADAM, plan=ZeroPlan(parameters_as_bucket_view=True), checkpoint=event(save="zero")),
+    "zero 2 -> 4 ranks": simple(model=MLP, train=ADAM, plan=ZeroPlan(),
+                                checkpoint=event(save="zero", world_size=4, mesh=MeshSpec((4,)))),
+    "zero rollback, parameter groups": simple(
+        model=MLP, plan=ZeroPlan(), checkpoint=event(save="zero", step=1, rollback_at=3),
+        train=TrainSpec(steps=4, optimizer="sgd", momentum=0.9, lr=0.05, scheduler="step",
+                        groups=(ParamGroup(paths=("body.2",), lr_scale=0.5),))),
 }
 
 
@@ -170,6 +182,9 @@ FAULTS = {
         # the fault acts where the state is loaded: into the resumed plan's wrapper-renamed parameters
         lambda c: c.checkpoint.save in ("dcp", "full")
         and any(k.api in ("wrapper", "apply") for k in c.resumed().plan.checkpoints)),
+    "ZeroLoadSkipsTheLastOfEachPartition": (  # (a rollback: the export's test runs it, and the live load)
+        simple(model=MLP, train=ADAM, plan=ZeroPlan(), checkpoint=event(save="zero", step=1, rollback_at=3)),
+        lambda c: c.checkpoint.save == "zero"),
 }
 
 
@@ -196,7 +211,8 @@ def test_a_fault_in_the_state_dict_code_is_undone_before_the_next_case(executor)
     (f, 2) for f in FAULTS if f != "ShortShardLoadedAtWrongOffset"])      # is green too (34 s: CI time)
 def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_path, fault, seed):
     system = f"tests.faults:{fault}"
-    strategy = checkpointed_cases(world_sizes=(2,), max_steps=4, max_depth=1, families=("fsdp2",), system=system)
+    strategy = checkpointed_cases(world_sizes=(2,), max_steps=4, max_depth=1, families=(FAULTS[fault][0].family,),
+                                  system=system)
     # Small cases (2 ranks, at most 4 steps, a flat model): 10 s is a hang; shrinking meets the known hang of
     # set_state_dict(broadcast_from_rank0=True) on its way.
     stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=8, strategy=strategy,

@@ -79,7 +79,8 @@ INSIDE_TORCH = [("fsdp2", "UnevenShardGradOff", (2,), False), ("fsdp2", "Reduces
 #: state-dict code, acting at a checkpoint event's load): (fault, CI runs it).
 HAND_WRITTEN = [("ReducesInBf16", True), ("UnevenShardGradOff", False), ("ReplicaNotAllReduced", False),
                 ("OutputLeftInBf16", False), ("ShortShardLoadedAtWrongOffset", False),
-                ("OptimizerStateOfRenamedParamSwapped", False)]
+                ("OptimizerStateOfRenamedParamSwapped", False),
+                ("ZeroLoadSkipsTheLastOfEachPartition", True)]  # ZeRO's way, rolled back: the clean control passes
 
 
 def pytest_generate_tests(metafunc):
@@ -199,3 +200,22 @@ def script_shows_the_fault(tmp_path, fault: str, case, verdict, clean_too: bool 
     check_outcome(faulty, verdict)
     if clean_too:
         check_outcome(torchrun(script, case.world_size), None)
+
+
+def test_a_rollback_exports_to_a_script_that_rolls_back_both_systems(tmp_path):
+    """A rollback (the live FSDP2 system loads its DCP checkpoint two steps after the save; the reference rolls back
+    through the trusted path) written out: on unmodified torch the script passes, with the loaded pass compared."""
+    case = simple(train=TrainSpec(steps=4, momentum=0.9, scheduler="step"), plan=FSDP2Plan(wraps=(Wrap(""),)),
+                  checkpoint=Checkpoint(step=1, save="dcp", rollback_at=3)).validate()
+    assert refusal(case) is None
+    script = tmp_path / "repro.py"
+    script.write_text(export(case))
+    check_outcome(torchrun(script, case.world_size), None)
+    # The rollback is compared: a script whose system under test skips its load (the reference still rolls back)
+    # fails right after it.
+    skipped = tmp_path / "skipped.py"
+    call = "load_turn(role, System(model, optim, scheduler, inner, device), SAVED.pop(role), loaded)"
+    assert call in script.read_text()
+    skipped.write_text(script.read_text().replace(call, "(SAVED.pop(role) if role == 'system' else " + call + ")"))
+    result = torchrun(skipped, case.world_size)
+    assert result.returncode != 0 and "DIVERGENCE step 3 (right after the checkpoint load)" in result.stdout, result.stdout[-2000:]

@@ -12,7 +12,10 @@ Ways to save and load (:data:`WAYS`), each a public torch API:
   alone with ``broadcast_from_rank0``, and ``set_state_dict(full_state_dict=True)``;
 - ``fsdp1_full``, ``fsdp1_sharded``, ``fsdp1_local``: FSDP1's ``state_dict_type`` FULL (``rank0_only``,
   ``offload_to_cpu``; ``torch.save``/``torch.load``), SHARDED (through DCP) and LOCAL (a file per rank), with
-  ``FSDP.optim_state_dict`` / ``FSDP.optim_state_dict_to_load`` (LOCAL: the optimizer's own state dict).
+  ``FSDP.optim_state_dict`` / ``FSDP.optim_state_dict_to_load`` (LOCAL: the optimizer's own state dict);
+- ``zero``: ``ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`` and ``state_dict()`` on rank 0 with the DDP
+  module's state dict, ``torch.save``/``torch.load``, ZeRO's ``load_state_dict`` (its own format, parameters by
+  index: it loads into ZeRO only).
 
 A save and a load way of one *format* fit together: a checkpoint FSDP1 saved SHARDED loads through DCP into
 FSDP2, a FULL one through ``set_state_dict``.
@@ -40,7 +43,8 @@ if TYPE_CHECKING:
 
 #: Way -> the format it writes and reads.  Which families save and load each way is theirs to say
 #: (:attr:`parityfuzz.families.Family.checkpoint_ways`).
-WAYS = {"dcp": "dcp", "full": "file", "fsdp1_full": "file", "fsdp1_sharded": "dcp", "fsdp1_local": "local"}
+WAYS = {"dcp": "dcp", "full": "file", "fsdp1_full": "file", "fsdp1_sharded": "dcp", "fsdp1_local": "local",
+        "zero": "zero"}
 
 
 def way_families(way: str) -> tuple[str, ...]:
@@ -65,7 +69,7 @@ def fsdp1_families() -> tuple[str, ...]:
 OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate")
 
 #: References whose parameters are plain tensors: they can take a resharding turn through the trusted path.
-PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1")
+PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1", "zero_reference")
 #: References of cases whose tensors hold a value per rank by design (FSDP1's ignored modules, neither sharded
 #: nor reduced): a checkpoint keeps one copy of a plain tensor (DCP deduplicates, full state dicts are rank
 #: 0's), so no round trip can keep them.

@@ -1,5 +1,5 @@
 """A checkpoint event on a rank (:mod:`parityfuzz.case.checkpoint` says what a case asks for): the system under
-test saves and loads the way the case names (:mod:`.dcp`, :mod:`.fsdp1`), the reference through its trusted
+test saves and loads the way the case names (:mod:`.dcp`, :mod:`.fsdp1`, :mod:`.zero`), the reference through its trusted
 path (:mod:`.trusted`), and the invariants every save and load must keep are checked (:mod:`.invariants`).
 
 One registry maps a way's name to the functions that save and load it; :func:`save` and :func:`load` are
@@ -20,6 +20,7 @@ WAY_MODULES = {
     "fsdp1_full": "parityfuzz.checkpoint.fsdp1",
     "fsdp1_sharded": "parityfuzz.checkpoint.fsdp1",
     "fsdp1_local": "parityfuzz.checkpoint.fsdp1",
+    "zero": "parityfuzz.checkpoint.zero",
 }
 
 

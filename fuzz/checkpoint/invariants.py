@@ -108,19 +108,36 @@ def snapshot(system) -> dict:
     optimizer's state and hyperparameters per parameter name (``get_optimizer_state_dict``, full)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    # One get_state_dict call, as users take it (alone, get_optimizer_state_dict fails with KeyError on an FSDP2
-    # model an evaluation forward left unsharded under reshard_after_forward=False; the registered parameters are
-    # then the unsharded compute copies, which the model's state dict hooks reshard).
-    model, optim = get_state_dict(system.model, system.optim, options=StateDictOptions(full_state_dict=True))
+    if hasattr(system.optim, "consolidate_state_dict"):  # ZeroRedundancyOptimizer: get_state_dict raises
+        model, optim = consolidated_state(system)       # "Optimizer state has not been consolidated on this rank"
+    else:
+        # One get_state_dict call, as users take it (alone, get_optimizer_state_dict fails with KeyError on an
+        # FSDP2 model an evaluation forward left unsharded under reshard_after_forward=False; the registered
+        # parameters are then the unsharded compute copies, which the model's state dict hooks reshard).
+        model, optim = get_state_dict(system.model, system.optim, options=StateDictOptions(full_state_dict=True))
     out = {f"model {name}": _plain(t) for name, t in model.items()}
     for param, state in optim.get("state", {}).items():
-        for key, value in state.items():
+        for key, value in (state or {}).items():  # (ZeRO's global state holds None for a parameter without any)
             out[f"optimizer state {param}.{key}"] = _plain(value)
     for group in optim.get("param_groups", ()):
         hyper = {k: v for k, v in group.items() if k != "params"}
         for param in group.get("params", ()):
             out[f"optimizer group of {param}"] = hyper
     return out
+
+
+def consolidated_state(system) -> tuple[dict, dict]:
+    """A ``ZeroRedundancyOptimizer``'s system's full state as ``get_state_dict`` gives others': the DDP module's
+    state dict, and the optimizer's global state (consolidated on rank 0, sent to every rank) with each parameter's
+    index over the optimizer's parameter groups replaced by its name."""
+    system.optim.consolidate_state_dict(to=0)
+    state = [system.optim.state_dict() if _rank() == 0 else None]
+    dist.broadcast_object_list(state, src=0)
+    names = {id(p): name for name, p in system.model.module.named_parameters()}
+    order = [names[id(p)] for group in system.optim.param_groups for p in group["params"]]
+    optim = {"state": {order[i]: s for i, s in state[0]["state"].items()},
+             "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in state[0]["param_groups"]]}
+    return system.model.module.state_dict(), optim
 
 
 def _plain(value):
@@ -179,5 +196,5 @@ def _value(v):
     return tuple(_value(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-__all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot", "report", "save_snapshot",
-           "snapshot", "take"]
+__all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot", "consolidated_state",
+           "report", "save_snapshot", "snapshot", "take"]

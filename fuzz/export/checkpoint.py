@@ -3,10 +3,13 @@ saves its model, optimizer and LR scheduler the case's way, a fresh system of th
 training goes on; the reference trains on uninterrupted (the round trip must change nothing).  The save and
 load calls and the invariants every save and load must keep (the keys, rank-0-only and offloaded state dicts,
 the loaded state bit for bit the saved one) are the harness's own functions (:mod:`parityfuzz.checkpoint`), copied
-by source, so the script does what the fuzzer does.
+by source, so the script does what the fuzzer does.  A rollback (``rollback_at``) loads into the live system
+instead, a few steps after the save, and the reference rolls back too, through the harness's trusted path
+(:mod:`parityfuzz.checkpoint.trusted`, copied).
 
 A load into another plan, mesh, family or world size is refused: its reference takes the same turn through
-another path, and a resume at another world size needs a second torchrun job.
+another path, and a resume at another world size needs a second torchrun job.  So is a rollback under mixed
+precision (the reference's trusted turn goes through its emulation's master weights).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import inspect
 
 from parityfuzz.case import Case
 from parityfuzz.case.checkpoint import OPTIONS, reshard_kind
-from parityfuzz.checkpoint import dcp, fsdp1, invariants, trusted
+from parityfuzz.checkpoint import dcp, fsdp1, invariants, trusted, zero
 
 IMPORTS = ("import shutil\nimport tempfile\nfrom types import SimpleNamespace\n\n"
            "import torch.distributed.checkpoint as dcp\n"
@@ -28,20 +31,21 @@ FSDP1_IMPORTS = ("from torch.distributed.fsdp import (FullOptimStateDictConfig, 
 
 #: Way -> the harness module holding its ``save_<way>``/``load_<way>`` and the helpers they call.
 WAYS = {"dcp": (dcp, (dcp._get, dcp._set, dcp._describe)), "full": (dcp, (dcp._get, dcp._set, dcp._describe)),
-        "fsdp1_full": (fsdp1, ()), "fsdp1_sharded": (fsdp1, ()), "fsdp1_local": (fsdp1, (fsdp1._local_file,))}
+        "fsdp1_full": (fsdp1, ()), "fsdp1_sharded": (fsdp1, ()), "fsdp1_local": (fsdp1, (fsdp1._local_file,)),
+        "zero": (zero, ())}
 
 #: The invariants' functions the ways and the turn call (``expected_keys`` is the script's own: its model).
 INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.check_keys,
               invariants.check_rank0_only, invariants.check_on_cpu, invariants._tensors, invariants.check_saved,
-              invariants.snapshot, invariants._plain, invariants.save_snapshot, invariants.check_snapshot,
+              invariants.snapshot, invariants.consolidated_state, invariants._plain, invariants.save_snapshot, invariants.check_snapshot,
               invariants._difference, invariants._value, trusted._barrier, trusted.save_scheduler,
               trusted.load_scheduler)
 
 
 def refusal(case: Case) -> str | None:
-    if case.checkpoint.rollback_at:
-        return ("a rollback into the live system (the reference rolls back too, through its trusted path), which the "
-                "export does not write out yet")
+    if case.checkpoint.rollback_at and case.mixed_precision():
+        return ("a rollback with a mixed-precision reference (its trusted turn goes through the emulation's master "
+                "weights), which the export does not write out yet")
     if case.checkpoint and reshard_kind(case):
         return (f"a checkpoint loaded into another {reshard_kind(case).replace('_', ' ')} (its reference takes the "
                 "turn too; another world size needs a second torchrun job), which the export does not write out yet")
@@ -57,16 +61,23 @@ def imports(case: Case) -> str:
 
 def constants(case: Case) -> str:
     c = case.checkpoint
-    return f"CHECKPOINT_STEP = {c.step}  # save after this many steps (0: no checkpoint event)\n" if c else \
-        "CHECKPOINT_STEP = 0  # no checkpoint event\n"
+    if not c:
+        return "CHECKPOINT_STEP = ROLLBACK_AT = 0  # no checkpoint event\n"
+    return (f"CHECKPOINT_STEP = {c.step}  # save after this many steps (0: no checkpoint event)\n"
+            f"ROLLBACK_AT = {c.rollback_at}  # load into the live systems after this many (0: a fresh one loads)\n")
 
 
 TURN = '''
 class System:
-    """What the harness's checkpoint functions take: the system under test's model, optimizer and scheduler."""
+    """What the harness's checkpoint functions take: a system's model, optimizer and scheduler (and for the
+    reference's trusted turn its plain module and device)."""
 
-    def __init__(self, model, optim, scheduler):
-        self.model, self.optim, self.scheduler = model, optim, scheduler
+    def __init__(self, model, optim, scheduler, inner=None, device=None):
+        self.model, self.optim, self.scheduler, self._inner = model, optim, scheduler, inner
+        self.ctx = SimpleNamespace(device=device)
+
+    def inner(self):
+        return self._inner
 
 
 def expected_keys(case):
@@ -74,45 +85,77 @@ def expected_keys(case):
     return set(build_model(0).state_dict())
 
 
-def checkpoint_directory():
-    """A directory every rank sees: $CHECKPOINT_DIR (several nodes: a shared filesystem), else rank 0's temporary
-    one."""
+def checkpoint_directory(role):
+    """A directory of its own for ``role``'s checkpoint that every rank sees: under $CHECKPOINT_DIR (several nodes:
+    a shared filesystem), else under rank 0's temporary one."""
     where = [os.environ.get("CHECKPOINT_DIR") or (tempfile.mkdtemp(prefix="parityfuzz-ckpt-")
                                                   if dist.get_rank() == 0 else None)]
     dist.broadcast_object_list(where, src=0)
-    os.makedirs(where[0], exist_ok=True)
-    return where[0]
+    os.makedirs(os.path.join(where[0], role), exist_ok=True)
+    return os.path.join(where[0], role)
 
 
-def checkpoint_turn(role, dp, device, mesh, model, inner, optim, scheduler, passes, named):
-    """The checkpoint event after step CHECKPOINT_STEP - 1: the system under test saves the case's way (what the
-    save broke is the last pass's), a fresh system of the same plan loads (what the load broke, and its
-    parameters as loaded, are the next pass's); the reference trains on uninterrupted.  Returns the system to
-    train on."""
-    loaded = {"at": (CHECKPOINT_STEP, "loaded"), "loss": None, "grad": {},
-              "local": {}}
-    if role != "system":  # no checkpoint keeps gradients: the resumed system starts without them, and so does this
-        optim.zero_grad(set_to_none=True)
-        loaded["param"] = {name: whole(p) for name, p in named()}
-    else:
-        directory = checkpoint_directory()
-        take()
-        saving = System(model, optim, scheduler)
-        save_snapshot(saving, directory)
-        SAVE(saving, CASE, directory)
-        save_scheduler(saving, directory)
+SAVED = {}  # role -> the directory a rollback's save left, until its load
+
+
+def save_turn(role, holder, passes):
+    """The save after step CHECKPOINT_STEP - 1 into a new directory, returned: the system under test's the case's
+    way (what it broke is the last pass's), a rolled-back reference's through its trusted path."""
+    directory = checkpoint_directory(role)
+    take()
+    if role == "system":
+        save_snapshot(holder, directory)
+        SAVE(holder, CASE, directory)
+        save_scheduler(holder, directory)
         passes[-1]["violations"] = take()
-        del saving, model, optim, scheduler
-        model, inner, optim, scheduler = build(role, dp, device, mesh, step=CHECKPOINT_STEP)
-        loading = System(model, optim, scheduler)
-        LOAD(loading, CASE, directory)
-        load_scheduler(loading, directory)
-        check_snapshot(loading, directory)
+    else:
+        trusted_save(holder, directory)
+    return directory
+
+
+def load_turn(role, holder, directory, loaded):
+    """What save_turn left in ``directory`` loaded into ``holder`` (what the system under test's load broke is
+    ``loaded``'s); the directory removed unless it is $CHECKPOINT_DIR's."""
+    take()
+    if role == "system":
+        LOAD(holder, CASE, directory)
+        load_scheduler(holder, directory)
+        check_snapshot(holder, directory)
         loaded["violations"] = take()
-        dist.barrier()
-        if dist.get_rank() == 0 and not os.environ.get("CHECKPOINT_DIR"):
-            shutil.rmtree(directory, ignore_errors=True)
-        loaded["param"] = parameters(model, [(case_name(n), p) for n, p in inner.named_parameters()])
+    else:
+        trusted_load(holder, directory)
+    dist.barrier()
+    if dist.get_rank() == 0 and not os.environ.get("CHECKPOINT_DIR"):
+        shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+
+
+def checkpoint_turn(at, role, dp, device, mesh, model, inner, optim, scheduler, passes, named):
+    """The checkpoint event after step ``at`` - 1.  Without ROLLBACK_AT: at CHECKPOINT_STEP the system under test
+    saves the case's way, a fresh system of the same plan loads (what the load broke, and its parameters as
+    loaded, are the next pass's), and the reference trains on uninterrupted.  With it, a rollback: at
+    CHECKPOINT_STEP both save (the reference its plain state dicts), train on, and at ROLLBACK_AT load into
+    themselves, as the harness does (System.before_live_load: FSDP2 modules resharded, gradients dropped).
+    Returns the system to train on."""
+    if ROLLBACK_AT and at == CHECKPOINT_STEP:
+        SAVED[role] = save_turn(role, System(model, optim, scheduler, inner, device), passes)
+        return model, inner, optim, scheduler
+    loaded = {"at": (at, "loaded"), "loss": None, "grad": {}, "local": {}}
+    if role != "system" and not ROLLBACK_AT:  # no checkpoint keeps gradients: the resumed system starts without them
+        optim.zero_grad(set_to_none=True)
+    elif ROLLBACK_AT:
+        if role == "system":  # "the registered parameters must be the sharded parameters" (fully_shard)
+            for m in model.modules():
+                if isinstance(m, FSDPModule):
+                    m.reshard()
+        optim.zero_grad(set_to_none=True)
+        load_turn(role, System(model, optim, scheduler, inner, device), SAVED.pop(role), loaded)
+    else:
+        directory = save_turn(role, System(model, optim, scheduler), passes)
+        del model, optim, scheduler
+        model, inner, optim, scheduler = build(role, dp, device, mesh, step=CHECKPOINT_STEP)
+        load_turn(role, System(model, optim, scheduler), directory, loaded)
+    loaded["param"] = (parameters(model, [(case_name(n), p) for n, p in inner.named_parameters()])
+                       if role == "system" else {name: whole(p) for name, p in named()})
     loaded["param"].update({"buffer:" + case_name(n): whole(b) for n, b in inner.named_buffers()})
     passes.append(loaded)
     return model, inner, optim, scheduler
@@ -128,7 +171,7 @@ def source(case: Case) -> str:
     options = {k: getattr(c, k) for k in (*OPTIONS, "strict")}
     lines = ["# ---- the checkpoint event: the harness's save, load and invariants (parityfuzz.checkpoint), copied",
              f"CASE = SimpleNamespace(checkpoint=SimpleNamespace(**{options!r}))  # what the functions read",
-             f'FULL_FILE = "{dcp.FULL_FILE}"']
+             f'FULL_FILE, ZERO_FILE = "{dcp.FULL_FILE}", "{zero.ZERO_FILE}"']
     functions, seen = [], set()
     for way, verb in ((c.save, "save"), (c.load_way, "load")):
         module, helpers = WAYS[way]
@@ -136,6 +179,8 @@ def source(case: Case) -> str:
             if f not in seen:
                 seen.add(f)
                 functions.append(f)
+    trusted_turn = [inspect.getsource(f).replace(f"def {f.__name__}(", f"def trusted_{f.__name__}(", 1)
+                    for f in (trusted.save, trusted.load)] if c.rollback_at else []
     body = ["_VIOLATIONS = []", *(inspect.getsource(f) for f in INVARIANTS), *(inspect.getsource(f) for f in functions),
-            f"SAVE, LOAD = save_{c.save}, load_{c.load_way}", TURN]
+            *trusted_turn, f"SAVE, LOAD = save_{c.save}, load_{c.load_way}", TURN]
     return "\n".join(lines) + "\n\n\n" + "\n\n".join(b.strip("\n") + "\n" for b in body)

@@ -13,7 +13,8 @@ optimizer steps inside the backward, once DDP has rebuilt its buckets, so the fi
 ``static_graph``) update nothing, as torch documents; the reference skips those steps.  ``late_group``: the last
 parameter group joins through ``add_param_group`` mid-training (in the reference too).  ``reload_at``: the
 optimizer state is consolidated on one rank, saved and loaded into a fresh ZeRO mid-training (the reference
-trains on uninterrupted).  With
+trains on uninterrupted).  Checkpoint events save and load ZeRO's own way (:mod:`parityfuzz.checkpoint.zero`):
+into a fresh system, at the same or another world size, or into the live one (a rollback).  With
 gloo (CPU ranks) torch refuses the hooks ("Gloo backend using Overlapping DDP with ZeRO may meet hangs"): an
 expected error there.
 """
@@ -96,6 +97,14 @@ def validate(case: Case) -> None:
           f"must be a rank < {case.world_size}, got {plan.consolidate_to}")
     check(not plan.consolidate_to or plan.reload_at, "plan.consolidate_to", "is plan.reload_at's")
     check(not (plan.reload_at and plan.late_group), "plan.reload_at", "not with plan.late_group")
+    if case.checkpoint:  # ZeRO's own way (parityfuzz.checkpoint.zero), into a fresh or the live optimizer
+        for field, on, why in (
+                ("overlap", plan.overlap, "a fresh ZeRO under overlap waits for DDP's rebuilt buckets again, which "
+                 "the uninterrupted reference does not"),
+                ("late_group", plan.late_group, "a fresh optimizer holds the late group back, so the saved state's "
+                 "groups do not fit it"),
+                ("reload_at", plan.reload_at, "the plan's own reload of the optimizer state is the other event")):
+            check(not on, f"plan.{field}", f"not with a checkpoint event: {why}")
     if plan.overlap:
         check(not plan.late_group and not plan.reload_at, "plan.overlap",
               "not with plan.late_group or plan.reload_at (ZeRO's overlap has no param groups and loads no state "
@@ -153,6 +162,7 @@ FAMILY = Family(
     features=features,
     describe=describe,
     expected_error=expected_error,
+    checkpoint_ways=("zero",),
     target="ZeroRedundancyOptimizer over DDP must train exactly like DDP with the whole optimizer on every rank.",
     systems={
         "zero": "parityfuzz.systems.zero:ZeroSystem",
@@ -166,9 +176,7 @@ FAMILY = Family(
         ("torch.distributed.optim.zero_redundancy_optimizer", "ZeroRedundancyOptimizer"),
     ),
     compiles=("blocks_after", "blocks_before", "model"),
-    missing={"checkpoint": "its state is ZeroRedundancyOptimizer's, which the state-dict APIs do not take: "
-                           "its own round trip is the plan's reload_at",
-             "rules": "its plan's checks are field checks in validate(); no documented composition rule of its own "
+    missing={"rules": "its plan's checks are field checks in validate(); no documented composition rule of its own "
                       "yet"},
     seed_grids=grids.GRIDS,
 )
