@@ -128,8 +128,10 @@ def parts(case: Case) -> Parts:
                                 "(parityfuzz.systems.composable).", lines, "return model")
     sync = [f"{fsdp2._at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
             for path, api in plan.data_parallel().items()] if plan.no_sync else []
+    if plan.post_optim_event:
+        sync.insert(0, fsdp2.POST_OPTIM_EVENT)
     accumulate = fsdp2.function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
-                                "(plan.no_sync).", sync, "return contextlib.nullcontext()")
+                                "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync, "return contextlib.nullcontext()")
     head = (f"GATED = {gated}  # a gate leaves parameters unused on some forwards: replicate must be told\n"
             f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
             "CHECKED = []\n")

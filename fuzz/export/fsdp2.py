@@ -79,13 +79,17 @@ def function(signature: str, doc: str, lines: list[str], end: str = "") -> str:
     return "\n".join([f"def {signature}:", *body, *([f"    {end}"] if end else [])]) + "\n"
 
 
+#: ``set_post_optim_event`` on the root at a step's first microbatch (``plan.post_optim_event``).
+POST_OPTIM_EVENT = ("if micro == 0:  # an event recorded after the optimizer step (nothing runs in between)\n"
+                    "    event = torch.get_device_module(next(model.parameters()).device.type).Event()\n"
+                    "    event.record()\n"
+                    "    model.set_post_optim_event(event)")
+
+
 def accumulate_source(case: Case) -> str:
     plan, lines = case.plan, []
     if plan.post_optim_event:
-        lines.append("if micro == 0:  # an event recorded after the optimizer step (nothing runs in between)\n"
-                     "    event = torch.get_device_module(next(model.parameters()).device.type).Event()\n"
-                     "    event.record()\n"
-                     "    model.set_post_optim_event(event)")
+        lines.append(POST_OPTIM_EVENT)
     if plan.unshard_first:
         lines.append("if micro == 0:  # every wrapped module's all-gather issued up front, left pending (1F1B)")
         lines.append("    PENDING[:] = [" + ", ".join(f"{_at(w.path)}.unshard(async_op=True)" for w in plan.wraps) + "]")

@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from parityfuzz.families.composable import ComposablePlan
 from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
-from parityfuzz.systems.fsdp2 import InvariantViolation
+from parityfuzz.systems.fsdp2 import InvariantViolation, set_post_optim_event
 
 
 def _kind(t: torch.Tensor):
@@ -154,6 +154,8 @@ class ComposableSystem(System):
         import contextlib
 
         plan: ComposablePlan = self.case.plan
+        if index == 0 and plan.post_optim_event:  # recorded after the optimizer step: nothing runs in between
+            set_post_optim_event(self.model, self.ctx.device)
         if plan.no_sync:
             for path, api in plan.data_parallel().items():
                 module = resolve(self.model, path)

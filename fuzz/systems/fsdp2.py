@@ -54,6 +54,14 @@ def mp_policy(w: Wrap) -> MixedPrecisionPolicy:
                                 output_dtype=dtype(w.output_dtype), cast_forward_inputs=w.cast_forward_inputs)
 
 
+def set_post_optim_event(root, device: torch.device) -> None:
+    """``root.set_post_optim_event`` with an event just recorded on ``device``'s current stream (on CPU the device
+    module's ``Event``, a stub: what torch gives there, see the fsdp2 family's ``post_optim_event``)."""
+    event = torch.get_device_module(device.type).Event()
+    event.record()
+    root.set_post_optim_event(event)
+
+
 class InvariantViolation(AssertionError):
     """FSDP2 left the model in a state its contract rules out (reported as an ERROR verdict)."""
 
@@ -148,9 +156,7 @@ class FSDP2System(System):
     def accumulation(self, index: int, last: bool):
         plan = self.case.plan
         if index == 0 and plan.post_optim_event:  # recorded after the optimizer step: nothing runs in between
-            event = torch.get_device_module(self.ctx.device.type).Event()
-            event.record()
-            self.model.set_post_optim_event(event)
+            set_post_optim_event(self.model, self.ctx.device)
         if index == 0 and plan.unshard_first:  # 1F1B, as PyTorch's test does it: every wrapped module's all-gather
             # issued up front, the handles still pending when the forward starts (the forward waits for them)
             self._pending = [resolve(self.model, w.path).unshard(async_op=True) for w in self.case.plan.wraps]

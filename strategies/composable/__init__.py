@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case, MeshSpec, under
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.coins import RARE
 from parityfuzz.strategies.composable.plans import plans
 from parityfuzz.strategies.fsdp2.meshes import meshes
 from parityfuzz.strategies.meshes import world_sizes
@@ -39,6 +40,8 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     train = dataclasses.replace(train, frozen=frozen)
     if train.microbatches > 1:
         plan = dataclasses.replace(plan, no_sync=draw(st.booleans()))
+    if plan.data_parallel().get("") == "fully_shard":
+        plan = dataclasses.replace(plan, post_optim_event=draw(RARE))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
 

@@ -52,6 +52,9 @@ class ComposablePlan(Plan):
 
     applies: tuple[Compose, ...] = (Compose(""),)
     no_sync: bool = False
+    #: ``set_post_optim_event`` on the root after every optimizer step, as the fsdp2 family's (seed 000's
+    #: ``test_post_optim_event``); the root must be ``fully_shard``'s ("the root FSDP module").
+    post_optim_event: bool = False
 
     def data_parallel(self) -> dict[str, str]:
         """``{path: api}`` of the data-parallel calls that take effect (the first one on each module)."""
@@ -120,6 +123,9 @@ def validate(case: Case) -> None:
     check(not t.nonroot, "train.nonroot", "not drawn for the composable family")
     check(not model.per_rank_flow(), "model.body", "per-rank control flow is not drawn for the composable family")
     check(not (plan.no_sync and t.microbatches == 1), "plan.no_sync", "needs more than one microbatch")
+    check(not plan.post_optim_event or plan.data_parallel().get("") == "fully_shard", "plan.post_optim_event",
+          "is FSDPModule.set_post_optim_event, which sets 'a post-optimizer-step event for the root FSDP module': "
+          "needs fully_shard on the root")
 
 
 def features(case: Case) -> set[str]:
@@ -136,6 +142,8 @@ def features(case: Case) -> set[str]:
         tags.add("reshard=False")
     if plan.no_sync:
         tags.add("no_sync")
+    if plan.post_optim_event:
+        tags.add("post_optim_event")
     if plan.refusal():
         tags.add(f"refused={plan.refusal().type}")
     return tags
@@ -150,6 +158,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     lines = ["calls in order: " + "; ".join(f"{c.api}({c.path or '<root>'})" for c in plan.applies)]
     if plan.no_sync:
         lines.append("set_requires_gradient_sync(False) on every data-parallel module on non-last microbatches")
+    if plan.post_optim_event:
+        lines.append("set_post_optim_event on the root with an event recorded after each optimizer step")
     return {path: ", ".join(parts) for path, parts in notes.items()}, lines
 
 
