@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample
 
 from parityfuzz import families
 from parityfuzz.case import Case, CaseError, ModelSpec, Node, TrainSpec
@@ -18,6 +19,7 @@ from parityfuzz.case.checkpoint import Checkpoint, checkpoint_families
 from parityfuzz.case.compiled import Compile, compilable
 from parityfuzz.case.dtypes import promise
 from parityfuzz.engine.stats import TargetStats, merge_timing
+from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
 from parityfuzz.judge.verdict import PASS, Verdict
@@ -27,6 +29,7 @@ from parityfuzz.run.trace import Trace
 from parityfuzz.rules import RuleViolation
 from parityfuzz.strategies import cases
 from parityfuzz.strategies.checkpoint import checkpointed_cases
+from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.reentrant import eligible
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
@@ -51,6 +54,23 @@ def test_compile_validation_names_the_field():
         with pytest.raises(CaseError) as e:
             dataclasses.replace(COMPILED, compile=bad).validate()
         assert e.value.field == field, (bad, e.value)
+    # Inductor in float16/bfloat16 arithmetic rounds otherwise than the eager reference by design: refused (autocast
+    # and mixed precision alike), and the strategy compiles such cases with aot_eager.
+    inductor = dataclasses.replace(COMPILED, compile=dataclasses.replace(COMPILED.compile, backend="inductor"))
+    inductor.validate()
+    low = [dataclasses.replace(inductor, train=TrainSpec(steps=2, dtype="float32", autocast="bfloat16")),
+           dataclasses.replace(inductor, plan=FSDP2Plan(wraps=tuple(Wrap(p, param_dtype="bfloat16") for p in ("body.1", "body.2", ""))))]
+    for case in low:
+        with pytest.raises(CaseError, match="rounds otherwise") as e:
+            case.validate()
+        assert e.value.field == "compile.backend"
+    quick = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     phases=(Phase.generate,))
+    find(compiles(dataclasses.replace(COMPILED, compile=Compile()), ("blocks_after",)),
+         lambda c: c.backend == "inductor", settings=quick)
+    with pytest.raises(NoSuchExample):
+        find(compiles(dataclasses.replace(low[0], compile=Compile()), ("blocks_after",)),
+             lambda c: c.backend == "inductor", settings=quick)
 
 
 def test_a_compiled_model_with_a_checkpoint_event_and_fsdp1_without_orig_params_are_refused():
@@ -225,6 +245,13 @@ def test_post_optim_event_on_cpu_is_the_stub_event_torch_documents_and_trains_li
                                train=TrainSpec(steps=3)).validate()
     assert "post_optim_event" in case.features()
     assert verify_case(case, executor).ok
+    # The composable family's root fully_shard takes it too (and the draw reaches it).
+    composable = simple(model=BLOCKS, train=TrainSpec(steps=3), plan=ComposablePlan(
+        applies=(Compose("body.1"), Compose("body.2", "replicate"), Compose("")), post_optim_event=True)).validate()
+    assert verify_case(composable, executor).ok
+    quick = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     phases=(Phase.generate,))
+    find(cases(family="composable"), lambda c: c.plan.post_optim_event, settings=quick)
 
 
 @pytest.mark.parametrize("family", list(families.MODULES))

@@ -54,11 +54,6 @@ class Compiler:
             import torch._inductor.config as inductor_config
 
             inductor_config.fallback_random = True
-            # "When two low precision operators are fused together, Inductor will elide the downcast-upcast pairs
-            # ... that would occur between these two operators ... with this knob you can ensure the
-            # downcast-upcast are preserved so that you can emulate the eager numerics" (emulate_precision_casts,
-            # torch/_inductor/config.py): the reference computes in low precision eagerly, rounding between ops.
-            inductor_config.emulate_precision_casts = True
 
     def before(self, model: nn.Module) -> nn.Module:
         """Before the parallel API: the ``blocks_before`` form compiles its modules."""
