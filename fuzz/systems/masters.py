@@ -92,6 +92,7 @@ class EmulatedReference(System):
         self.model = self.emulate(model.to(self.ctx.device))
         self.optim = make_optimizer(self.case.train, self.model.masters.items())
         self.scheduler = make_scheduler(self.case.train, self.optim)
+        self.scaler = self.make_scaler()  # (System.setup's, which this one replaces: loss scaling too)
 
     def inner(self) -> nn.Module:
         return self.model.module
