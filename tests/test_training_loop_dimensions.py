@@ -87,8 +87,11 @@ def test_autocast_validation_and_the_loss_dtype_it_promises():
     case = simple(train=TrainSpec(dtype="float32", autocast="bfloat16")).validate()
     assert promise(case).output("") == "float32"  # mse_loss runs in float32 under autocast
     mixed = simple(train=TrainSpec(dtype="float32", autocast="float16"), reference="ddp_mp",
-                   plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),))).validate()
+                   plan=FSDP2Plan(wraps=(Wrap("", param_dtype="float16", output_dtype="bfloat16"),))).validate()
     assert promise(mixed).output("") == "float32"  # whatever the policy's output dtype
+    with pytest.raises(CaseError, match="two low-precision dtypes") as e:  # parameters in the other low dtype
+        dataclasses.replace(mixed, plan=FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),))).validate()
+    assert e.value.field == "train.autocast"
     for train in (TrainSpec(autocast="bfloat16"),  # float64: autocast leaves it alone
                   TrainSpec(dtype="float32", to_float64=True, autocast="bfloat16"),
                   TrainSpec(dtype="float32", autocast="int8")):

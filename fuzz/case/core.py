@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parityfuzz.case import codec
+from parityfuzz.case import dtypes
 from parityfuzz.case.checkpoint import Checkpoint, resumed, validate_checkpoint
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.errors import CaseError, check
@@ -132,6 +133,7 @@ class Case:
             except re.error as e:
                 raise CaseError("expect_error.match", f"not a regular expression: {e}") from None
         family.validate(self)
+        dtypes.check_autocast(self)
         validate_checkpoint(self)
         validate_compile(self)
         return self

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from parityfuzz.case.errors import check
+
 if TYPE_CHECKING:
     from parityfuzz.case import Case
 
@@ -67,6 +69,28 @@ def pass_output_dtype(case: Case, phase: str) -> str:
     """The dtype of the output, and so of the loss, of a pass: the root's, or a non-root pass's module's."""
     return output_dtype(case, phase.removeprefix("non-root ")) if phase.startswith("non-root ") \
         else output_dtype(case, "")
+
+
+def param_dtypes(case: Case) -> set[str]:
+    """The dtypes a mixed-precision policy computes parameters in: FSDP1's policy's ``param_dtype``, or each FSDP2
+    wrap's (empty without mixed precision)."""
+    if not case.mixed_precision():
+        return set()
+    policy = getattr(case.plan, "precision", None)
+    names = {policy.param_dtype} if policy is not None else {w.param_dtype for w in case.plan.wraps}
+    return names - {""}
+
+
+def check_autocast(case: Case) -> None:
+    """Autocast to one low-precision dtype does not go with parameters in the other: CPU autocast leaves the
+    parameters of ops it does not cast alone, and a float16 LayerNorm weight meeting a bfloat16 input (a Linear's
+    under autocast) is refused by the kernel, eagerly, on one device ("mixed dtype (CPU): expect parameter to have
+    scalar type of Float"; met by the 30-minute run, the reference and the system alike)."""
+    t = case.train
+    other = param_dtypes(case) & {"float16", "bfloat16"} - {t.autocast}
+    check(not (t.autocast and other), "train.autocast",
+          f"autocast to {t.autocast} with parameters computed in {' and '.join(sorted(other))} (the mixed-precision "
+          "policy's): torch's CPU kernels refuse two low-precision dtypes in one op")
 
 
 def precision(case: Case) -> str:
