@@ -14,5 +14,20 @@ def full_load_into_a_stateless_optimizer(case: Case) -> bool:
             and r.family not in fsdp1_families())
 
 
+def full_load_into_uneven_strided_shards(case: Case) -> bool:
+    """A full optimizer state dict loaded (``set_state_dict(full_state_dict=True)``) into an FSDP2+TP model on a
+    (dp_shard, tp) mesh where a colwise Linear's rows do not split evenly over both axes (FSDP2 shards the tp shard
+    again: a ``_StridedShard``): the model's state or the optimizer's."""
+    r = case.resumed()
+    if r.family != "fsdp2_tp" or case.checkpoint.load_way != "full":
+        return False
+    ways = r.mesh.axis_size("dp_shard") * r.mesh.axis_size("tp")
+    if r.mesh.axis_size("dp_shard") < 2 or r.mesh.axis_size("tp") < 2:
+        return False
+    nodes = dict(r.model.body.walk("body"))
+    return any(p.style == "colwise" and nodes.get(p.path) is not None and nodes[p.path].kind == "linear"
+                            and nodes[p.path].out % ways for p in r.plan.tp)
+
+
 def broadcast_through_set_state_dict(case: Case) -> bool:
     return case.checkpoint.broadcast_from_rank0 and not case.checkpoint.separate
