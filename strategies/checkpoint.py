@@ -27,8 +27,8 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
-from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES, WAYS, Checkpoint,
-                                   saves_from)
+from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
+                                        ROLLBACK_REFERENCES, WAYS, Checkpoint, saves_from)
 
 #: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
 ROLLBACK = st.sampled_from((False, False, True))
@@ -102,7 +102,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         options["separate"] = draw(st.booleans())
     options["strict"] = not draw(st.booleans())
     rollback = draw(ROLLBACK)  # into the live system, a few steps on: where nothing reshards, steps are left
-    if rollback and not resume and step + 1 < case.train.steps and case.reference_name() in PLAIN_REFERENCES:
+    if rollback and not resume and step + 1 < case.train.steps and case.reference_name() in ROLLBACK_REFERENCES:
         options["rollback_at"] = draw(st.integers(step + 1, case.train.steps - 1))
     event = dataclasses.replace(event, load="" if load == save else load, **options)
     case = dataclasses.replace(case, checkpoint=event)

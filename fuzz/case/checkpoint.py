@@ -70,6 +70,10 @@ OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0
 
 #: References whose parameters are plain tensors: they can take a resharding turn through the trusted path.
 PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1", "zero_reference")
+#: References that can roll back through the trusted path: those whose module holds what they train.  The
+#: mixed-precision emulations train master weights their module's state dict does not hold, so a live load of it
+#: leaves the masters as trained (the 30-minute run met it: the loaded parameters 0.013 off the saved ones).
+ROLLBACK_REFERENCES = ("ddp", "zero_reference")
 #: References of cases whose tensors hold a value per rank by design (FSDP1's ignored modules, neither sharded
 #: nor reduced): a checkpoint keeps one copy of a plain tensor (DCP deduplicates, full state dicts are rank
 #: 0's), so no round trip can keep them.
@@ -194,8 +198,9 @@ def validate_checkpoint(case: Case) -> None:
     if c.rollback_at:
         check(not reshards(case), "checkpoint.rollback_at",
               "a rollback loads into the live system: the same world size, mesh and plan")
-        check(case.reference_name() in PLAIN_REFERENCES, "checkpoint.rollback_at",
-              f"the reference rolls back through its plain full tensors; {case.reference_name()!r} holds sharded ones")
+        check(case.reference_name() in ROLLBACK_REFERENCES, "checkpoint.rollback_at",
+              f"the reference rolls back through its module's state dict; {case.reference_name()!r} trains tensors "
+              "that one does not hold (sharded ones, or an emulation's master weights)")
     if reshards(case):
         for which, c_ in (("the case", case), ("the resumed case", r)):
             check(c_.reference_name() in PLAIN_REFERENCES, "checkpoint.plan",

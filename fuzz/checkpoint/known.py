@@ -29,5 +29,14 @@ def full_load_into_uneven_strided_shards(case: Case) -> bool:
                             and nodes[p.path].out % ways for p in r.plan.tp)
 
 
+def load_initializes_state_the_checkpoint_lacks(case: Case) -> bool:
+    """A load through ``set_state_dict`` (the ``full`` or ``dcp`` way) into a stateful optimizer, where a trainable
+    parameter may have no optimizer state at the save: unused by a gate, or frozen until a step."""
+    t = case.train
+    stateful = t.optimizer in ("adam", "adamw") or bool(t.momentum)
+    return (case.checkpoint.load_way in ("full", "dcp") and stateful
+            and (bool(case.model.gates()) or any(f.until for f in t.frozen)))
+
+
 def broadcast_through_set_state_dict(case: Case) -> bool:
     return case.checkpoint.broadcast_from_rank0 and not case.checkpoint.separate
