@@ -30,12 +30,13 @@ def full_load_into_uneven_strided_shards(case: Case) -> bool:
 
 
 def load_initializes_state_the_checkpoint_lacks(case: Case) -> bool:
-    """A load through ``set_state_dict`` (the ``full`` or ``dcp`` way) into a stateful optimizer, where a trainable
-    parameter may have no optimizer state at the save: unused by a gate, or frozen until a step."""
+    """A load through ``set_state_dict`` (the ``full`` or ``dcp`` way) into a stateful optimizer, where a parameter
+    can have no optimizer state at the save: frozen until a step no later than the save, and gated (so unused on
+    the steps after it): what the shrunk cases kept, both."""
     t = case.train
     stateful = t.optimizer in ("adam", "adamw") or bool(t.momentum)
-    return (case.checkpoint.load_way in ("full", "dcp") and stateful
-            and (bool(case.model.gates()) or any(f.until for f in t.frozen)))
+    return (case.checkpoint.load_way in ("full", "dcp") and stateful and bool(case.model.gates())
+            and any(0 < f.until <= case.checkpoint.step for f in t.frozen))
 
 
 def broadcast_through_set_state_dict(case: Case) -> bool:
