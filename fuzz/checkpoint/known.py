@@ -21,12 +21,12 @@ def full_load_into_uneven_strided_shards(case: Case) -> bool:
     r = case.resumed()
     if r.family != "fsdp2_tp" or case.checkpoint.load_way != "full":
         return False
-    ways = r.mesh.axis_size("dp_shard") * r.mesh.axis_size("tp")
-    if r.mesh.axis_size("dp_shard") < 2 or r.mesh.axis_size("tp") < 2:
+    dp, tp = r.mesh.axis_size("dp_shard"), r.mesh.axis_size("tp")
+    if dp < 2 or tp < 2:
         return False
     nodes = dict(r.model.body.walk("body"))
-    return any(p.style == "colwise" and nodes.get(p.path) is not None and nodes[p.path].kind == "linear"
-                            and nodes[p.path].out % ways for p in r.plan.tp)
+    return any(p.style == "colwise" and p.path in nodes and nodes[p.path].kind == "linear"
+               and nodes[p.path].out % (dp * tp) for p in r.plan.tp)
 
 
 def load_initializes_state_the_checkpoint_lacks(case: Case) -> bool:

@@ -143,10 +143,8 @@ def checkpoint_turn(at, role, dp, device, mesh, model, inner, optim, scheduler, 
     if role != "system" and not ROLLBACK_AT:  # no checkpoint keeps gradients: the resumed system starts without them
         optim.zero_grad(set_to_none=True)
     elif ROLLBACK_AT:
-        if role == "system":  # "the registered parameters must be the sharded parameters" (fully_shard)
-            for m in model.modules():
-                if isinstance(m, FSDPModule):
-                    m.reshard()
+        if role == "system":
+            reshard(model)
         optim.zero_grad(set_to_none=True)
         load_turn(role, System(model, optim, scheduler, inner, device), SAVED.pop(role), loaded)
     else:

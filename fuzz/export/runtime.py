@@ -189,6 +189,14 @@ TRAIN = '''
 
 $PERTURBATION
 
+def reshard(model):
+    """Every FSDP2 module resharded, before the registered parameters change (fully_shard: "the registered parameters
+    must be the sharded parameters"); FSDPModule.reshard is not recursive (parityfuzz.systems.base.System.reshard)."""
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
 def whole(t):
     """``(dtype, the whole tensor as float64 on the CPU)``; a DTensor is gathered (every rank takes part)."""
     if t is None:
@@ -390,10 +398,8 @@ def train(role, dp, device, mesh):
     for step in range(STEPS):
         thawed = [name for name, _ in named() if step and frozen_at(name, step - 1) and not frozen_at(name, step)]
         if thawed:  # unfrozen: DDP is built anew, as its documentation asks of a changed requires_grad
-            if role == "system":  # fully_shard: "the registered parameters must be the sharded parameters" first
-                for m in model.modules():
-                    if isinstance(m, FSDPModule):
-                        m.reshard()
+            if role == "system":
+                reshard(model)
             for name, p in named():  # (after reshard(): the parameters registered now)
                 if name in thawed:
                     p.requires_grad_(True)
