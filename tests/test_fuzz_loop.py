@@ -5,6 +5,7 @@ import pytest
 
 from parityfuzz.case import ModelSpec, Node
 from parityfuzz.engine import Fuzzer, FuzzOptions, precondition, simplest_features
+from parityfuzz.engine.soak import remember
 from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.strategies import cases
@@ -190,6 +191,28 @@ def test_soak_masking_needs_the_same_kind_of_failure_and_a_non_empty_preconditio
     assert explain(case, mismatch, [anything]).kind == NEW  # an empty precondition masks nothing
     elsewhere = Found(frozenset({"has:gate"}), mismatch.bug_signature(), "corpus/z.json")
     assert not explain(case, mismatch, [elsewhere]).silences
+
+
+def test_a_dimension_two_rounds_show_incidental_leaves_the_precondition():
+    """Two 1-minimal failures of one kind that differ along one dimension (another value of one feature, or one
+    flag more or less) show that dimension incidental: the earlier finding drops it, and a third case that
+    differs there again is already found.  Two dimensions at once, another kind of failure, or nothing left in
+    common keep the findings apart (one finding never hides another)."""
+    sig = "mismatch:value:grad"
+    first = Found(frozenset({"compile=blocks_after", "wrapped=1", "uneven_shard", "loss_parallel"}), sig, "a.json")
+    flag = remember([first], Found(frozenset({"compile=blocks_after", "wrapped=1", "loss_parallel"}), sig, "b.json"))
+    assert flag == [Found(frozenset({"compile=blocks_after", "wrapped=1", "loss_parallel"}), sig, "a.json")]
+    value = remember(flag, Found(frozenset({"compile=blocks_before", "wrapped=1", "loss_parallel"}), sig, "c.json"))
+    assert value == [Found(frozenset({"wrapped=1", "loss_parallel"}), sig, "a.json")]
+    later = frozenset({"compile=model", "wrapped=1", "loss_parallel", "has:gate"})
+    assert value[0].covers(later, sig) and not first.covers(later, sig)
+    two = Found(frozenset({"compile=blocks_before", "wrapped=2", "loss_parallel"}), sig, "d.json")
+    assert remember(flag, two) == [*flag, two]  # compile form and wrapping both differ
+    other = Found(frozenset({"compile=blocks_after", "wrapped=1"}), "mismatch:replica:grad", "e.json")
+    assert remember(flag, other) == [*flag, other]
+    alone = [Found(frozenset({"wrapped=1"}), sig, "f.json")]
+    apart = Found(frozenset({"wrapped=2"}), sig, "g.json")
+    assert remember(alone, apart) == [*alone, apart]  # nothing in common: no empty precondition
 
 
 def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_path, monkeypatch):

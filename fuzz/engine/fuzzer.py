@@ -43,7 +43,7 @@ from parityfuzz.engine.constants import without_local_constants
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
 from parityfuzz.engine.reduce import Reduction, reduce_failure
-from parityfuzz.engine.soak import precondition, simplest_features
+from parityfuzz.engine.soak import precondition, remember, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.executor import Executor
 from parityfuzz.judge.verdict import PASS, Verdict
@@ -151,8 +151,9 @@ class Fuzzer:
                                               budget_s - stats.generate_seconds, seed)
             if failures and baseline is None:
                 baseline = simplest_features(strategy)
-            found_before += [Found(precondition(f.case, baseline), f.verdict.bug_signature(), str(f.corpus_path))
-                             for f in failures]
+            for f in failures:
+                found_before = remember(found_before, Found(precondition(f.case, baseline),
+                                                            f.verdict.bug_signature(), str(f.corpus_path)))
             more = stats.generate_seconds < budget_s and not _reached(stats.cases, self.options.max_cases)
             enough = self.options.stop_after and len(stats.failures) >= self.options.stop_after
             if not (more and ((failures and not enough) or exhausted)):
