@@ -85,12 +85,22 @@ def check_autocast(case: Case) -> None:
     """Autocast to one low-precision dtype does not go with parameters in the other: CPU autocast leaves the
     parameters of ops it does not cast alone, and a float16 LayerNorm weight meeting a bfloat16 input (a Linear's
     under autocast) is refused by the kernel, eagerly, on one device ("mixed dtype (CPU): expect parameter to have
-    scalar type of Float"; met by the 30-minute run, the reference and the system alike)."""
+    scalar type of Float"; met by the 30-minute run, the reference and the system alike).  Nor, in a family whose
+    modules hold views of a flat parameter (:attr:`Family.view_parameters`), with a module called twice: the
+    fifth 30-minute run met FSDP1 summing such a module's gradients one float16 rounding away from DDP."""
     t = case.train
     other = param_dtypes(case) & {"float16", "bfloat16"} - {t.autocast}
     check(not (t.autocast and other), "train.autocast",
           f"autocast to {t.autocast} with parameters computed in {' and '.join(sorted(other))} (the mixed-precision "
           "policy's): torch's CPU kernels refuse two low-precision dtypes in one op")
+    reused = [path for path, node in case.model.body.walk("body") if node.kind == "twice"]
+    check(not (t.autocast and reused and _family(case).view_parameters), "train.autocast",
+          f"autocast with a module called twice in a forward ({reused[0] if reused else ''}) under "
+          f"{case.family}: the reference cannot model the precision its gradients are summed in (autocast caches "
+          "the cast of a leaf parameter, so DDP sums the two uses' gradients in the autocast dtype; the family's "
+          "modules hold views of its flat parameter, not leaves, so each use is cast anew and the gradients are "
+          "summed in the parameter's dtype; torch promises neither; measured 3e-4 relative apart in float16, "
+          "one rounding of the sum)")
 
 
 def precision(case: Case) -> str:

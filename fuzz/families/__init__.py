@@ -115,6 +115,10 @@ class Family:
     #: The ``torch.compile`` forms its system supports (:data:`parityfuzz.case.compiled.FORMS`); none: say why in
     #: ``missing["compiles"]``.
     compiles: tuple[str, ...] = ()
+    #: Whether its system hands modules views of its own storage as their parameters in the forward (FSDP1's flat
+    #: parameter) rather than leaf tensors: autocast caches the casts of leaf tensors only
+    #: (:func:`parityfuzz.case.dtypes.check_autocast`).
+    view_parameters: bool = False
     #: The layers it does not supply, each with the reason (``{"export": "..."}``): a test checks that every
     #: family supplies every layer or says why not here.
     missing: dict = field(default_factory=dict)

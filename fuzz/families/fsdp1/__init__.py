@@ -404,6 +404,7 @@ FAMILY = Family(
     name="fsdp1",
     plan_type=FSDP1Plan,
     meshes=MESHES,
+    view_parameters=True,
     system="fsdp1",
     strategy="parityfuzz.strategies.fsdp1",
     reference=reference,

@@ -94,6 +94,7 @@ FAMILY = Family(
     name="fsdp1_tp",
     plan_type=FSDP1TPPlan,
     meshes=MESHES,
+    view_parameters=True,
     system="fsdp1_tp",
     strategy="parityfuzz.strategies.fsdp1_tp",
     reference=reference,
