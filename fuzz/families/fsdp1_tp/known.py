@@ -28,10 +28,11 @@ def fsdp1_clipping_tensor_parallel_parameters(case: Case) -> bool:
 
 
 def fsdp1_over_a_frozen_tensor_parallel_parameter(case: Case) -> bool:
-    """FSDP1 sharding (use_orig_params=True) over a colwise or rowwise parameter frozen on some step."""
+    """FSDP1 sharding (use_orig_params=True) over a tensor-parallel parameter (colwise, rowwise, or the
+    replicated weight of SequenceParallel's norm) frozen on some step."""
     plan = case.plan
     return (plan.use_orig_params and plan.sharding != "NO_SHARD" and case.mesh.axis_size("dp_shard") > 1
-            and any(p.style in ("colwise", "rowwise") and case.train.frozen_at(f"{p.path}.weight", step)
+            and any(p.style in ("colwise", "rowwise", "sequence") and case.train.frozen_at(f"{p.path}.weight", step)
                     for p in plan.tp for step in range(case.train.steps)))
 
 
