@@ -562,6 +562,19 @@ class ColwiseShardsInputDim(_InsideTP):
         ColwiseParallel._partition_linear_fn = partition
 
 
+class LeavesAMaskBehind(FSDP2TPSystem):
+    """Fails between a RowwiseParallel embedding and the reduction of its output (a forward hook registered
+    before tensor parallelism's runs first and raises), as any failing case may: the output's ``MaskPartial``
+    keeps its mask materialized in DTensor's cached sharding propagation."""
+
+    def wrap(self, model):
+        def fail(module, args, output):
+            raise RuntimeError("a failure right after the embedding")
+
+        model.inp.register_forward_hook(fail)
+        return super().wrap(model)
+
+
 class ExtraCollectiveOnRankZero(FSDP2TPSystem):
     """Rank 0 all-reduces its loss over a group of its own after every forward (a collective the other ranks
     do not issue; it cannot block them)."""

@@ -90,11 +90,28 @@ class Snapshot:
                 undone.append("global module hooks")
                 live.clear()
                 live.update(saved)
+        _clear_dtensor_sharding_caches()
         torch.set_default_dtype(self.dtype)
         torch.set_grad_enabled(self.grad)
         torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
         torch.set_rng_state(self.rng)
         return undone
+
+
+def _clear_dtensor_sharding_caches() -> None:
+    """Forget DTensor's cached sharding propagations (Python's and the C++ fast path's): a cached output spec is
+    reused by every later op of the same schema, placement objects included, and a ``MaskPartial`` placement (a
+    RowwiseParallel embedding's output) carries its mask buffer.  A case that fails between the embedding and the
+    reduction leaves that mask materialized, and a later case of another model on the rank then meets it:
+    'MaskBuffer has been materialized with conflicting data' eagerly, or a fake-tensor error when Dynamo traces
+    the embedding (the sixth 30-minute run; both cases pass on a fresh rank).  Each role starts as on a fresh
+    process."""
+    import sys
+
+    if "torch.distributed.tensor" in sys.modules:
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
 
 
 def _restore_attrs(obj, saved: dict, label: str) -> list[str]:
