@@ -16,17 +16,25 @@ def full_load_into_a_stateless_optimizer(case: Case) -> bool:
 
 def full_load_into_uneven_strided_shards(case: Case) -> bool:
     """A full optimizer state dict loaded (``set_state_dict(full_state_dict=True)``) into an FSDP2+TP model on a
-    (dp_shard, tp) mesh where a colwise Linear's rows do not split evenly over both axes (FSDP2 shards the tp shard
-    again: a ``_StridedShard``): the model's state or the optimizer's."""
+    (dp_shard, tp) mesh where a parameter tensor parallelism splits on dim 0 (a ColwiseParallel Linear's weight
+    and bias: its output features, the head's and an attention's or MLP's inner Linears included; a
+    RowwiseParallel embedding's weight: its vocabulary) has rows that do not split evenly over both axes (FSDP2
+    shards the tp shard again: a ``_StridedShard``): the model's state or the optimizer's."""
     r = case.resumed()
     if r.family != "fsdp2_tp" or case.checkpoint.load_way != "full":
         return False
     dp, tp = r.mesh.axis_size("dp_shard"), r.mesh.axis_size("tp")
     if dp < 2 or tp < 2:
         return False
-    nodes = dict(r.model.body.walk("body"))
-    return any(p.style == "colwise" and p.path in nodes and nodes[p.path].kind == "linear"
-               and nodes[p.path].out % (dp * tp) for p in r.plan.tp)
+    model = r.model
+
+    def rows(p) -> int:
+        """Dim 0 of the parameter the style splits there (0: it splits none there)."""
+        if p.path == "inp":
+            return model.vocab if p.style == "rowwise" and model.input == "embedding" else 0
+        return model.output_width(p.path) if p.style == "colwise" else 0
+
+    return any(rows(p) % (dp * tp) for p in r.plan.tp)
 
 
 def load_initializes_state_the_checkpoint_lacks(case: Case) -> bool:

@@ -87,3 +87,15 @@ def a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
 def init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
     r = case.resumed()
     return r.family == "fsdp2_tp" and case.train.foreach and case.checkpoint.load_way in ("dcp", "full")
+
+
+def grad_scaler_over_a_partly_tensor_parallel_model(case: Case) -> bool:
+    """``torch.amp.GradScaler`` (the tensor-parallel reference's, ``ddp_mp_tp``) over a model that tensor
+    parallelism covers in part: a module holding parameters that no colwise, rowwise or sequence style reaches,
+    whose plain gradients share a device and dtype group with DTensor ones in ``unscale_``."""
+    from parityfuzz import families
+
+    if not case.train.loss_scale or (case.reference or families.get(case.family).reference(case)) != "ddp_mp_tp":
+        return False
+    parallel = [p.path for p in case.plan.tp if p.style in ("colwise", "rowwise", "sequence")]
+    return any(not any(m == p or m.startswith(p + ".") for p in parallel) for m in case.model.param_modules())
