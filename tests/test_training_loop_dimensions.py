@@ -407,7 +407,8 @@ def _rolled_back(case):
         return case
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+# Seed 2 (98 s on a clean clone, CI time) runs with --long; seed 1 finds it after 56 cases in 144 s.
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.long)])
 def test_a_short_fuzz_run_finds_and_shrinks_a_rollback_that_keeps_the_live_optimizer_state(executor, tmp_path, seed):
     system = "tests.faults:LiveLoadKeepsOptimizerState"
     strategy = checkpointed_cases(world_sizes=(2,), families=("fsdp2",), system=system, max_steps=3,
