@@ -164,7 +164,10 @@ def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
 
 def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
     """A reentrant checkpoint on a module that is not itself an FSDP1 instance (so inside another instance's
-    flat parameter), with a strategy that shards (``units`` unknown under a size policy: any module)."""
+    flat parameter, ``units`` unknown under a size policy: any module), where FSDP1's post-backward changes the
+    flat parameter: a strategy that shards (it reshards), or a mixed-precision policy (it frees the low-precision
+    copy, or casts the gradient to ``reduce_dtype``), even unsharded."""
     found = units(case)
-    return not runs_unsharded(case) and any(
+    mp = getattr(case.plan, "precision", None)
+    return (not runs_unsharded(case) or (mp is not None and mp.active())) and any(
         c.reentrant and (found is None or c.path not in found) for c in case.plan.checkpoints)
