@@ -11,6 +11,7 @@ streams.  Model-level hooks die with the model, which is rebuilt per case.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -106,8 +107,6 @@ def _clear_dtensor_sharding_caches() -> None:
     'MaskBuffer has been materialized with conflicting data' eagerly, or a fake-tensor error when Dynamo traces
     the embedding (the sixth 30-minute run; both cases pass on a fresh rank).  Each role starts as on a fresh
     process."""
-    import sys
-
     if "torch.distributed.tensor" in sys.modules:
         from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 

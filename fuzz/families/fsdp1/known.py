@@ -168,6 +168,5 @@ def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
     flat parameter: a strategy that shards (it reshards), or a mixed-precision policy (it frees the low-precision
     copy, or casts the gradient to ``reduce_dtype``), even unsharded."""
     found = units(case)
-    mp = getattr(case.plan, "precision", None)
-    return (not runs_unsharded(case) or (mp is not None and mp.active())) and any(
+    return (not runs_unsharded(case) or case.mixed_precision()) and any(
         c.reentrant and (found is None or c.path not in found) for c in case.plan.checkpoints)

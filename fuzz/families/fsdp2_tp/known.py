@@ -5,7 +5,7 @@ can show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import dtypes
-from parityfuzz.case import Case
+from parityfuzz.case import Case, under
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 
 
@@ -93,9 +93,7 @@ def grad_scaler_over_a_partly_tensor_parallel_model(case: Case) -> bool:
     """``torch.amp.GradScaler`` (the tensor-parallel reference's, ``ddp_mp_tp``) over a model that tensor
     parallelism covers in part: a module holding parameters that no colwise, rowwise or sequence style reaches,
     whose plain gradients share a device and dtype group with DTensor ones in ``unscale_``."""
-    from parityfuzz import families
-
-    if not case.train.loss_scale or (case.reference or families.get(case.family).reference(case)) != "ddp_mp_tp":
+    if not case.train.loss_scale or case.reference_name() != "ddp_mp_tp":
         return False
     parallel = [p.path for p in case.plan.tp if p.style in ("colwise", "rowwise", "sequence")]
-    return any(not any(m == p or m.startswith(p + ".") for p in parallel) for m in case.model.param_modules())
+    return any(not under(m, parallel) for m in case.model.param_modules())
