@@ -8,7 +8,7 @@ import pytest
 
 from parityfuzz.case.dtypes import EPS, Promise
 from parityfuzz.judge.oracle import Tolerance, compare
-from parityfuzz.run.trace import RankTrace, Rec, ShardInfo, Trace
+from parityfuzz.run.trace import ELSEWHERE, RankTrace, Rec, ShardInfo, Trace
 
 PROMISE = Promise(state="float64", outputs={"": "float64"})
 TOL = Tolerance("float64", k=10, floor_ulps=32)
@@ -209,6 +209,37 @@ def test_a_gradient_on_some_ranks_only_is_a_finding():
     sut.ranks[1].grads[0]["w"] = None
     d = compare(trace(), sut, PROMISE, TOL).divergence
     assert d.check == "uneven_grad" and d.ranks == (1,)
+
+
+def owned(sut: Trace, holders: set[int]) -> Trace:
+    """``sut`` recorded by ownership: only ``holders`` hold ``w``, the other ranks say it is held elsewhere (a
+    string equal to :data:`ELSEWHERE`, as it arrives from a rank process)."""
+    for r, rt in enumerate(sut.ranks):
+        if r not in holders:
+            for what in ("grad", "param"):
+                for tensors in rt.tensors(what):
+                    tensors["w"] = "".join(ELSEWHERE)
+    return sut
+
+
+def test_a_tensor_recorded_by_ownership_is_checked_on_its_holders():
+    """A pipeline stage's tensor lives on the ranks of its stage: compared there, replicas among them checked, and
+    a tensor no rank holds, or a holder that drifts or lost its gradient, is a finding."""
+    assert compare(trace(ranks=4), owned(trace(ranks=4), {1, 3}), PROMISE, TOL).ok
+    drift = owned(trace(ranks=4), {1, 3})
+    set_value(drift, "param", 1, 3, 1, -4.0 * (1 + 1e-6))
+    d = compare(trace(ranks=4), drift, PROMISE, TOL).divergence
+    assert d.check == "replica" and d.ranks == (1, 3)
+    wrong = owned(trace(ranks=4, grad=(1.0, 2.001)), {1, 3})
+    d = compare(trace(ranks=4), wrong, PROMISE, TOL).divergence
+    assert d.check == "value" and d.what == "grad"
+    nobody = owned(trace(ranks=2), set())
+    d = compare(trace(ranks=2), nobody, PROMISE, TOL).divergence
+    assert d.check == "missing" and "held by no rank" in d.detail
+    lost = owned(trace(ranks=4), {1, 3})
+    lost.ranks[3].grads[0]["w"] = None
+    d = compare(trace(ranks=4), lost, PROMISE, TOL).divergence
+    assert d.check == "uneven_grad" and d.ranks == (3,)
 
 
 def test_plain_tensors_are_compared_on_every_rank():

@@ -10,7 +10,8 @@ under test (:mod:`parityfuzz.checkpoint.invariants`; check ``checkpoint``), then
 1. every rank's loss: its dtype is the one the case promises for that pass's output, its value matches
    the reference's;
 2. every gradient (taken before the optimizer step), then every parameter and buffer (after it), by name:
-   - present on every rank of both systems (a tensor missing on some rank is a finding);
+   - present on every rank of both systems (a tensor missing on some rank is a finding), or, where a system records
+     by ownership (a pipeline stage's parameters), on the ranks that hold it, which some rank must;
    - a gradient exists on all ranks or on none, and where the reference has one (a gradient on some ranks
      only, a missing gradient and an extra one are findings);
    - its dtype on every rank is the one the case promises (:mod:`parityfuzz.case.dtypes`), even where the values
@@ -85,7 +86,7 @@ from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, sca
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 from parityfuzz.run.arrays import (all_finite, count_above, difference, largest, largest_relative, magnitude, same,
                                    size)
-from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
+from parityfuzz.run.trace import ABSENT, ELSEWHERE, KINDS, Rec, Trace, module_of, replica_groups
 
 #: A passing case whose allowed difference somewhere exceeded this share of the tensor's scale was
 #: checked only loosely there: the verdict's note says so (and the run summary counts such cases).
@@ -253,25 +254,34 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
 
 
 def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: float) -> None:
-    refs, suts = p.ref.records(p.i, what, name), p.sut.records(p.i, what, name)
-    for role, recs in (("system under test", suts), ("reference", refs)):
-        absent = [r for r, rec in enumerate(recs) if rec is ABSENT]
+    held = {}  # per role, {rank: record} over the ranks that hold the tensor (all, unless recorded by ownership)
+    for role, trace in (("system under test", p.sut), ("reference", p.ref)):
+        recs = {r: rec for r, rec in enumerate(trace.records(p.i, what, name)) if rec is not ELSEWHERE}
+        if not recs:
+            p.fail(what, name, "missing", f"held by no rank of the {role} (every rank says another holds it)",
+                   ranks=())
+        absent = [r for r, rec in recs.items() if rec is ABSENT]
         if absent:
             p.fail(what, name, "missing", f"not recorded by the {role}", ranks=absent)
-    for role, recs in (("system under test", suts), ("reference", refs)):
-        none = [r for r, rec in enumerate(recs) if rec is None]
+        held[role] = recs
+    suts, refs = held["system under test"], held["reference"]
+    for role, recs in held.items():
+        none = [r for r, rec in recs.items() if rec is None]
         if none and len(none) < len(recs):
             p.fail(what, name, "uneven_grad", f"in the {role}: ranks {none} have no gradient, the others do",
                    ranks=none)
-    if refs[0] is None or suts[0] is None:
-        if refs[0] is None and suts[0] is None:
+    ref0, sut0 = next(iter(refs.values())), next(iter(suts.values()))
+    if ref0 is None or sut0 is None:
+        if ref0 is None and sut0 is None:
             return
-        p.fail(what, name, "missing_grad" if suts[0] is None else "extra_grad")
-    for rank, rec in enumerate(suts):
+        p.fail(what, name, "missing_grad" if sut0 is None else "extra_grad")
+    for rank, rec in suts.items():
         if rec.dtype != promise.tensor(what, name):
             p.fail(what, name, "dtype", f"{rec.dtype}, promised {promise.tensor(what, name)}", ranks=(rank,))
-    for role, recs in (("system under test", suts), ("reference", refs)):
-        for group in replica_groups(recs):
+    for role, recs in held.items():
+        ranks = list(recs)
+        for group in replica_groups([recs[r] for r in ranks]):
+            group = [ranks[g] for g in group]
             first = recs[group[0]].value
             for r in group[1:]:
                 other = recs[r].value

@@ -110,6 +110,10 @@ KINDS = ("grad", "param")
 
 #: Marks a tensor a rank did not record at all (as opposed to ``None``: recorded, no gradient).
 ABSENT = "absent"
+#: Marks a tensor a rank does not hold by design, because other ranks do (recorded by ownership: a pipeline stage's
+#: parameters on the ranks of the other stages).  The oracle checks such a tensor on the ranks that hold it, and
+#: that some rank does.
+ELSEWHERE = "elsewhere"
 
 
 @dataclass
@@ -172,18 +176,20 @@ class Trace:
         return list(out)
 
     def records(self, i: int, what: str, name: str) -> list:
-        """Each rank's record of one tensor in pass ``i``: a :class:`Rec`, ``None`` (no gradient) or
-        :data:`ABSENT`."""
+        """Each rank's record of one tensor in pass ``i``: a :class:`Rec`, ``None`` (no gradient), :data:`ABSENT`
+        or :data:`ELSEWHERE` (the very object, also where a rank sent an equal string)."""
         out = []
         for rt in self.ranks:
             tensors = rt.tensors(what)
-            out.append(tensors[i].get(name, ABSENT) if i < len(tensors) else ABSENT)
+            rec = tensors[i].get(name, ABSENT) if i < len(tensors) else ABSENT
+            out.append(ELSEWHERE if rec == ELSEWHERE else rec)
         return out
 
     def full(self, i: int, what: str, name: str) -> Rec | None:
-        """The whole tensor (None where it is absent or has no gradient on some rank)."""
-        recs = self.records(i, what, name)
-        if any(r is None or r is ABSENT for r in recs):
+        """The whole tensor from the ranks that hold it (None where no rank does, or it is absent or has no
+        gradient on one that should)."""
+        recs = [r for r in self.records(i, what, name) if r is not ELSEWHERE]
+        if not recs or any(r is None or r is ABSENT for r in recs):
             return None
         return assemble(recs)
 

@@ -14,7 +14,7 @@ from parityfuzz.run.build import ForwardClock, batch_for, build_model, target_fo
 from parityfuzz.run.collectives import CollectiveCounter
 from parityfuzz.run.record import dtype_name, record_tensors
 from parityfuzz.run.seeds import forward_seed_key, gradient_perturbation_key, perturbation_key
-from parityfuzz.run.trace import RankTrace, Rec, module_of
+from parityfuzz.run.trace import ELSEWHERE, RankTrace, Rec, module_of
 from parityfuzz.systems import RankContext, system_class
 
 
@@ -185,7 +185,15 @@ class _Run:
 
     def _params(self) -> dict:
         system = self.system
-        return record_tensors({**system.parameters(), **system.buffers()}, self.ctx, system.rank_local())
+        return self._record("param", {**system.parameters(), **system.buffers()})
+
+    def _record(self, what: str, tensors: dict) -> dict:
+        """This rank's records of ``tensors`` (``what``: ``"grad"`` or ``"param"``), and :data:`ELSEWHERE` for
+        those the system says other ranks hold."""
+        system = self.system
+        out = record_tensors(tensors, self.ctx, system.rank_local())
+        out.update(dict.fromkeys(system.elsewhere(what), ELSEWHERE))
+        return out
 
     def finish_pass(self, step: int, phase: str, losses: list[torch.Tensor], trains: bool = True) -> None:
         """Record a pass (its losses summed over microbatches) and, unless it is an evaluation, step."""
@@ -203,14 +211,14 @@ class _Run:
             factor = system.scaler.get_scale()  # the scale of this step's backwards (updated by the step below)
             local = {name: value / factor for name, value in local.items()}
         if self.record and not scaled:
-            trace.grads.append(record_tensors(system.gradients(), self.ctx, system.rank_local()) if trains else {})
+            trace.grads.append(self._record("grad", system.gradients()) if trains else {})
         if trains and self.role == "perturbed_reference":
             perturb_gradients(system.named_parameters(),
                               gradient_perturbation_key(case.seed, self.sample, len(trace.passes)))
         skipped = system.optimizer_step() if trains else False
         if self.record:
             if scaled:
-                trace.grads.append({} if skipped else record_tensors(system.gradients(), self.ctx, system.rank_local()))
+                trace.grads.append({} if skipped else self._record("grad", system.gradients()))
             trace.local_grad_scales.append({} if skipped else local)
             trace.params.append(self._params() if trains else {})
 

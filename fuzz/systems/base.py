@@ -244,6 +244,12 @@ class System:
         scales, self._local_scales = self._local_scales, {}
         return scales
 
+    def elsewhere(self, what: str) -> frozenset[str]:
+        """Names of the case's tensors other ranks hold and this one does not, by design (recorded by ownership: a
+        pipeline stage's parameters, gradients and buffers on the ranks of other stages), for ``what`` in
+        ``"grad"`` (parameter names) and ``"param"`` (parameter and ``buffer:`` names)."""
+        return frozenset()
+
     def rank_local(self) -> frozenset[str]:
         """Names of the tensors each rank holds a value of its own for, by design (FSDP1's ignored modules):
         recorded per rank, compared rank by rank, exempt from the replica check."""
