@@ -19,6 +19,7 @@ from parityfuzz.systems.fsdp1 import FSDP1System
 from parityfuzz.systems.fsdp1_tp import FSDP1TPSystem
 from parityfuzz.systems.fsdp2 import FSDP2System
 from parityfuzz.systems.fsdp2_tp import FSDP2TPSystem
+from parityfuzz.systems.pipeline import PipelineSystem
 from parityfuzz.systems.zero import ZeroSystem
 
 
@@ -1015,3 +1016,69 @@ class LiveLoadKeepsOptimizerState(FSDP2System):
                 optim.state[p] = s
 
         optim.load_state_dict = merging
+
+
+# --------------------------------------------------------------------------- faults inside pipelining
+
+
+class _InsidePipeline(_Injected, PipelineSystem):
+    """A fault inside ``torch.distributed.pipelining``."""
+
+
+def _patch_stage(name: str, make) -> None:
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    _patch_once(_PipelineStageBase, name, make)
+
+
+class SecondStageScaledTwice(_InsidePipeline):
+    """On a rank holding several stages (looped and V-shaped schedules), the gradients of every local stage after
+    its first are divided by the microbatch count twice: a stage-local ``scale_grads`` run once per schedule and
+    once per stage."""
+
+    def inject(self):
+        def make(original):
+            def scale_grads(stage, grad_scale_factor):
+                original(stage, grad_scale_factor)
+                if stage.stage_index >= stage.group_size:
+                    original(stage, grad_scale_factor)
+            return scale_grads
+
+        _patch_stage("scale_grads", make)
+
+
+class DividedByStageCount(_InsidePipeline):
+    """``scale_grads`` divides by the number of stages instead of the number of microbatches."""
+
+    def inject(self):
+        def make(original):
+            def scale_grads(stage, grad_scale_factor):
+                original(stage, stage.num_stages if grad_scale_factor != 1 else 1)
+            return scale_grads
+
+        _patch_stage("scale_grads", make)
+
+
+class LastMicrobatchWeightGradLost(_InsidePipeline):
+    """On stage 1, the full backward of the last microbatch sends its input gradient upstream but its weight
+    gradients are lost (the ones accumulated before it are kept); not under FSDP2, whose stages reduce their
+    gradients apart."""
+
+    def inject(self):
+        from torch.distributed.fsdp import FSDPModule
+
+        n = self.case.plan.microbatches
+
+        def make(original):
+            def backward_one_chunk(stage, bwd_chunk_id, *args, **kwargs):
+                if stage.stage_index != 1 or bwd_chunk_id != n - 1 or n < 2 or isinstance(stage.submod, FSDPModule):
+                    return original(stage, bwd_chunk_id, *args, **kwargs)
+                params = list(stage.submod.parameters())
+                kept = [None if p.grad is None else p.grad.clone() for p in params]
+                out = original(stage, bwd_chunk_id, *args, **kwargs)
+                for p, grad in zip(params, kept):
+                    p.grad = grad
+                return out
+            return backward_one_chunk
+
+        _patch_stage("backward_one_chunk", make)

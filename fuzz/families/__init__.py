@@ -1,7 +1,7 @@
 """System families: one record each, one registry, torch-free.
 
 A family is a way of training in parallel (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``,
-``composable``).  Its folder here holds its plan type, validation, feature tags, reference rule and printout, and
+``composable``, ``pipeline``).  Its folder here holds its plan type, validation, feature tags, reference rule and printout, and
 its :class:`Family` record (``FAMILY`` in the folder's ``__init__``) names every other layer: its strategy
 (``strategies/``), its systems (``fuzz/systems/``), its export writer (``fuzz/export/``), the torch modules its test
 faults may patch, and its known bugs' preconditions (``known.py`` in the folder).  Every registry that maps a family
@@ -25,6 +25,7 @@ MODULES = {
     "fsdp1_tp": "parityfuzz.families.fsdp1_tp",
     "zero": "parityfuzz.families.zero",
     "composable": "parityfuzz.families.composable",
+    "pipeline": "parityfuzz.families.pipeline",
 }
 
 #: Families registered from outside the package (:func:`register`), ``name=module`` joined by commas: an

@@ -1,0 +1,223 @@
+"""The ``pipeline`` family: ``torch.distributed.pipelining``.  The model is split into stages at its top-level
+modules (the input embedding, each child of the body, the head), each stage a ``PipelineStage`` on the ``pp`` axis,
+and a schedule runs the batch as microbatches; over a ``(pp, dp_shard)`` mesh each stage's module is also
+``fully_shard``-ed over its ``dp_shard`` group, as torchtitan composes them.
+
+Reference: the unsplit model under DDP over all ranks (the ranks of one pipeline see the same batch: inputs are keyed
+by the data-parallel index), fed the same microbatches one after another, each one's loss backpropagated on its own,
+and the gradients divided by the microbatch count afterwards where ``scale_grads`` (what the schedules document:
+"Gradients are scaled by num_microbatches depending on the `scale_grads` argument").  Each rank records the
+parameters and gradients of the stages it holds, and says the others are held elsewhere
+(:data:`parityfuzz.run.trace.ELSEWHERE`); the loss is the last stage's sum of microbatch losses, which every rank of
+the pipeline reports.
+
+Layouts: a single-stage schedule (``gpipe``, ``1f1b``) gives rank ``r`` of the pipeline stage ``r``; the looped ones
+(``looped_bfs``, ``interleaved_1f1b``, ``interleaved_zero_bubble``) stages ``r, r + pp, ...``; the V-shaped ones
+(``zbv``, ``dualpipev``) stages ``r`` and ``2 pp - 1 - r``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parityfuzz.case.core import Case, ExpectedError, Plan
+from parityfuzz.case.errors import check
+from parityfuzz.case.model import ModelSpec, child_names
+from parityfuzz.families import Family
+from parityfuzz.rules import pipeline as rules
+from parityfuzz.rules import require
+
+#: Schedule name -> (torch class in ``torch.distributed.pipelining``, stage layout).
+SCHEDULES = {
+    "gpipe": ("ScheduleGPipe", "single"),
+    "1f1b": ("Schedule1F1B", "single"),
+    "looped_bfs": ("ScheduleLoopedBFS", "loop"),
+    "interleaved_1f1b": ("ScheduleInterleaved1F1B", "loop"),
+    "interleaved_zero_bubble": ("ScheduleInterleavedZeroBubble", "loop"),
+    "zbv": ("ScheduleZBVZeroBubble", "v"),
+    "dualpipev": ("ScheduleDualPipeV", "v"),
+}
+
+MESHES = (("pp",), ("pp", "dp_shard"))
+
+
+@dataclass(frozen=True)
+class PipelinePlan(Plan):
+    """A schedule over ``pp * stages_per_rank`` stages, cut at ``cuts`` (the index in :func:`units` at which each
+    stage after the first begins), running ``microbatches`` per step; ``scale_grads`` is the schedules' argument;
+    ``reshard_after_forward`` is ``fully_shard``'s on each stage where the mesh has a ``dp_shard`` axis."""
+
+    family = "pipeline"
+
+    schedule: str = "gpipe"
+    microbatches: int = 1
+    stages_per_rank: int = 1
+    cuts: tuple[int, ...] = ()
+    scale_grads: bool = True
+    reshard_after_forward: bool = True
+
+    def layout(self) -> str:
+        return SCHEDULES[self.schedule][1]
+
+    def num_stages(self, pp: int) -> int:
+        return pp * self.stages_per_rank
+
+    def stages_of(self, pp: int, pp_rank: int) -> list[int]:
+        """The stages pipeline rank ``pp_rank`` holds, ascending (:data:`rules.STAGE_LAYOUT`)."""
+        if self.layout() == "v":
+            return sorted({pp_rank, 2 * pp - 1 - pp_rank})
+        return [pp_rank + k * pp for k in range(self.stages_per_rank)]
+
+    def stage_units(self, model: ModelSpec) -> list[list[str]]:
+        """Each stage's top-level modules (paths from :func:`units`)."""
+        names = units(model)
+        bounds = (0, *self.cuts, len(names))
+        return [names[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def units(model: ModelSpec) -> list[str]:
+    """The modules a stage boundary may fall between, in execution order: ``inp``, each child of a ``seq`` or
+    ``block`` body (the body whole otherwise), ``head``."""
+    body = model.body
+    inner = [f"body.{n}" for n in child_names(body)] if body.kind in ("seq", "block") else ["body"]
+    tokens = model.input == "embedding"
+    return (["inp"] if tokens else []) + inner + (["head"] if tokens else [])
+
+
+def reference(case: Case) -> str:
+    return "pipeline_reference"
+
+
+def min_microbatches(case: Case) -> tuple[int, str] | None:
+    """``(n, message pattern)``: the least microbatch count the case's schedule takes where it checks one."""
+    plan, pp = case.plan, case.mesh.axis_size("pp")
+    stages = plan.num_stages(pp)
+    if plan.schedule == "1f1b":
+        return stages, r"Number of microbatches \(\d+\) must be greater than\s*or equal to the number of stages"
+    if plan.schedule == "dualpipev":
+        return stages, "DualPipeV requires at least as many microbatches as stages"
+    return None
+
+
+def expected_error(case: Case, device_type: str) -> ExpectedError | None:
+    """The schedules' own checks of the microbatch count (torch/distributed/pipelining/schedules.py)."""
+    plan, pp = case.plan, case.mesh.axis_size("pp")
+    least = min_microbatches(case)
+    if least and plan.microbatches < least[0]:
+        return ExpectedError("ValueError", least[1])
+    if plan.schedule in ("interleaved_1f1b", "interleaved_zero_bubble"):
+        rounds = max(1, plan.microbatches // pp)
+        if plan.microbatches % rounds:
+            what = "Interleaved 1F1B" if plan.schedule == "interleaved_1f1b" else "Zero bubble"
+            return ExpectedError("ValueError", f"{what} requires the number of microbatches to be a multiple of the "
+                                              "number of rounds")
+    return None
+
+
+def validate(case: Case) -> None:
+    plan, model, t, mesh = case.plan, case.model, case.train, case.mesh
+    check(plan.schedule in SCHEDULES, "plan.schedule", f"must be one of {sorted(SCHEDULES)}, got {plan.schedule!r}")
+    layout = plan.layout()
+    require(plan.stages_per_rank == 1 if layout == "single" else
+            plan.stages_per_rank == 2 if layout == "v" else plan.stages_per_rank >= 1,
+            rules.STAGES_PER_RANK, "plan.stages_per_rank",
+            f"{plan.schedule} with {plan.stages_per_rank} stages per rank")
+    check(plan.microbatches >= 1, "plan.microbatches", f"must be >= 1, got {plan.microbatches}")
+    require(t.batch % plan.microbatches == 0, rules.EVEN_MICROBATCHES, "plan.microbatches",
+            f"a batch of {t.batch} in {plan.microbatches} microbatches")
+    names = units(model)
+    stages = plan.num_stages(mesh.axis_size("pp"))
+    require(len(plan.cuts) == stages - 1 and all(a < b for a, b in zip((0, *plan.cuts), plan.cuts))
+            and all(c < len(names) for c in plan.cuts), rules.STAGES_SPLIT_THE_MODEL, "plan.cuts",
+            f"{stages} stages over the {len(names)} modules {names} need {stages - 1} increasing cuts in "
+            f"[1, {len(names) - 1}], got {list(plan.cuts)}")
+    require(not model.tie_head or stages == 1, rules.NO_PARAMETER_SHARED_ACROSS_STAGES, "model.tie_head",
+            f"the tied embedding and head would sit in stages 0 and {stages - 1}")
+    check(not any(node.kind == "dropout" for _, node in model.body.walk("body")), "model.body",
+          "no dropout under pipelining: each rank draws the masks of its own stages in schedule order, which one "
+          "process running every stage cannot reproduce (torch promises no random stream across stages)")
+    check(t.microbatches == 1, "train.microbatches",
+          "must be 1: the schedule's microbatches (plan.microbatches) are the accumulation")
+    for field, on, why in (
+            ("nonroot", t.nonroot, "a schedule runs the whole pipeline"),
+            ("eval", t.eval, "the evaluation pass (schedule.eval) is not drawn yet"),
+            ("autocast", t.autocast, "an autocast region around schedule.step would hold the backward too"),
+            ("loss_scale", t.loss_scale, "the schedule runs the backward itself: no scaler can scale the loss"),
+            ("to_float64", t.to_float64, "not drawn yet")):
+        check(not on, f"train.{field}", f"not with pipelining: {why}")
+
+
+def features(case: Case) -> set[str]:
+    plan, mesh = case.plan, case.mesh
+    pp = mesh.axis_size("pp")
+    tags = {f"pp:schedule={plan.schedule}", f"pp:stages={plan.num_stages(pp)}",
+            f"pp:stages_per_rank={plan.stages_per_rank}"}
+    stages = plan.num_stages(pp)
+    tags.add("pp:microbatches" + ("<stages" if plan.microbatches < stages else
+                                  "=stages" if plan.microbatches == stages else
+                                  ">stages" + ("" if plan.microbatches % stages else ",multiple")))
+    if expected_error(case, "cpu"):
+        tags.add("pp:refused")
+    if not plan.scale_grads:
+        tags.add("pp:sum_grads")
+    if mesh.axis_size("dp_shard") > 1:
+        tags.add("pp:fully_shard" + ("" if plan.reshard_after_forward else ",no_reshard_after_forward"))
+    owners = case.model.param_modules()
+    if any(not any(m == u or m.startswith(u + ".") for m in owners for u in stage)
+           for stage in plan.stage_units(case.model)):
+        tags.add("pp:parameterless_stage")
+    return tags
+
+
+def describe(case: Case) -> tuple[dict[str, str], list[str]]:
+    plan, pp = case.plan, case.mesh.axis_size("pp")
+    notes = {}
+    for s, names in enumerate(plan.stage_units(case.model)):
+        rank = next(r for r in range(pp) if s in plan.stages_of(pp, r))
+        for name in names:
+            notes[name] = f"stage {s} (pp rank {rank})"
+    cls = SCHEDULES[plan.schedule][0]
+    lines = [f"schedule: {cls}(stages, n_microbatches={plan.microbatches}"
+             + ("" if plan.scale_grads else ", scale_grads=False") + ")"]
+    if case.mesh.axis_size("dp_shard") > 1 or "dp_shard" in case.mesh.names:
+        lines.append("each stage: fully_shard(stage, mesh=dp_shard"
+                     + ("" if plan.reshard_after_forward else ", reshard_after_forward=False") + ")")
+    return notes, lines
+
+
+FAMILY = Family(
+    name="pipeline",
+    plan_type=PipelinePlan,
+    meshes=MESHES,
+    system="pipeline",
+    strategy="parityfuzz.strategies.pipeline",
+    reference=reference,
+    validate=validate,
+    features=features,
+    describe=describe,
+    expected_error=expected_error,
+    target="A pipeline schedule over stages of the model must train exactly like the unsplit model under DDP fed "
+           "the same microbatches, with the loss scaling the schedules document.",
+    systems={
+        "pipeline": "parityfuzz.systems.pipeline:PipelineSystem",
+        "pipeline_reference": "parityfuzz.systems.pipeline:PipelineReference",
+    },
+    patchable=(
+        "torch.distributed.pipelining.schedules",
+        "torch.distributed.pipelining.stage",
+        "torch.distributed.pipelining._backward",
+        "torch.distributed.pipelining.microbatch",
+    ),
+    patchable_classes=(
+        ("torch.distributed.pipelining.stage", "_PipelineStageBase"),
+        ("torch.distributed.pipelining.stage", "PipelineStage"),
+    ),
+    rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
+           rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES),
+    missing={
+        "export": "the export does not write out a pipeline split and schedule yet",
+        "checkpoint": "a pipelined model's DCP save and load is not drawn yet",
+        "compiles": "torch.compile of stage modules is not drawn yet",
+        "seed_grids": "the seed tests hold no pipelining grid",
+    },
+)

@@ -1,0 +1,47 @@
+"""Validity rules of pipeline plans (``torch.distributed.pipelining``): how a model may be split into stages, how
+stages sit on ranks for each schedule, and how a batch splits into microbatches.
+
+The schedules' own checks of the microbatch count (1F1B's "must be greater than or equal to the number of stages",
+the interleaved schedules' multiple of rounds, DualPipeV's "at least as many microbatches as stages") are not rules:
+torch raises them, so a plan that breaks one is a valid case whose expected error the family names
+(:func:`parityfuzz.families.pipeline.expected_error`).
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from parityfuzz.rules import Rule
+
+STAGES_PER_RANK = Rule(
+    "pipeline.stages-per-rank",
+    "a single-stage schedule gets one stage per rank, a multi-stage one a list of stages, and a V-shaped one "
+    "exactly two",
+    "torch/distributed/pipelining/schedules.py: PipelineScheduleSingle takes 'stage: _PipelineStageBase', "
+    "PipelineScheduleMulti 'stages: list[_PipelineStageBase]'; ScheduleZBVZeroBubble and ScheduleDualPipeV raise "
+    "'ZBV requires exactly 2 stages per rank'")
+STAGE_LAYOUT = Rule(
+    "pipeline.stage-layout",
+    "stage i runs on pipeline rank i % pp (loop layout), or for a V-shaped schedule rank r holds stages r and "
+    "2 pp - 1 - r, and every rank passes its stages in ascending order",
+    "torch/distributed/pipelining/_utils.py: generate_stage_to_rank_mapping: 'Compute the stage id to rank mapping "
+    "for either a looped or V-style schedule' (PipelineScheduleMulti uses style 'loop', ScheduleZBVZeroBubble and "
+    "ScheduleDualPipeV style 'v')")
+STAGES_SPLIT_THE_MODEL = Rule(
+    "pipeline.stages-split-the-model",
+    "the stages are consecutive, non-empty runs of the model's top-level modules (the input embedding, each child "
+    "of the body, the head), each held by one stage",
+    "torch/distributed/pipelining/stage.py: PipelineStage: 'A pipeline stage for pipeline parallelism with "
+    "sequential model partitioning' ('submodule: The nn.Module wrapped by this stage'); each stage's output is the "
+    "next one's input")
+NO_PARAMETER_SHARED_ACROSS_STAGES = Rule(
+    "pipeline.no-parameter-shared-across-stages",
+    "no parameter is held by two stages (a tied embedding and head sit in one stage)",
+    "torch/distributed/pipelining/stage.py: each stage's submodule is its own module: its optimizer steps its "
+    "parameters, and PipelineStage.scale_grads divides 'self.submod.parameters()' only; a parameter two stages "
+    "hold would be two copies trained apart")
+EVEN_MICROBATCHES = Rule(
+    "pipeline.even-microbatches",
+    "the batch splits into microbatches of one size (the batch is a multiple of the microbatch count)",
+    "torch/distributed/pipelining/stage.py: PipelineStage: 'Dynamic mode: Metadata is inferred from the first "
+    "microbatch at runtime': every later microbatch is received into buffers of the first one's shape")

@@ -1,0 +1,185 @@
+"""System under test of the ``pipeline`` family, and its reference.
+
+:class:`PipelineSystem`, applied in torchtitan's order: split the model into this rank's stages
+(:func:`split`: each stage keeps the top-level modules it owns, under their own names), ``fully_shard`` each stage
+over the ``dp_shard`` axis where the mesh has one, wrap each in a ``PipelineStage`` on the ``pp`` group, build the
+plan's schedule with the case's loss and ``scale_grads``.  A step is ``schedule.step``: the input where this rank holds
+the first stage, the target and a list for the losses where it holds the last.  The optimizer steps this rank's
+parameters; gradient clipping takes the norm over every stage (each rank's local norm, summed over the ``pp``
+group, as torchtitan's ``clip_grad_norm_`` does: ``clip_grad_norm_`` alone would see only this rank's stages).
+
+:class:`PipelineReference`: DDP over all ranks (a pipeline's ranks share their batch, so this averages over the
+data-parallel ranks) running the plan's microbatches one after another, each one's loss backpropagated on its own,
+the gradients divided by the microbatch count afterwards where ``scale_grads``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from parityfuzz.families.pipeline import SCHEDULES
+from parityfuzz.run.build import Block
+from parityfuzz.run.record import torch_dtype
+from parityfuzz.systems.base import System, case_name, optimizer_parts
+from parityfuzz.systems.ddp import DDPSystem
+
+
+class Stage(nn.Module):
+    """One pipeline stage of the case's model: the top-level modules it owns, under the names the whole model
+    gives them (``inp``, ``body.<child>``, ``head``), run as the model runs them."""
+
+    def __init__(self, model: nn.Module, names: list[str]):
+        super().__init__()
+        if "inp" in names:
+            self.inp = model.inp
+        body = [n.partition(".")[2] for n in names if n.startswith("body.")]
+        if "body" in names:
+            self.body = model.body
+        elif body:
+            self.body = Block([(n, model.body.get_submodule(n)) for n in body])
+        if "head" in names:
+            self.head = model.head
+
+    def forward(self, x):
+        for name in ("inp", "body", "head"):
+            if hasattr(self, name):
+                x = getattr(self, name)(x)
+        return x
+
+
+def split(model: nn.Module, names: list[str]) -> Stage:
+    """The stage holding the top-level modules ``names`` of ``model`` (the same module objects: no copy)."""
+    return Stage(model, names)
+
+
+class _Held(nn.Module):
+    """This rank's stages as one module for what looks at the whole (train/eval mode, resharding, the probe),
+    whose submodules are named as the case names them (each stage's own root left out)."""
+
+    def __init__(self, stages: list[nn.Module]):
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        for stage in self.stages:
+            for name, module in stage.named_modules(memo, prefix, remove_duplicate):
+                if name:
+                    yield name, module
+
+
+def pipeline_loss_total(losses: list[torch.Tensor]) -> torch.Tensor:
+    """The step's recorded loss: the microbatch losses added in order (the same arithmetic in both systems)."""
+    total = losses[0].detach().clone()
+    for loss in losses[1:]:
+        total = total + loss.detach()
+    return total
+
+
+class PipelineSystem(System):
+    name = "pipeline"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed import pipelining
+        from torch.distributed.fsdp import fully_shard
+
+        case, plan, spec = self.case, self.case.plan, self.case.mesh
+        mesh = self.ctx.mesh(spec.shape, spec.names)
+        pp = spec.axis_size("pp")
+        pp_rank = spec.coords(self.ctx.rank)["pp"]
+        self.pp_group = mesh["pp"].get_group()
+        units = plan.stage_units(case.model)
+        count = len(units)
+        mine = plan.stages_of(pp, pp_rank)
+        everything = {"grad": {case_name(n) for n, _ in model.named_parameters()}}
+        everything["param"] = everything["grad"] | {"buffer:" + case_name(n) for n, _ in model.named_buffers()}
+        modules, stages = [], []
+        for index in mine:
+            module = split(model, units[index])
+            if "dp_shard" in spec.names:
+                fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward)
+            modules.append(module)
+            stages.append(pipelining.PipelineStage(module, index, count, self.ctx.device, group=self.pp_group))
+        self.stage_modules = modules
+        held = _Held(modules)
+        mine_names = {"grad": {case_name(n) for n, _ in self._named(modules)}}
+        mine_names["param"] = mine_names["grad"] | {"buffer:" + case_name(n)
+                                                    for m in modules for n, _ in m.named_buffers()}
+        self._elsewhere = {what: frozenset(everything[what] - mine_names[what]) for what in everything}
+        self.has_first, self.has_last = 0 in mine, count - 1 in mine
+        self.last_rank = next(r for r in range(pp) if count - 1 in plan.stages_of(pp, r))
+        cls = getattr(pipelining, SCHEDULES[plan.schedule][0])
+        self.schedule = cls(stages[0] if plan.layout() == "single" else stages, n_microbatches=plan.microbatches,
+                            loss_fn=self.loss, scale_grads=plan.scale_grads)
+        return held
+
+    @staticmethod
+    def _named(modules):
+        for module in modules:
+            yield from module.named_parameters()
+
+    def named_parameters(self):
+        for name, p in self._named(self.stage_modules):
+            yield case_name(name), p
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        return {"buffer:" + case_name(n): b for m in self.stage_modules for n, b in m.named_buffers()}
+
+    def elsewhere(self, what: str) -> frozenset[str]:
+        return self._elsewhere[what]
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """The case's optimizer over this rank's parameters (an empty group where its stages hold none)."""
+        cls, groups, kwargs = optimizer_parts(self.case.train, self.named_parameters())
+        return cls(groups or [{"params": []}], **kwargs)
+
+    def forward_backward(self, batch, target, path=None):
+        """One ``schedule.step``; returns the last stage's microbatch losses added up, sent to every rank of the
+        pipeline."""
+        losses: list[torch.Tensor] = []
+        args = (batch,) if self.has_first else ()
+        kwargs = {"target": target, "losses": losses} if self.has_last else {}
+        self.schedule.step(*args, **kwargs)
+        total = pipeline_loss_total(losses) if self.has_last else torch.zeros(
+            (), dtype=torch_dtype(self.case.train.dtype), device=self.ctx.device)
+        dist.broadcast(total, group=self.pp_group, group_src=self.last_rank)
+        return total
+
+    def clip_gradients(self, max_norm: float) -> None:
+        """Clip by the norm of every stage's gradients: this rank's norm (over its data-parallel shards too),
+        squared, summed over the pipeline's ranks."""
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad for _, p in self.named_parameters() if p.grad is not None]
+        dtype = torch_dtype(self.case.train.dtype)
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), dtype=dtype)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        norm = norm.to(dtype) ** 2
+        dist.all_reduce(norm, group=self.pp_group)
+        torch.nn.utils.clip_grads_with_norm_([p for _, p in self.named_parameters() if p.grad is not None],
+                                             max_norm, norm.sqrt())
+
+
+class PipelineReference(DDPSystem):
+    name = "pipeline_reference"
+
+    def forward_backward(self, batch, target, path=None):
+        """The plan's microbatches (the batch split along dim 0, as the schedules split it) one after another,
+        DDP's sync on the last; the gradients divided by their count afterwards where ``scale_grads``."""
+        plan = self.case.plan
+        n = plan.microbatches
+        losses = []
+        for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
+            with contextlib.nullcontext() if index == n - 1 else self.model.no_sync():
+                loss = self.forward_loss(x, y)
+                self.backward(loss)
+            losses.append(loss)
+        if plan.scale_grads and n > 1:
+            for _, p in self.named_parameters():
+                if p.grad is not None:
+                    p.grad.div_(n)
+        return pipeline_loss_total(losses)

@@ -1,0 +1,75 @@
+"""Cases of the ``pipeline`` family: a schedule of ``torch.distributed.pipelining`` over stages of the model, on a
+``(pp,)`` mesh, or ``(pp, dp_shard)`` with each stage ``fully_shard``-ed where the world holds several pipelines.
+
+Drawn in this order: world size, the pipeline's size (a divisor of it; the rest is ``dp_shard``), the schedule (every
+one torch 2.13 ships) and its stages per rank (one for the single-stage schedules, two for the V-shaped ones, one or
+two for the looped ones), a model with at least as many top-level modules as stages (no dropout: see the family's
+validation), the cuts between stages, the microbatch count (1 to twice the stage count: below, equal to and above
+it, a multiple of it or not; where the schedule refuses the count the case expects its error), ``scale_grads``, the
+training spec (its batch made a multiple of the microbatch count; what pipelining does not take left out) and
+``fully_shard``'s ``reshard_after_forward``.
+
+Shrinking: toward world size 2 with a pipeline of 2, ``gpipe``, a short dense model, the earliest cuts, one
+microbatch, ``scale_grads=True``, and the training spec's own simplest values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, units
+from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.meshes import world_sizes
+from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
+from parityfuzz.strategies.training import training
+
+#: Leaves a pipelined model may hold (no dropout: the family's validation says why).
+PIPELINE_LEAVES = tuple(k for k in LEAVES if k != "dropout")
+
+
+@st.composite
+def pipeline_models(draw, stages: int, max_depth: int) -> ModelSpec:
+    """A dense or embedding-input model (untied head) whose body holds enough children for ``stages`` stages, each
+    child a sub-body of its own (:func:`parityfuzz.strategies.models.bodies`)."""
+    kind = draw(st.sampled_from(("dense", "embedding")))
+    in_dim = draw(st.sampled_from(WIDTHS))
+    least = max(1, stages - (2 if kind == "embedding" else 0))
+    width, children = in_dim, []
+    for _ in range(draw(st.integers(least, least + 2))):
+        child = draw(bodies(width, max(0, max_depth - 1), leaves=PIPELINE_LEAVES))
+        children.append(child)
+        width = child.out_width(width)
+    body = Node("seq", children=tuple(children))
+    if kind == "dense":
+        return ModelSpec(body=body, input="dense", in_dim=in_dim)
+    return ModelSpec(body=body, input="embedding", in_dim=in_dim, vocab=draw(st.sampled_from(VOCABS)))
+
+
+@st.composite
+def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
+          perturb: bool) -> Case:
+    ws = draw(world_sizes(allowed))
+    pp = draw(st.sampled_from([p for p in (2, 2, 4, 4, 3, 8, 1) if ws % p == 0]))  # one stage: rare
+    schedule = draw(st.sampled_from(tuple(SCHEDULES)))
+    layout = SCHEDULES[schedule][1]
+    per_rank = {"single": 1, "v": 2}.get(layout) or draw(st.sampled_from((2, 1)))
+    stages = pp * per_rank
+    model = draw(pipeline_models(stages, max_depth))
+    count = len(units(model))
+    cuts = tuple(sorted(draw(st.lists(st.integers(1, count - 1), min_size=stages - 1, max_size=stages - 1,
+                                      unique=True)))) if stages > 1 else ()
+    micro = draw(st.integers(1, 2 * stages))
+    train = draw(training(model, max_steps=max_steps))
+    batch = micro * draw(st.integers(1, 2))
+    lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr  # (a summed loss's lr is per term)
+    train = dataclasses.replace(train, batch=batch, lr=lr, microbatches=1, nonroot="", eval=False, autocast="",
+                                loss_scale=0.0, overflow_at=0, to_float64=False)
+    dp = ws // pp
+    mesh = MeshSpec((pp,), ("pp",)) if dp == 1 else MeshSpec((pp, dp), ("pp", "dp_shard"))
+    plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
+                        scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()))
+    return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
+                  reference=reference, perturb=perturb)

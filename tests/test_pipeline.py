@@ -1,0 +1,130 @@
+"""The ``pipeline`` family: every schedule torch 2.13 ships trains like the unsplit model under DDP fed the same
+microbatches (alone and with FSDP2 per stage), the schedules' refusals of a microbatch count are expected errors,
+the plan's validity rules hold, and faults inside ``torch.distributed.pipelining`` (tests/faults.py) are found by
+short fuzz runs and shrunk to cases that still show them."""
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.case.errors import CaseError
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error
+from parityfuzz.judge.verify import verify_case
+from parityfuzz.rules import RuleViolation
+from parityfuzz.strategies import cases
+from tests.test_fuzz_loop import fuzz
+
+#: Four top-level modules whose outputs are not views (torch's zero-bubble schedules cannot take views: the known
+#: bug ``pipeline-zero-bubble-stage-output-view``), a parameter in each.
+NO_VIEWS = ModelSpec(in_dim=4, body=Node("seq", children=(
+    Node("seq", children=(Node("linear", out=8), Node("act", fn="tanh"))),
+    Node("seq", children=(Node("linear", out=4), Node("layernorm"))),
+    Node("seq", children=(Node("linear", out=4), Node("act", fn="gelu"))),
+    Node("seq", children=(Node("linear", out=3), Node("act", fn="relu"))))))
+
+
+def pipeline_case(schedule: str, pp: int = 2, dp: int = 1, micro: int = 4, steps: int = 3, **plan) -> Case:
+    per_rank = {"single": 1}.get(SCHEDULES[schedule][1], 2)
+    stages = pp * per_rank
+    cuts = tuple(range(1, stages)) if stages <= 4 else ()
+    mesh = MeshSpec((pp,), ("pp",)) if dp == 1 else MeshSpec((pp, dp), ("pp", "dp_shard"))
+    return Case(seed=3, world_size=pp * dp, model=NO_VIEWS, mesh=mesh,
+                plan=PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts, **plan),
+                train=TrainSpec(steps=steps, optimizer="adam", batch=micro, seq_len=2, loss="mean", lr=0.01))
+
+
+@pytest.mark.parametrize("schedule, dp", [
+    ("gpipe", 1), ("1f1b", 2), ("looped_bfs", 1), ("interleaved_1f1b", 2), ("interleaved_zero_bubble", 1),
+    ("zbv", 1), ("dualpipev", 1)])
+def test_every_schedule_trains_like_the_unsplit_model(executor, schedule, dp):
+    case = pipeline_case(schedule, dp=dp).validate()
+    verdict = verify_case(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_summed_gradients_and_no_reshard_after_forward(executor):
+    case = pipeline_case("1f1b", dp=2, micro=3, scale_grads=False, reshard_after_forward=False).validate()
+    assert verify_case(dataclasses.replace(case, train=dataclasses.replace(case.train, batch=3, loss="sum")),
+                       executor).ok
+
+
+@pytest.mark.parametrize("schedule, micro", [("1f1b", 1), ("dualpipev", 3), ("interleaved_1f1b", 5)])
+def test_a_microbatch_count_the_schedule_refuses_is_its_expected_error(executor, schedule, micro):
+    case = pipeline_case(schedule, micro=micro)
+    case = dataclasses.replace(case, train=dataclasses.replace(case.train, batch=micro)).validate()
+    error = expected_error(case, "cpu")
+    assert error is not None and error.type == "ValueError"
+    verdict = verify_case(case, executor)
+    assert verdict.ok, verdict.describe()  # raised on every rank, matching the expected message
+    assert expected_error(dataclasses.replace(case, plan=dataclasses.replace(case.plan, microbatches=4),
+                                              train=dataclasses.replace(case.train, batch=4)), "cpu") is None
+
+
+def test_the_plan_obeys_its_validity_rules():
+    good = pipeline_case("gpipe")
+    for plan, rule in (
+            (dataclasses.replace(good.plan, cuts=()), "pipeline.stages-split-the-model"),
+            (dataclasses.replace(good.plan, cuts=(4,)), "pipeline.stages-split-the-model"),
+            (dataclasses.replace(good.plan, stages_per_rank=2, cuts=(1, 2, 3)), "pipeline.stages-per-rank"),
+            (dataclasses.replace(good.plan, schedule="zbv", cuts=(1,)), "pipeline.stages-per-rank"),
+            (dataclasses.replace(good.plan, microbatches=3), "pipeline.even-microbatches")):
+        with pytest.raises(RuleViolation) as e:
+            dataclasses.replace(good, plan=plan).validate()
+        assert e.value.rule.name == rule
+    tied = ModelSpec(body=Node("seq", children=(Node("linear", out=4),)), input="embedding", in_dim=4, vocab=8,
+                     tie_head=True)
+    with pytest.raises(RuleViolation) as e:
+        dataclasses.replace(good, model=tied, plan=dataclasses.replace(good.plan, cuts=(2,))).validate()
+    assert e.value.rule.name == "pipeline.no-parameter-shared-across-stages"
+    dropout = ModelSpec(body=Node("seq", children=(Node("linear", out=4), Node("dropout", p=0.5))))
+    with pytest.raises(CaseError, match="no dropout"):
+        dataclasses.replace(good, model=dropout).validate()
+    with pytest.raises(CaseError, match="train.microbatches"):
+        dataclasses.replace(good, train=dataclasses.replace(good.train, microbatches=2)).validate()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(cases(family="pipeline", world_sizes=(1, 2, 4)))
+def test_drawn_cases_are_valid_and_their_stages_lie_where_the_schedule_puts_them(case):
+    plan, pp = case.plan, case.mesh.axis_size("pp")
+    stages = plan.num_stages(pp)
+    held = sorted(s for r in range(pp) for s in plan.stages_of(pp, r))
+    assert held == list(range(stages))  # every stage on exactly one rank of the pipeline
+    assert all(len(units) >= 1 for units in plan.stage_units(case.model))
+    assert case.train.batch % plan.microbatches == 0
+
+
+#: fault -> (a hand-written case where it acts, what a shrunk case must still show)
+FAULTS = {
+    "SecondStageScaledTwice": (
+        pipeline_case("interleaved_1f1b"),
+        lambda c: c.plan.stages_per_rank > 1 and c.plan.microbatches > 1 and c.plan.scale_grads),
+    "DividedByStageCount": (
+        pipeline_case("gpipe", micro=4),
+        lambda c: c.plan.scale_grads and c.plan.microbatches != c.plan.num_stages(c.mesh.axis_size("pp"))),
+    "LastMicrobatchWeightGradLost": (
+        pipeline_case("1f1b", micro=2),
+        lambda c: c.plan.microbatches > 1 and c.plan.num_stages(c.mesh.axis_size("pp")) > 1),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_fault_acts_where_it_should_and_pipelining_passes_there(executor, fault):
+    case = FAULTS[fault][0].validate()
+    assert verify_case(case, executor).ok
+    verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
+
+
+@pytest.mark.parametrize("fault, seed", [(f, 1) for f in FAULTS]
+                         + [pytest.param(f, 2, marks=pytest.mark.long) for f in FAULTS])
+def test_a_short_fuzz_run_finds_and_shrinks_the_pipeline_fault(executor, tmp_path, fault, seed):
+    system = f"tests.faults:{fault}"
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=20,
+                 strategy=cases(family="pipeline", world_sizes=(2, 4), system=system))
+    assert len(stats.failures) == 1, stats.summary_line()
+    f = stats.failures[0]
+    assert f.verdict.kind == "mismatch", f.verdict.describe()
+    assert FAULTS[fault][1](f.case), f.case.to_json(indent=1)
