@@ -1,0 +1,44 @@
+"""Preconditions of the known torch bugs of the pipeline family (``corpus/known_bugs.toml`` names them
+``pipeline:<function>``): what the shrunk cases of each bug needed.  Each takes a case and says whether the bug
+can show in it."""
+
+from __future__ import annotations
+
+from parityfuzz.case import Case
+
+#: The schedules that split a stage's backward into its input and weight parts (``stage_backward_input``).
+SPLIT_BACKWARD = ("interleaved_zero_bubble", "zbv", "dualpipev")
+
+
+def zero_bubble_stage_output_view(case: Case) -> bool:
+    """A schedule that runs ``stage_backward_input``, over more than one stage (a stage whose output is a view,
+    such as a Linear's over a 3-D activation, then fails its in-place ``detach_``)."""
+    plan = case.plan
+    return plan.schedule in SPLIT_BACKWARD and plan.num_stages(case.mesh.axis_size("pp")) > 1
+
+
+def _first_units(case: Case) -> list[str]:
+    """The first top-level module of every stage after the first."""
+    return [units[0] for units in case.plan.stage_units(case.model)[1:]]
+
+
+def zero_bubble_stage_input_without_grad(case: Case) -> bool:
+    """A schedule that splits the backward, with a stage after the first whose input may not require grad (nothing
+    trainable before it: parameterless or frozen modules only)."""
+    frozen = frozenset(f.path for f in case.train.frozen)
+    return case.plan.schedule in SPLIT_BACKWARD and any(
+        not case.model.input_requires_grad(unit, frozen) for unit in _first_units(case))
+
+
+def zero_bubble_attention_called_twice(case: Case) -> bool:
+    """A schedule that splits the backward, over a model that calls an attention block twice in a forward."""
+    return case.plan.schedule in SPLIT_BACKWARD and any(
+        node.kind == "twice" and any(inner.kind == "attention" for _, inner in node.walk(path))
+        for path, node in case.model.body.walk("body"))
+
+
+def zero_bubble_expanded_gradient(case: Case) -> bool:
+    """A schedule that splits the backward, over several microbatches, with a parameter used through a broadcast
+    (a ``scale`` module's ``w.sum(0)``: its gradient is an expanded view)."""
+    return case.plan.schedule in SPLIT_BACKWARD and case.plan.microbatches > 1 and any(
+        node.kind == "scale" for _, node in case.model.body.walk("body"))
