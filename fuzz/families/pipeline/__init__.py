@@ -185,6 +185,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
+from parityfuzz.families.pipeline import grids  # noqa: E402 (it reads SCHEDULES above)
+
 FAMILY = Family(
     name="pipeline",
     plan_type=PipelinePlan,
@@ -212,12 +214,12 @@ FAMILY = Family(
         ("torch.distributed.pipelining.stage", "_PipelineStageBase"),
         ("torch.distributed.pipelining.stage", "PipelineStage"),
     ),
+    seed_grids=grids.GRIDS,
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES),
     missing={
         "export": "the export does not write out a pipeline split and schedule yet",
         "checkpoint": "a pipelined model's DCP save and load is not drawn yet",
         "compiles": "torch.compile of stage modules is not drawn yet",
-        "seed_grids": "the seed tests hold no pipelining grid",
     },
 )
