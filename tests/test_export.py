@@ -148,7 +148,13 @@ def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
     assert "a checkpoint loaded into another world size" in refusal(resharded.validate())
     assert "overlap_with_ddp" in refusal(zero_case(2, optimizer="adam", overlap="hook",
                                                  training={"groups": (), "microbatches": 1, "scheduler": ""}))
-    assert {p.parent.name for p in corpus.discover(ROOT / "corpus")} <= {f.name for f in families.records() if f.export}
+    # A corpus family without a writer says why in its record (the pipeline family, issue 33), and the refusal names it.
+    for name in {p.parent.name for p in corpus.discover(ROOT / "corpus")}:
+        family = families.get(name)
+        assert family.export or family.missing.get("export"), name
+        if not family.export:
+            case = corpus.load(corpus.discover(ROOT / "corpus" / name)[0]).case
+            assert family.missing["export"] in refusal(case), name
 
 
 def test_corpus_file_exports_to_a_script_with_its_verdict(tmp_path, corpus_file):
