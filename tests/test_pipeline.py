@@ -118,7 +118,10 @@ def test_the_fault_acts_where_it_should_and_pipelining_passes_there(executor, fa
     assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
 
 
-@pytest.mark.parametrize("fault, seed", [(f, 1) for f in FAULTS]
+#: CI runs seed 1 of the quicker two (about 30 s each); SecondStageScaledTwice (150 s on seed 1 once the split-backward
+#: schedules left fully_shard out) and every seed 2 run with --long.
+@pytest.mark.parametrize("fault, seed", [(f, 1) if f != "SecondStageScaledTwice" else
+                                         pytest.param(f, 1, marks=pytest.mark.long) for f in FAULTS]
                          + [pytest.param(f, 2, marks=pytest.mark.long) for f in FAULTS])
 def test_a_short_fuzz_run_finds_and_shrinks_the_pipeline_fault(executor, tmp_path, fault, seed):
     system = f"tests.faults:{fault}"

@@ -39,6 +39,9 @@ SCHEDULES = {
 }
 
 MESHES = (("pp",), ("pp", "dp_shard"))
+#: The schedules that split a stage's backward into its input and weight parts (``stage_backward_input`` and
+#: ``stage_backward_weight``).
+SPLIT_BACKWARD = ("interleaved_zero_bubble", "zbv", "dualpipev")
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,11 @@ def validate(case: Case) -> None:
     check(not any(node.kind == "dropout" for _, node in model.body.walk("body")), "model.body",
           "no dropout under pipelining: each rank draws the masks of its own stages in schedule order, which one "
           "process running every stage cannot reproduce (torch promises no random stream across stages)")
+    check(not (plan.schedule in SPLIT_BACKWARD and "dp_shard" in mesh.names), "plan.schedule",
+          f"{plan.schedule} with fully_shard per stage is left out until triaged: CI's first pipeline run (fuzz seed 1) "
+          "met weight gradients missing under it (InterleavedZeroBubble, pp 2 x dp_shard 2; the case is in the issue "
+          "33 note), which neither the schedule alone nor Interleaved1F1B with fully_shard shows, and a torch-only "
+          "script with that stage layout did not reproduce: the harness's part is not yet excluded")
     check(t.microbatches == 1, "train.microbatches",
           "must be 1: the schedule's microbatches (plan.microbatches) are the accumulation")
     for field, on, why in (

@@ -5,9 +5,7 @@ can show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import Case
-
-#: The schedules that split a stage's backward into its input and weight parts (``stage_backward_input``).
-SPLIT_BACKWARD = ("interleaved_zero_bubble", "zbv", "dualpipev")
+from parityfuzz.families.pipeline import SPLIT_BACKWARD
 
 
 def zero_bubble_stage_output_view(case: Case) -> bool:
