@@ -24,24 +24,12 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names
 from parityfuzz.families import Family
+from parityfuzz.families.pipeline import grids
+from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
 from parityfuzz.rules import pipeline as rules
 from parityfuzz.rules import require
 
-#: Schedule name -> (torch class in ``torch.distributed.pipelining``, stage layout).
-SCHEDULES = {
-    "gpipe": ("ScheduleGPipe", "single"),
-    "1f1b": ("Schedule1F1B", "single"),
-    "looped_bfs": ("ScheduleLoopedBFS", "loop"),
-    "interleaved_1f1b": ("ScheduleInterleaved1F1B", "loop"),
-    "interleaved_zero_bubble": ("ScheduleInterleavedZeroBubble", "loop"),
-    "zbv": ("ScheduleZBVZeroBubble", "v"),
-    "dualpipev": ("ScheduleDualPipeV", "v"),
-}
-
 MESHES = (("pp",), ("pp", "dp_shard"))
-#: The schedules that split a stage's backward into its input and weight parts (``stage_backward_input`` and
-#: ``stage_backward_weight``).
-SPLIT_BACKWARD = ("interleaved_zero_bubble", "zbv", "dualpipev")
 
 
 @dataclass(frozen=True)
@@ -192,8 +180,6 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
                      + ("" if plan.reshard_after_forward else ", reshard_after_forward=False") + ")")
     return notes, lines
 
-
-from parityfuzz.families.pipeline import grids  # noqa: E402 (it reads SCHEDULES above)
 
 FAMILY = Family(
     name="pipeline",

@@ -3,7 +3,7 @@
 grid crosses every schedule with the compositions the family draws."""
 
 from parityfuzz.case.seedgrids import Grid
-from parityfuzz.families.pipeline import SCHEDULES
+from parityfuzz.families.pipeline.schedules import SCHEDULES
 
 GRIDS = (
     Grid("test_schedule_multiproc.py::ScheduleClass x composition", "pipeline", (

@@ -5,7 +5,7 @@ can show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import Case
-from parityfuzz.families.pipeline import SPLIT_BACKWARD
+from parityfuzz.families.pipeline.schedules import SPLIT_BACKWARD
 
 
 def zero_bubble_stage_output_view(case: Case) -> bool:
