@@ -86,7 +86,7 @@ from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, sca
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 from parityfuzz.run.arrays import (all_finite, count_above, difference, largest, largest_relative, magnitude, same,
                                    size)
-from parityfuzz.run.trace import ABSENT, ELSEWHERE, KINDS, Rec, Trace, module_of, replica_groups
+from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
 
 #: A passing case whose allowed difference somewhere exceeded this share of the tensor's scale was
 #: checked only loosely there: the verdict's note says so (and the run summary counts such cases).
@@ -256,7 +256,7 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
 def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: float) -> None:
     held = {}  # per role, {rank: record} over the ranks that hold the tensor (all, unless recorded by ownership)
     for role, trace in (("system under test", p.sut), ("reference", p.ref)):
-        recs = {r: rec for r, rec in enumerate(trace.records(p.i, what, name)) if rec is not ELSEWHERE}
+        recs = trace.held(p.i, what, name)
         if not recs:
             p.fail(what, name, "missing", f"held by no rank of the {role} (every rank says another holds it)",
                    ranks=())

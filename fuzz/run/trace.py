@@ -185,10 +185,15 @@ class Trace:
             out.append(ELSEWHERE if rec == ELSEWHERE else rec)
         return out
 
+    def held(self, i: int, what: str, name: str) -> dict:
+        """``{rank: record}`` over the ranks that hold one tensor in pass ``i`` (every rank, unless some say
+        :data:`ELSEWHERE`)."""
+        return {r: rec for r, rec in enumerate(self.records(i, what, name)) if rec is not ELSEWHERE}
+
     def full(self, i: int, what: str, name: str) -> Rec | None:
         """The whole tensor from the ranks that hold it (None where no rank does, or it is absent or has no
         gradient on one that should)."""
-        recs = [r for r in self.records(i, what, name) if r is not ELSEWHERE]
+        recs = list(self.held(i, what, name).values())
         if not recs or any(r is None or r is ABSENT for r in recs):
             return None
         return assemble(recs)

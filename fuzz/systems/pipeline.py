@@ -1,7 +1,7 @@
 """System under test of the ``pipeline`` family, and its reference.
 
 :class:`PipelineSystem`, applied in torchtitan's order: split the model into this rank's stages
-(:func:`split`: each stage keeps the top-level modules it owns, under their own names), ``fully_shard`` each stage
+(:class:`Stage`: each stage keeps the top-level modules it owns, under their own names), ``fully_shard`` each stage
 over the ``dp_shard`` axis where the mesh has one, wrap each in a ``PipelineStage`` on the ``pp`` group, build the
 plan's schedule with the case's loss and ``scale_grads``.  A step is ``schedule.step``: the input where this rank holds
 the first stage, the target and a list for the losses where it holds the last.  The optimizer steps this rank's
@@ -29,8 +29,8 @@ from parityfuzz.systems.ddp import DDPSystem
 
 
 class Stage(nn.Module):
-    """One pipeline stage of the case's model: the top-level modules it owns, under the names the whole model
-    gives them (``inp``, ``body.<child>``, ``head``), run as the model runs them."""
+    """One pipeline stage of the case's model: the top-level modules it owns (the same module objects: no copy),
+    under the names the whole model gives them (``inp``, ``body.<child>``, ``head``), run as the model runs them."""
 
     def __init__(self, model: nn.Module, names: list[str]):
         super().__init__()
@@ -49,11 +49,6 @@ class Stage(nn.Module):
             if hasattr(self, name):
                 x = getattr(self, name)(x)
         return x
-
-
-def split(model: nn.Module, names: list[str]) -> Stage:
-    """The stage holding the top-level modules ``names`` of ``model`` (the same module objects: no copy)."""
-    return Stage(model, names)
 
 
 class _Held(nn.Module):
@@ -98,32 +93,26 @@ class PipelineSystem(System):
         everything["param"] = everything["grad"] | {"buffer:" + case_name(n) for n, _ in model.named_buffers()}
         modules, stages = [], []
         for index in mine:
-            module = split(model, units[index])
+            module = Stage(model, units[index])
             if "dp_shard" in spec.names:
                 fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward)
             modules.append(module)
             stages.append(pipelining.PipelineStage(module, index, count, self.ctx.device, group=self.pp_group))
         self.stage_modules = modules
-        held = _Held(modules)
-        mine_names = {"grad": {case_name(n) for n, _ in self._named(modules)}}
-        mine_names["param"] = mine_names["grad"] | {"buffer:" + case_name(n)
-                                                    for m in modules for n, _ in m.named_buffers()}
+        mine_names = {"grad": {n for n, _ in self.named_parameters()}}
+        mine_names["param"] = mine_names["grad"] | set(self.buffers())
         self._elsewhere = {what: frozenset(everything[what] - mine_names[what]) for what in everything}
         self.has_first, self.has_last = 0 in mine, count - 1 in mine
         self.last_rank = next(r for r in range(pp) if count - 1 in plan.stages_of(pp, r))
         cls = getattr(pipelining, SCHEDULES[plan.schedule][0])
         self.schedule = cls(stages[0] if plan.layout() == "single" else stages, n_microbatches=plan.microbatches,
                             loss_fn=self.loss, scale_grads=plan.scale_grads)
-        return held
-
-    @staticmethod
-    def _named(modules):
-        for module in modules:
-            yield from module.named_parameters()
+        return _Held(modules)
 
     def named_parameters(self):
-        for name, p in self._named(self.stage_modules):
-            yield case_name(name), p
+        for module in self.stage_modules:
+            for name, p in module.named_parameters():
+                yield case_name(name), p
 
     def buffers(self) -> dict[str, torch.Tensor]:
         return {"buffer:" + case_name(n): b for m in self.stage_modules for n, b in m.named_buffers()}
@@ -153,15 +142,14 @@ class PipelineSystem(System):
         squared, summed over the pipeline's ranks."""
         from torch.distributed.tensor import DTensor
 
-        grads = [p.grad for _, p in self.named_parameters() if p.grad is not None]
+        params = [p for _, p in self.named_parameters() if p.grad is not None]
         dtype = torch_dtype(self.case.train.dtype)
-        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), dtype=dtype)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.zeros((), dtype=dtype)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         norm = norm.to(dtype) ** 2
         dist.all_reduce(norm, group=self.pp_group)
-        torch.nn.utils.clip_grads_with_norm_([p for _, p in self.named_parameters() if p.grad is not None],
-                                             max_norm, norm.sqrt())
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm.sqrt())
 
 
 class PipelineReference(DDPSystem):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
-from parityfuzz.case.model import ModelSpec, child_names
+from parityfuzz.case.model import ModelSpec, child_names, under
 from parityfuzz.families import Family
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
@@ -145,10 +145,8 @@ def validate(case: Case) -> None:
 
 def features(case: Case) -> set[str]:
     plan, mesh = case.plan, case.mesh
-    pp = mesh.axis_size("pp")
-    tags = {f"pp:schedule={plan.schedule}", f"pp:stages={plan.num_stages(pp)}",
-            f"pp:stages_per_rank={plan.stages_per_rank}"}
-    stages = plan.num_stages(pp)
+    stages = plan.num_stages(mesh.axis_size("pp"))
+    tags = {f"pp:schedule={plan.schedule}", f"pp:stages={stages}", f"pp:stages_per_rank={plan.stages_per_rank}"}
     tags.add("pp:microbatches" + ("<stages" if plan.microbatches < stages else
                                   "=stages" if plan.microbatches == stages else
                                   ">stages" + ("" if plan.microbatches % stages else ",multiple")))
@@ -159,8 +157,7 @@ def features(case: Case) -> set[str]:
     if mesh.axis_size("dp_shard") > 1:
         tags.add("pp:fully_shard" + ("" if plan.reshard_after_forward else ",no_reshard_after_forward"))
     owners = case.model.param_modules()
-    if any(not any(m == u or m.startswith(u + ".") for m in owners for u in stage)
-           for stage in plan.stage_units(case.model)):
+    if any(not any(under(m, stage) for m in owners) for stage in plan.stage_units(case.model)):
         tags.add("pp:parameterless_stage")
     return tags
 
@@ -175,7 +172,7 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     cls = SCHEDULES[plan.schedule][0]
     lines = [f"schedule: {cls}(stages, n_microbatches={plan.microbatches}"
              + ("" if plan.scale_grads else ", scale_grads=False") + ")"]
-    if case.mesh.axis_size("dp_shard") > 1 or "dp_shard" in case.mesh.names:
+    if "dp_shard" in case.mesh.names:
         lines.append("each stage: fully_shard(stage, mesh=dp_shard"
                      + ("" if plan.reshard_after_forward else ", reshard_after_forward=False") + ")")
     return notes, lines
