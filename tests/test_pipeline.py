@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.case.errors import CaseError
+from parityfuzz.case.training import Freeze
+from parityfuzz.families.fsdp2 import ActivationCheckpoint
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.rules import RuleViolation
@@ -50,6 +52,34 @@ def test_summed_gradients_and_no_reshard_after_forward(executor):
                        executor).ok
 
 
+@pytest.mark.parametrize("schedule, cuts, checkpoints", [
+    ("1f1b", (2,), (ActivationCheckpoint("body.1", api="wrapper", before=False, reentrant=True),
+                    ActivationCheckpoint("body.2.0", api="composable"))),
+    ("interleaved_zero_bubble", (1, 2, 3), (ActivationCheckpoint("body.1", api="apply"),
+                                            ActivationCheckpoint("body.3.0", api="wrapper", before=False)))])
+def test_activation_checkpoints_inside_fully_sharded_stages_train_like_the_unsplit_model(executor, schedule, cuts,
+                                                                                          checkpoints):
+    """(A zero-bubble schedule with fully_shard per stage keeps its parameters unsharded after forward: with
+    reshard_after_forward=True it loses weight gradients, the known bug
+    pipeline-zero-bubble-fsdp-reshard-after-forward.)"""
+    case = pipeline_case(schedule, dp=2, steps=2, reshard_after_forward=False, checkpoints=checkpoints)
+    case = dataclasses.replace(case, plan=dataclasses.replace(case.plan, cuts=cuts)).validate()
+    verdict = verify_case(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_a_stage_input_that_starts_to_require_grad_trains_once_the_stages_are_rebuilt(executor):
+    """The first stage frozen for a step: the second stage's input requires grad only from step 1, which a
+    PipelineStage inferred once (at step 0) would not send back; the system builds its stages anew on unfreezing,
+    as the DDP systems rebuild DDP (found by the fuzzer as a harness error, before the rebuild)."""
+    model = ModelSpec(in_dim=4, body=Node("seq", children=(Node("seq", children=(Node("linear", out=2),)),
+                                                           Node("linear", out=1))))
+    case = Case(seed=0, world_size=2, model=model, mesh=MeshSpec((2,), ("pp",)), plan=PipelinePlan(cuts=(1,)),
+                train=TrainSpec(steps=2, frozen=(Freeze("body.0", until=1),))).validate()
+    verdict = verify_case(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
 @pytest.mark.parametrize("schedule, micro", [("1f1b", 1), ("dualpipev", 3), ("interleaved_1f1b", 5)])
 def test_a_microbatch_count_the_schedule_refuses_is_its_expected_error(executor, schedule, micro):
     case = pipeline_case(schedule, micro=micro)
@@ -73,6 +103,23 @@ def test_the_plan_obeys_its_validity_rules():
         with pytest.raises(RuleViolation) as e:
             dataclasses.replace(good, plan=plan).validate()
         assert e.value.rule.name == rule
+    reentrant = ActivationCheckpoint("body.1", api="wrapper", reentrant=True)
+    zb = pipeline_case("interleaved_zero_bubble", pp=1)
+    for case, path, cuts, rule in (
+            (zb, "body.1", (2,), "pipeline.reentrant-only-in-the-first-stage"),  # a split backward
+            (good, "body.1", (1,), "pipeline.reentrant-only-in-the-first-stage"),  # the second stage
+            (good, "body.0", (2,), "checkpointing.reentrant-input-requires-grad")):  # the model's dense input
+        with pytest.raises(RuleViolation) as e:
+            dataclasses.replace(case, plan=dataclasses.replace(case.plan, cuts=cuts, checkpoints=(
+                dataclasses.replace(reentrant, path=path),))).validate()
+        assert e.value.rule.name == rule
+    dataclasses.replace(good, plan=dataclasses.replace(good.plan, cuts=(2,), checkpoints=(reentrant,))).validate()
+    for bad, field in ((ActivationCheckpoint(""), "plan.checkpoints[0].path"),
+                       (ActivationCheckpoint("body.9"), "plan.checkpoints[0].path"),
+                       (ActivationCheckpoint("body.1", reentrant=True), "plan.checkpoints[0].reentrant")):
+        with pytest.raises(CaseError) as e:
+            dataclasses.replace(good, plan=dataclasses.replace(good.plan, checkpoints=(bad,))).validate()
+        assert e.value.field == field
     tied = ModelSpec(body=Node("seq", children=(Node("linear", out=4),)), input="embedding", in_dim=4, vocab=8,
                      tie_head=True)
     with pytest.raises(RuleViolation) as e:

@@ -402,9 +402,10 @@ def _focused(case, dimension: str):
         on = dataclasses.replace(case, train=dataclasses.replace(
             case.train, dtype="float32", to_float64=False, autocast="float16", loss_scale=2.0 ** 8,
             overflow_at=1 if case.train.steps > 1 else 0))
-    elif dimension == "reentrant" and any(eligible(case, c) and not c.reentrant for c in case.plan.checkpoints):
+    elif dimension == "reentrant" and any(eligible(case, i) and not c.reentrant
+                                          for i, c in enumerate(case.plan.checkpoints)):
         on = dataclasses.replace(case, plan=dataclasses.replace(case.plan, checkpoints=tuple(
-            dataclasses.replace(c, reentrant=eligible(case, c)) for c in case.plan.checkpoints)))
+            dataclasses.replace(c, reentrant=eligible(case, i)) for i, c in enumerate(case.plan.checkpoints))))
     else:
         return case
     if dimension == "padding" and hasattr(on.plan, "loss_parallel") and not on.plan.loss_parallel:

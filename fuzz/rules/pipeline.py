@@ -45,3 +45,13 @@ EVEN_MICROBATCHES = Rule(
     "the batch splits into microbatches of one size (the batch is a multiple of the microbatch count)",
     "torch/distributed/pipelining/stage.py: PipelineStage: 'Dynamic mode: Metadata is inferred from the first "
     "microbatch at runtime': every later microbatch is received into buffers of the first one's shape")
+REENTRANT_ONLY_IN_THE_FIRST_STAGE = Rule(
+    "pipeline.reentrant-only-in-the-first-stage",
+    "a reentrant activation checkpoint only inside the first stage, and only under a schedule that runs a full "
+    "backward (not interleaved_zero_bubble, zbv, dualpipev): every other stage's input gradients, and the "
+    "split-backward schedules' input and weight steps, are taken with torch.autograd.grad",
+    "torch/utils/checkpoint.py: checkpoint: 'The reentrant checkpoint only supports the torch.autograd.backward API "
+    "for the backward pass without its `inputs` argument'; torch/distributed/pipelining/stage.py: PipelineStage: "
+    "'Dynamic mode: Metadata is inferred from the first microbatch at runtime' (_backward_metadata_inference takes a "
+    "stage's input gradients with torch.autograd.grad); _backward.py: stage_backward_input and stage_backward_weight "
+    "call torch.autograd.grad (stage_backward, the full backward, torch.autograd.backward)")

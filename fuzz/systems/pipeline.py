@@ -2,7 +2,8 @@
 
 :class:`PipelineSystem`, applied in torchtitan's order: split the model into this rank's stages
 (:class:`Stage`: each stage keeps the top-level modules it owns, under their own names), ``fully_shard`` each stage
-over the ``dp_shard`` axis where the mesh has one, wrap each in a ``PipelineStage`` on the ``pp`` group, build the
+over the ``dp_shard`` axis where the mesh has one (the plan's activation checkpoints of the stage's modules applied
+before or after, as each says), wrap each in a ``PipelineStage`` on the ``pp`` group, build the
 plan's schedule with the case's loss and ``scale_grads``.  A step is ``schedule.step``: the input where this rank holds
 the first stage, the target and a list for the losses where it holds the last.  The optimizer steps this rank's
 parameters; gradient clipping takes the norm over every stage (each rank's local norm, summed over the ``pp``
@@ -22,10 +23,12 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from parityfuzz.families.pipeline import SCHEDULES
+from parityfuzz.case.model import under
 from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
 from parityfuzz.systems.base import System, case_name, optimizer_parts
 from parityfuzz.systems.ddp import DDPSystem
+from parityfuzz.systems.fsdp2 import apply_checkpoint
 
 
 class Stage(nn.Module):
@@ -78,36 +81,59 @@ class PipelineSystem(System):
     name = "pipeline"
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        from torch.distributed import pipelining
         from torch.distributed.fsdp import fully_shard
 
         case, plan, spec = self.case, self.case.plan, self.case.mesh
         mesh = self.ctx.mesh(spec.shape, spec.names)
         pp = spec.axis_size("pp")
-        pp_rank = spec.coords(self.ctx.rank)["pp"]
         self.pp_group = mesh["pp"].get_group()
         units = plan.stage_units(case.model)
-        count = len(units)
-        mine = plan.stages_of(pp, pp_rank)
+        self.count = len(units)
+        self.mine = plan.stages_of(pp, spec.coords(self.ctx.rank)["pp"])
         everything = {"grad": {case_name(n) for n, _ in model.named_parameters()}}
         everything["param"] = everything["grad"] | {"buffer:" + case_name(n) for n, _ in model.named_buffers()}
-        modules, stages = [], []
-        for index in mine:
+        modules = []
+        sharded = "dp_shard" in spec.names
+        for index in self.mine:
             module = Stage(model, units[index])
-            if "dp_shard" in spec.names:
+            held = [c for c in plan.checkpoints if under(c.path, units[index])]
+            for c in held:
+                if c.before or not sharded:
+                    apply_checkpoint(module, c)
+            if sharded:
                 fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward)
+                for c in held:
+                    if not c.before:
+                        apply_checkpoint(module, c)
             modules.append(module)
-            stages.append(pipelining.PipelineStage(module, index, count, self.ctx.device, group=self.pp_group))
         self.stage_modules = modules
         mine_names = {"grad": {n for n, _ in self.named_parameters()}}
         mine_names["param"] = mine_names["grad"] | set(self.buffers())
         self._elsewhere = {what: frozenset(everything[what] - mine_names[what]) for what in everything}
-        self.has_first, self.has_last = 0 in mine, count - 1 in mine
-        self.last_rank = next(r for r in range(pp) if count - 1 in plan.stages_of(pp, r))
-        cls = getattr(pipelining, SCHEDULES[plan.schedule][0])
-        self.schedule = cls(stages[0] if plan.layout() == "single" else stages, n_microbatches=plan.microbatches,
-                            loss_fn=self.loss, scale_grads=plan.scale_grads)
+        self.has_first, self.has_last = 0 in self.mine, self.count - 1 in self.mine
+        self.last_rank = next(r for r in range(pp) if self.count - 1 in plan.stages_of(pp, r))
+        self.schedule = self._schedule()
         return _Held(modules)
+
+    def _schedule(self):
+        """A ``PipelineStage`` around each of this rank's stage modules, and the plan's schedule over them."""
+        from torch.distributed import pipelining
+
+        plan = self.case.plan
+        stages = [pipelining.PipelineStage(module, index, self.count, self.ctx.device, group=self.pp_group)
+                  for index, module in zip(self.mine, self.stage_modules)]
+        cls = getattr(pipelining, SCHEDULES[plan.schedule][0])
+        return cls(stages[0] if plan.layout() == "single" else stages, n_microbatches=plan.microbatches,
+                   loss_fn=self.loss, scale_grads=plan.scale_grads)
+
+    def unfreeze(self, names: set[str]) -> None:
+        """The stages and the schedule built anew around the same modules once parameters are unfrozen: a
+        ``PipelineStage`` infers its inputs' and outputs' metadata (requires_grad among it) once, at the first
+        step ("Dynamic mode: Metadata is inferred from the first microbatch at runtime", ``PipelineStage``), so a
+        stage input that starts to require grad is a change torch does not promise to see, as DDP's docstring says
+        of its own construction-time state (the DDP systems rebuild likewise)."""
+        super().unfreeze(names)
+        self.schedule = self._schedule()
 
     def named_parameters(self):
         for module in self.stage_modules:

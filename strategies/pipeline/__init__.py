@@ -20,7 +20,8 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
-from parityfuzz.families.pipeline import SCHEDULES, SPLIT_BACKWARD, PipelinePlan, units
+from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, units
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
@@ -49,12 +50,21 @@ def pipeline_models(draw, stages: int, max_depth: int) -> ModelSpec:
 
 
 @st.composite
+def checkpoints(draw, model: ModelSpec) -> tuple[ActivationCheckpoint, ...]:
+    """Up to two activation checkpoints of modules inside the stages (``finish`` makes the eligible ones
+    reentrant: :mod:`parityfuzz.strategies.reentrant`)."""
+    paths = [path for path, _ in model.module_paths() if path]
+    picked = draw(st.lists(st.sampled_from(paths), unique=True, max_size=2)) if draw(st.booleans()) else []
+    return tuple(ActivationCheckpoint(path, api=draw(st.sampled_from(CHECKPOINT_APIS)), before=not draw(st.booleans()))
+                 for path in picked)
+
+
+@st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool) -> Case:
     ws = draw(world_sizes(allowed))
     schedule = draw(st.sampled_from(tuple(SCHEDULES)))
-    # one stage: rare; the split-backward schedules over the whole world (not with fully_shard yet: the family says)
-    pp = ws if schedule in SPLIT_BACKWARD else draw(st.sampled_from([p for p in (2, 2, 4, 4, 3, 8, 1) if ws % p == 0]))
+    pp = draw(st.sampled_from([p for p in (2, 2, 4, 4, 3, 8, 1) if ws % p == 0]))  # one stage: rare
     layout = SCHEDULES[schedule][1]
     per_rank = {"single": 1, "v": 2}.get(layout) or draw(st.sampled_from((2, 1)))
     stages = pp * per_rank
@@ -71,6 +81,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     dp = ws // pp
     mesh = MeshSpec((pp,), ("pp",)) if dp == 1 else MeshSpec((pp, dp), ("pp", "dp_shard"))
     plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
-                        scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()))
+                        scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
+                        checkpoints=draw(checkpoints(model)))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)

@@ -1,7 +1,9 @@
 """The ``pipeline`` family: ``torch.distributed.pipelining``.  The model is split into stages at its top-level
 modules (the input embedding, each child of the body, the head), each stage a ``PipelineStage`` on the ``pp`` axis,
 and a schedule runs the batch as microbatches; over a ``(pp, dp_shard)`` mesh each stage's module is also
-``fully_shard``-ed over its ``dp_shard`` group, as torchtitan composes them.
+``fully_shard``-ed over its ``dp_shard`` group, as torchtitan composes them.  Modules inside a stage may be
+activation-checkpointed (the fsdp2 family's ``ActivationCheckpoint``: composable, wrapper or apply API, before or
+after ``fully_shard``, reentrant or not), which changes what is kept, never what is computed.
 
 Reference: the unsplit model under DDP over all ranks (the ranks of one pipeline see the same batch: inputs are keyed
 by the data-parallel index), fed the same microbatches one after another, each one's loss backpropagated on its own,
@@ -24,8 +26,10 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names, under
 from parityfuzz.families import Family
+from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
+from parityfuzz.rules import checkpointing
 from parityfuzz.rules import pipeline as rules
 from parityfuzz.rules import require
 
@@ -36,7 +40,8 @@ MESHES = (("pp",), ("pp", "dp_shard"))
 class PipelinePlan(Plan):
     """A schedule over ``pp * stages_per_rank`` stages, cut at ``cuts`` (the index in :func:`units` at which each
     stage after the first begins), running ``microbatches`` per step; ``scale_grads`` is the schedules' argument;
-    ``reshard_after_forward`` is ``fully_shard``'s on each stage where the mesh has a ``dp_shard`` axis."""
+    ``reshard_after_forward`` is ``fully_shard``'s on each stage where the mesh has a ``dp_shard`` axis;
+    ``checkpoints`` are activation checkpoints of modules inside the stages (by the case's paths)."""
 
     family = "pipeline"
 
@@ -46,6 +51,7 @@ class PipelinePlan(Plan):
     cuts: tuple[int, ...] = ()
     scale_grads: bool = True
     reshard_after_forward: bool = True
+    checkpoints: tuple[ActivationCheckpoint, ...] = ()
 
     def layout(self) -> str:
         return SCHEDULES[self.schedule][1]
@@ -127,11 +133,7 @@ def validate(case: Case) -> None:
     check(not any(node.kind == "dropout" for _, node in model.body.walk("body")), "model.body",
           "no dropout under pipelining: each rank draws the masks of its own stages in schedule order, which one "
           "process running every stage cannot reproduce (torch promises no random stream across stages)")
-    check(not (plan.schedule in SPLIT_BACKWARD and "dp_shard" in mesh.names), "plan.schedule",
-          f"{plan.schedule} with fully_shard per stage is left out until triaged: CI's first pipeline run (fuzz seed 1) "
-          "met weight gradients missing under it (InterleavedZeroBubble, pp 2 x dp_shard 2; the case is in the issue "
-          "33 note), which neither the schedule alone nor Interleaved1F1B with fully_shard shows, and a torch-only "
-          "script with that stage layout did not reproduce: the harness's part is not yet excluded")
+    _validate_checkpoints(case)
     check(t.microbatches == 1, "train.microbatches",
           "must be 1: the schedule's microbatches (plan.microbatches) are the accumulation")
     for field, on, why in (
@@ -141,6 +143,29 @@ def validate(case: Case) -> None:
             ("loss_scale", t.loss_scale, "the schedule runs the backward itself: no scaler can scale the loss"),
             ("to_float64", t.to_float64, "not drawn yet")):
         check(not on, f"train.{field}", f"not with pipelining: {why}")
+
+
+def _validate_checkpoints(case: Case) -> None:
+    """Checkpoints name modules of the model (not the root: no stage holds it), once each, with an API that has the
+    asked form; a reentrant one sits in the first stage, takes an input that requires grad and runs under a full
+    backward."""
+    plan, model = case.plan, case.model
+    paths = [c.path for c in plan.checkpoints]
+    known = {path for path, _ in model.module_paths()} - {""}
+    first = plan.stage_units(model)[0]
+    for i, c in enumerate(plan.checkpoints):
+        where = f"plan.checkpoints[{i}]"
+        check(c.path in known, f"{where}.path", f"must name a module inside a stage, one of {sorted(known)}, "
+                                               f"got {c.path!r}")
+        check(paths.count(c.path) == 1, f"{where}.path", f"{c.path!r} is checkpointed twice")
+        check(c.api in CHECKPOINT_APIS, f"{where}.api", f"must be one of {CHECKPOINT_APIS}, got {c.api!r}")
+        check(not (c.reentrant and c.api == "composable"), f"{where}.reentrant",
+              "the composable checkpoint has no reentrant form (checkpoint_wrapper's checkpoint_impl has)")
+        require(not c.reentrant or (plan.schedule not in SPLIT_BACKWARD and under(c.path, first)),
+                rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE, f"{where}.reentrant",
+                f"{c.path!r} under {plan.schedule}" + ("" if under(c.path, first) else
+                                                       f", outside the first stage {first}"))
+    checkpointing.check_rules(case)
 
 
 def features(case: Case) -> set[str]:
@@ -159,7 +184,7 @@ def features(case: Case) -> set[str]:
     owners = case.model.param_modules()
     if any(not any(under(m, stage) for m in owners) for stage in plan.stage_units(case.model)):
         tags.add("pp:parameterless_stage")
-    return tags
+    return tags | checkpoint_tags(plan.checkpoints)
 
 
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
@@ -175,6 +200,10 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     if "dp_shard" in case.mesh.names:
         lines.append("each stage: fully_shard(stage, mesh=dp_shard"
                      + ("" if plan.reshard_after_forward else ", reshard_after_forward=False") + ")")
+    for c in plan.checkpoints:
+        when = ("before" if c.before else "after") + " fully_shard" if "dp_shard" in case.mesh.names else ""
+        notes[c.path] = ", ".join(x for x in (notes.get(c.path, ""), f"checkpoint[{c.api}"
+                                              + (", REENTRANT" if c.reentrant else "") + "]", when) if x)
     return notes, lines
 
 
@@ -207,7 +236,8 @@ FAMILY = Family(
     ),
     seed_grids=grids.GRIDS,
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
-           rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES),
+           rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
+           *checkpointing.RULES),
     missing={
         "export": "the export does not write out a pipeline split and schedule yet",
         "checkpoint": "a pipelined model's DCP save and load is not drawn yet",

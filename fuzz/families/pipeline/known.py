@@ -39,3 +39,11 @@ def zero_bubble_expanded_gradient(case: Case) -> bool:
     (a ``scale`` module's ``w.sum(0)``: its gradient is an expanded view)."""
     return case.plan.schedule in SPLIT_BACKWARD and case.plan.microbatches > 1 and any(
         node.kind == "scale" for _, node in case.model.body.walk("body"))
+
+
+def zero_bubble_fsdp_reshard_after_forward(case: Case) -> bool:
+    """ScheduleInterleavedZeroBubble or ScheduleZBVZeroBubble with ``fully_shard(reshard_after_forward=True)`` on each
+    stage (the shrunk cases: pp 2 x dp_shard 2; ScheduleDualPipeV trained the same cases)."""
+    plan = case.plan
+    return (plan.schedule in ("interleaved_zero_bubble", "zbv") and "dp_shard" in case.mesh.names
+            and plan.reshard_after_forward)
