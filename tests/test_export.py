@@ -132,6 +132,34 @@ def test_the_plan_is_written_out_as_torch_calls():
     assert "fully_shard(model, mesh=mesh, reshard_after_forward=True)" in script  # torch's root default differs
 
 
+def test_a_pipeline_plan_is_written_out_stage_by_stage():
+    from parityfuzz.families.fsdp2 import ActivationCheckpoint
+    from tests.test_pipeline import pipeline_case
+
+    case = pipeline_case("interleaved_1f1b", dp=2, reshard_after_forward=False, checkpoints=(
+        ActivationCheckpoint("body.2.0", api="composable"), ActivationCheckpoint("body.3", api="wrapper", before=False)))
+    script = export(case.validate())
+    assert "SCHEDULE = pipelining.ScheduleInterleaved1F1B" in script
+    assert "STAGE_UNITS = [['body.0'], ['body.1'], ['body.2'], ['body.3']]" in script
+    assert "STAGES_OF_RANK = [[0, 2], [1, 3]]" in script
+    stage = script[script.index("def stage_module"):script.index("class Pipelined")]
+    assert stage.index('checkpoint(resolve(model, "body.2.0"))') < stage.index(
+        'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward=False)') < stage.index(
+        'setattr(resolve(model, "body"), "3", checkpoint_wrapper(getattr(resolve(model, "body"), "3")))')
+
+
+def test_a_fault_inside_pipelining_shows_in_the_exported_script(executor, tmp_path):
+    """A pipeline case written out (the split, the stages, the schedule, the microbatch reference, the stages other
+    ranks hold): with scale_grads dividing by the stage count the script finds the fuzzer's divergence; on unmodified
+    torch it passes."""
+    from tests.test_pipeline import FAULTS
+
+    case = FAULTS["DividedByStageCount"][0].validate()
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:DividedByStageCount"), executor)
+    assert verdict.kind == "mismatch", verdict.describe()
+    script_shows_the_fault(tmp_path, "DividedByStageCount", case, verdict)
+
+
 def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
     from tests.test_fsdp1 import fsdp1_case
 

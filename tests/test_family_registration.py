@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, find, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from parityfuzz import families
 from parityfuzz.export import export
 from parityfuzz.judge.verdict import Verdict
 from parityfuzz.strategies import cases
 from parityfuzz.triage import corpus
+from tests.drawing import find
 from tests.test_export import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,9 +94,9 @@ def test_a_test_only_family_is_fuzzed_replayed_and_exported_like_the_real_ones(p
     out = fuzzed.stdout + fuzzed.stderr
     assert fuzzed.returncode == 0 and "1 passed" in out and "plain_ddp: 4 cases" in out, out[-3000:]
 
-    quiet = settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    quiet = settings(database=None, deadline=None, suppress_health_check=list(HealthCheck), phases=(Phase.generate,))
     case = find(cases(family="plain_ddp", world_sizes=(2,)), lambda c: c.train.steps > 1 and c.plan.bucket_cap_mb == 1,
-                settings=quiet)
+                quiet)
     path = corpus.record(tmp_path / "corpus", case, Verdict("pass"), expect="pass", note="a test-only family's case")
     replayed = pytest_run("fuzz/test_corpus.py", f"--corpus-dir={tmp_path / 'corpus'}", "-v")
     out = replayed.stdout + replayed.stderr

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import NoSuchExample
 
 from parityfuzz import families
@@ -18,7 +18,6 @@ from parityfuzz.case.training import Freeze
 from parityfuzz.case.checkpoint import Checkpoint, checkpoint_families
 from parityfuzz.case.compiled import Compile, compilable
 from parityfuzz.case.dtypes import promise
-from parityfuzz.engine.constants import without_local_constants
 from parityfuzz.engine.stats import TargetStats, merge_timing
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
@@ -32,6 +31,7 @@ from parityfuzz.strategies import cases
 from parityfuzz.strategies.checkpoint import checkpointed_cases
 from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.reentrant import eligible
+from tests.drawing import find
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
 
@@ -238,33 +238,6 @@ SCALED = simple(model=BLOCKS, plan=FSDP2Plan(wraps=(Wrap("body.1"), Wrap(""))),
 #: Families that draw no autocast: fsdp1_tp (low-precision TP arithmetic has no reference there), pipeline (the
 #: schedule runs the backward inside step(): an autocast region around it would hold the backward too).
 NO_AUTOCAST = ("fsdp1_tp", "pipeline")
-
-
-class _Found(Exception):
-    def __init__(self, example):
-        self.example = example
-
-
-def find(strategy, condition, settings):
-    """The first of up to ``settings.max_examples`` draws of ``strategy`` from a fixed seed that meets
-    ``condition`` (``NoSuchExample`` if none), drawn as a fuzz run draws: plain generation, with no constant taken
-    from the loaded modules' source (:mod:`parityfuzz.engine.constants`).  Not Hypothesis's ``find``, whose search
-    met a rare draw in one process and not in another: a CI run found no overflowing step among fsdp2's first 3000
-    draws where the same code found one at draw 2010 in a fresh process (the pool of constants differs with what a
-    process loaded)."""
-    @seed(0)
-    @settings
-    @given(strategy)
-    def search(example):
-        if condition(example):
-            raise _Found(example)
-
-    with without_local_constants():
-        try:
-            search()
-        except _Found as found:
-            return found.example
-    raise NoSuchExample(f"no draw of {settings.max_examples} met the condition")
 
 
 @pytest.mark.parametrize("family", [f for f in families.MODULES if f not in NO_AUTOCAST])

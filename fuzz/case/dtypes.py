@@ -36,6 +36,22 @@ def model_dtype(case: Case) -> str:
     return "float64" if case.train.to_float64 else case.train.dtype
 
 
+def compiled_floor_dtype(case: Case) -> str:
+    """For a compiled system under test, the lowest-precision dtype it computes in below the model's (a mixed-
+    precision ``param_dtype``, the autocast dtype), whose rounding compiled code need not reproduce bit for bit:
+    AOTAutograd's decompositions and the compiled graph's casts differ from the eager kernels there (torch's
+    decomposition tests hold a decomposition to the original's accuracy against float64, not to its bits).
+    ``""`` for an eager case, or one computing in the model's dtype throughout."""
+    if not case.compile:
+        return ""
+    found = {case.train.autocast}
+    if case.mixed_precision():
+        found |= {getattr(w, "param_dtype", "") for w in getattr(case.plan, "wraps", ())}
+        found.add(getattr(getattr(case.plan, "precision", None), "param_dtype", ""))
+    low = [d for d in found if d and EPS[d] > EPS[model_dtype(case)]]
+    return max(low, key=EPS.get, default="")
+
+
 def _wrap(case: Case, path: str):
     """The FSDP2 wrap at ``path`` whose policy decides dtypes, or None (nothing is wrapped under tensor
     parallelism alone; without mixed precision every module computes in the model's dtype, whatever the

@@ -103,27 +103,41 @@ def save_turn(role, holder, passes):
     way (what it broke is the last pass's), a rolled-back reference's through its trusted path."""
     directory = checkpoint_directory(role)
     take()
-    if role == "system":
-        save_snapshot(holder, directory)
-        SAVE(holder, CASE, directory)
-        save_scheduler(holder, directory)
-        passes[-1]["violations"] = take()
-    else:
-        trusted_save(holder, directory)
+    with discarded_on_error(directory):
+        if role == "system":
+            save_snapshot(holder, directory)
+            SAVE(holder, CASE, directory)
+            save_scheduler(holder, directory)
+            passes[-1]["violations"] = take()
+        else:
+            trusted_save(holder, directory)
     return directory
+
+
+@contextlib.contextmanager
+def discarded_on_error(directory):
+    """The checkpoint's temporary directory removed where a save or load raises (a torch bug's case), as the
+    normal end of load_turn removes it; $CHECKPOINT_DIR's is kept."""
+    try:
+        yield
+    except BaseException:
+        if not os.environ.get("CHECKPOINT_DIR"):
+            shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+        raise
 
 
 def load_turn(role, holder, directory, loaded):
     """What save_turn left in ``directory`` loaded into ``holder`` (what the system under test's load broke is
     ``loaded``'s); the directory removed unless it is $CHECKPOINT_DIR's."""
     take()
-    if role == "system":
-        LOAD(holder, CASE, directory)
-        load_scheduler(holder, directory)
-        check_snapshot(holder, directory)
-        loaded["violations"] = take()
-    else:
-        trusted_load(holder, directory)
+    with discarded_on_error(directory):
+        if role == "system":
+            LOAD(holder, CASE, directory)
+            load_scheduler(holder, directory)
+            check_snapshot(holder, directory)
+            loaded["violations"] = take()
+        else:
+            trusted_load(holder, directory)
     dist.barrier()
     if dist.get_rank() == 0 and not os.environ.get("CHECKPOINT_DIR"):
         shutil.rmtree(os.path.dirname(directory), ignore_errors=True)

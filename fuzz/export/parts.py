@@ -12,7 +12,8 @@ class Parts:
     ``accumulate(model, micro, last)`` (a context around each microbatch, after its switches);
     ``after_backward(model, last)`` (its invariants); ``step_context()`` and ``loss_context()`` (contexts around the
     optimizer's zeroing and step, and around the loss and its backward); ``forward(model, batch)``;
-    ``clip(model, params, max_norm)``; ``gradients(model, named)`` and ``parameters(model, named)`` (what it
+    ``clip(model, params, max_norm)``; ``system_pass(model, x, y, scaler, spike, micro, last)`` (one
+    microbatch's forward and backward, its loss returned); ``gradients(model, named)`` and ``parameters(model, named)`` (what it
     holds, as ``{case name: whole(tensor)}``: a family whose parameters are not the model's own, FSDP1's flat
     ones, reads them its own way)."""
 
@@ -26,5 +27,16 @@ class Parts:
                  "    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)\n")
     #: The function that builds the system under test's optimizer and scheduler from ``(name, parameter)`` pairs.
     optimizer: str = "make_optimizer"
+    #: One microbatch's forward and backward of the system under test (its loss returned); a family that runs the
+    #: whole step itself (a pipeline schedule) writes its own.
+    system_pass: str = (
+        "def system_pass(model, x, y, scaler, spike, micro, last):\n"
+        "    with accumulate(model, micro, last), loss_context():\n"
+        "        with autocast(x):\n"
+        "            loss = loss_fn(forward(model, x), y)\n"
+        '        sleep("after_forward")\n'
+        "        backward_loss(scaler, loss, spike).backward()\n"
+        "    after_backward(model, last)\n"
+        "    return loss\n")
     records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
                     "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")

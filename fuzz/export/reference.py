@@ -95,7 +95,7 @@ IMPORTS = "from torch.utils._pytree import tree_flatten, tree_map, tree_unflatte
 def writer(case: Case):
     """The export module of the family whose record names the case's reference, where it writes that reference
     out: ``reference_title(case)`` and ``reference_source(case)`` (where it is copied from, the classes, the
-    construction, the contexts).  None: the script's DDP, which the plain
+    construction, the contexts), or ``reference_text(case)`` (every function).  None: the script's DDP, which the plain
     references are."""
     name = case.reference_name()
     if name == "ddp":
@@ -104,7 +104,8 @@ def writer(case: Case):
 
     owner = next((f for f in families.records() if name in f.systems), None)
     module = importlib.import_module(owner.export) if owner is not None and owner.export else None
-    return module if module is not None and hasattr(module, "reference_source") else None
+    return module if module is not None and (hasattr(module, "reference_source")
+                                             or hasattr(module, "reference_text")) else None
 
 
 def refusal(case: Case) -> str | None:
@@ -122,14 +123,29 @@ def imports(case: Case) -> str:
     return IMPORTS if writer(case) else ""
 
 
+#: One microbatch's forward and backward of the reference (its loss returned), inside ``no_sync()`` but on the last.
+REFERENCE_PASS = '''
+def reference_pass(model, x, y, scaler, spike, last):
+    with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
+        with autocast(x):
+            loss = loss_fn(model(x), y)
+        reference_backward(model, backward_loss(scaler, loss, spike))
+    return loss
+'''
+
+
 def source(case: Case) -> str:
+    """The reference's functions; a writer whose reference is DDP driven its own way (``reference_pass``: the
+    pipeline family's microbatches) writes them all (``reference_text``)."""
     w = writer(case)
     if w is None:
-        return DDP
+        return DDP + REFERENCE_PASS
+    if hasattr(w, "reference_text"):
+        return w.reference_text(case)
     head, classes, construct, contexts = w.reference_source(case)
     return (f"# ---- the reference: {w.reference_title(case)} (the harness's emulation, {head}, copied)\n\n\n"
             + "\n\n".join(inspect.getsource(c) for c in classes) + "\n\n" + construct + "\n\n" + EMULATED
-            + "\n\n" + contexts)
+            + "\n\n" + contexts + REFERENCE_PASS)
 
 
 def groups(case: Case) -> tuple[str, str]:

@@ -239,11 +239,13 @@ def build(role, dp, device, mesh, step=0):
     model = model.to(device)
     if role == "system":
         global COMPILER
+        if TO_FLOAT64 and not CONVERTS_AFTER_WRAP:
+            model = model.to(torch.float64)
         COMPILER = Compiler(COMPILE, resolve) if COMPILE else None
         if COMPILER is not None:
             model = COMPILER.before(model)
         model = apply_plan(model, mesh, device)
-        if TO_FLOAT64:
+        if TO_FLOAT64 and CONVERTS_AFTER_WRAP:
             model.to(torch.float64)
         inner = model.module if isinstance(model, DDP) else model
         if COMPILER is not None:
@@ -418,18 +420,11 @@ def train(role, dp, device, mesh):
                 CLOCK.set(step, micro, MICROBATCHES)
             torch.manual_seed(forward_seed(dp, step, micro))
             x, y = batch(dp, step, micro).to(device), target(dp, step, micro).to(device)
+            spike = overflow_spike(OVERFLOW_AT, step, dp, micro)
             if role == "system":
-                with accumulate(model, micro, last), loss_context():
-                    with autocast(x):
-                        loss = loss_fn(forward(model, x), y)
-                    sleep("after_forward")
-                    backward_loss(scaler, loss, overflow_spike(OVERFLOW_AT, step, dp, micro)).backward()
-                after_backward(model, last)
+                loss = system_pass(model, x, y, scaler, spike, micro, last)
             else:
-                with contextlib.nullcontext() if last else model.no_sync(), reference_loss_context():
-                    with autocast(x):
-                        loss = loss_fn(model(x), y)
-                    reference_backward(model, backward_loss(scaler, loss, overflow_spike(OVERFLOW_AT, step, dp, micro)))
+                loss = reference_pass(model, x, y, scaler, spike, last)
             losses.append(plain(loss))
         finish((step, ""), losses, step)
         if NONROOT:
@@ -482,8 +477,9 @@ def as_trace(per_rank):
         for i, record in enumerate(passes):
             rank.passes.append(record["at"])
             rank.losses.append(None if record["loss"] is None else Rec(*record["loss"]))
-            rank.grads.append({name: None if r is None else Rec(*r) for name, r in record["grad"].items()})
-            rank.params.append({name: Rec(*r) for name, r in record["param"].items()})
+            rank.grads.append({name: r if r is None or r == ELSEWHERE else Rec(*r)
+                               for name, r in record["grad"].items()})
+            rank.params.append({name: r if r == ELSEWHERE else Rec(*r) for name, r in record["param"].items()})
             rank.local_grad_scales.append(record["local"])
             rank.violations += [(i, *violation) for violation in record.get("violations", ())]
         ranks.append(rank)
@@ -561,7 +557,8 @@ def judged(runs):
     found = [None]
     if dist.get_rank() == 0:
         ref, sut, *noises = (as_trace([everyone[r][k] for r in range(WORLD_SIZE)]) for k in range(len(runs)))
-        verdict = compare(ref, sut, Promise(**PROMISE), Tolerance(MODEL_DTYPE, scale_groups=SCALE_GROUPS), noises)
+        verdict = compare(ref, sut, Promise(**PROMISE), Tolerance(MODEL_DTYPE, scale_groups=SCALE_GROUPS,
+                                                                 compiled_dtype=COMPILED_DTYPE), noises)
         d = verdict.divergence
         found = [(verdict.kind, d.check, d.describe()) if d is not None else (verdict.kind, "", verdict.note)]
     dist.broadcast_object_list(found, src=0)

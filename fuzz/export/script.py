@@ -27,11 +27,11 @@ def _py(value) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
-def _sharded_scaler(case: Case) -> bool:
-    """Whether the family's system under test scales its loss with ``ShardedGradScaler`` (its class says)."""
+def _system(case: Case):
+    """The family's system-under-test class (what it does, its class attributes say)."""
     from parityfuzz.systems import system_class
 
-    return system_class(families.get(case.family).system).sharded_scaler
+    return system_class(families.get(case.family).system)
 
 
 def constants(case: Case) -> str:
@@ -59,13 +59,15 @@ def constants(case: Case) -> str:
         ("PAD_ALL_DP0", t.pad_all_dp0, "every target of data-parallel rank 0's first microbatch is padding"),
         ("LABEL_SMOOTHING", t.label_smoothing, "cross_entropy's label_smoothing"),
         ("LOSS_SCALE", t.loss_scale, "the gradient scaler's init_scale (0: no loss scaling)"),
-        ("SHARDED_SCALER", _sharded_scaler(case),
+        ("SHARDED_SCALER", _system(case).sharded_scaler,
          "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
          "torch.amp.GradScaler"),
         ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),
         ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
         ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
                                      "system under test where its family says)"),
+        ("CONVERTS_AFTER_WRAP", _system(case).converts_after_wrap,
+         "the system under test converts to float64 after its plan is applied (else before)"),
         ("FROZEN", tuple((f.path, f.until) for f in t.frozen),
          "(module, step): its parameters have requires_grad=False until that step (0: throughout)"),
         ("EVAL", t.eval, "after each step, a forward in eval mode under no_grad: its loss is compared"),
@@ -99,6 +101,8 @@ def constants(case: Case) -> str:
         "ranks run alike",
         f"MODEL_DTYPE = {_py(dtypes.model_dtype(case))}  # the dtype the model trains in: its rounding floors the "
         "tolerance",
+        f"COMPILED_DTYPE = {_py(dtypes.compiled_floor_dtype(case))}  # the lowest dtype the compiled system computes "
+        "in, below MODEL_DTYPE: its rounding is allowed too ('': none)",
     ]
     return "\n".join(lines) + "\n"
 
@@ -138,7 +142,7 @@ The case:
         runtime.data(),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
             (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
-             parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
+             parts.system_pass, parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
         reference.source(case),
         checkpoint.source(case),
         runtime.train(),

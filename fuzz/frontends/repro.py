@@ -88,6 +88,7 @@ def _export(path: str, entry: corpus.Entry, target: str) -> int:
     except ExportError as e:
         print(f"error: {path}: {e}", file=sys.stderr)
         return 2
+    Path(target).parent.mkdir(parents=True, exist_ok=True)  # as a user names it: a new folder of reproducers
     Path(target).write_text(script)
     print(f"wrote {target}: torchrun --nproc-per-node={entry.case.world_size} {target}")
     return 0

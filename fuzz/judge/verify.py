@@ -39,10 +39,11 @@ def failure_verdict(outcomes: list[RankOutcome]) -> Verdict | None:
 
 
 def tolerance(case: Case) -> Tolerance:
-    """The case's tolerance: noise-derived, floored at the rounding of the model's dtype (``parityfuzz.judge.oracle``)."""
+    """The case's tolerance: noise-derived, floored at the rounding of the model's dtype (``parityfuzz.judge.oracle``),
+    and for a compiled system computing in a lower precision at that one's too."""
     groups = tuple((f"{path}.{sub}", path) for path, node in case.model.body.walk("body")
                    for sub in LEAF_SUBMODULES.get(node.kind, ()))
-    return Tolerance(dtypes.model_dtype(case), scale_groups=groups)
+    return Tolerance(dtypes.model_dtype(case), scale_groups=groups, compiled_dtype=dtypes.compiled_floor_dtype(case))
 
 
 def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace | list[Trace] | None = None) -> Verdict:

@@ -11,7 +11,7 @@ group, as torchtitan's ``clip_grad_norm_`` does: ``clip_grad_norm_`` alone would
 
 :class:`PipelineReference`: DDP over all ranks (a pipeline's ranks share their batch, so this averages over the
 data-parallel ranks) running the plan's microbatches one after another, each one's loss backpropagated on its own,
-the gradients divided by the microbatch count afterwards where ``scale_grads``.
+each ``step()``'s share of the gradients divided by the microbatch count where ``scale_grads``.
 """
 
 from __future__ import annotations
@@ -75,6 +75,20 @@ def pipeline_loss_total(losses: list[torch.Tensor]) -> torch.Tensor:
     for loss in losses[1:]:
         total = total + loss.detach()
     return total
+
+
+def clip_over_pipeline(params: list, max_norm: float, dtype: torch.dtype, group) -> None:
+    """Clip by the norm of every stage's gradients: this rank's norm (over its data-parallel shards too), squared,
+    summed over the pipeline's ranks (``group``), as torchtitan's ``clip_grad_norm_`` does under pipelining."""
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.zeros((), dtype=dtype)
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    norm = norm.to(dtype) ** 2
+    dist.all_reduce(norm, group=group)
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm.sqrt())
 
 
 class PipelineSystem(System):
@@ -164,18 +178,8 @@ class PipelineSystem(System):
         return total
 
     def clip_gradients(self, max_norm: float) -> None:
-        """Clip by the norm of every stage's gradients: this rank's norm (over its data-parallel shards too),
-        squared, summed over the pipeline's ranks."""
-        from torch.distributed.tensor import DTensor
-
-        params = [p for _, p in self.named_parameters() if p.grad is not None]
-        dtype = torch_dtype(self.case.train.dtype)
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params]) if params else torch.zeros((), dtype=dtype)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        norm = norm.to(dtype) ** 2
-        dist.all_reduce(norm, group=self.pp_group)
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm.sqrt())
+        clip_over_pipeline([p for _, p in self.named_parameters()], max_norm, torch_dtype(self.case.train.dtype),
+                           self.pp_group)
 
 
 class PipelineReference(DDPSystem):
@@ -183,16 +187,23 @@ class PipelineReference(DDPSystem):
 
     def forward_backward(self, batch, target, path=None):
         """The plan's microbatches (the batch split along dim 0, as the schedules split it) one after another,
-        DDP's sync on the last; the gradients divided by their count afterwards where ``scale_grads``."""
+        DDP's sync on the last.  ``scale_grads`` makes a ``step()`` train as if its loss were the mean over its
+        microbatches ("This setting should match the configuration of your loss_fn, which may either average
+        losses (scale_grads=True) or sum losses (scale_grads=False)", ``schedules.py``): one call per optimizer
+        step divides the gradients by the microbatch count afterwards; where the training loop accumulates several
+        calls (``train.microbatches``) each microbatch's loss is divided before its backward, so that only that
+        call's share is scaled."""
         plan = self.case.plan
         n = plan.microbatches
+        scaled = plan.scale_grads and n > 1
+        accumulating = self.case.train.microbatches > 1
         losses = []
         for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
             with contextlib.nullcontext() if index == n - 1 else self.model.no_sync():
                 loss = self.forward_loss(x, y)
-                self.backward(loss)
+                self.backward(loss / n if scaled and accumulating else loss)
             losses.append(loss)
-        if plan.scale_grads and n > 1:
+        if scaled and not accumulating:
             for _, p in self.named_parameters():
                 if p.grad is not None:
                     p.grad.div_(n)

@@ -76,7 +76,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     train = draw(training(model, max_steps=max_steps))
     batch = micro * draw(st.integers(1, 2))
     lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr  # (a summed loss's lr is per term)
-    train = dataclasses.replace(train, batch=batch, lr=lr, microbatches=1, nonroot="", eval=False, autocast="",
+    train = dataclasses.replace(train, batch=batch, lr=lr, nonroot="", eval=False, autocast="",
                                 loss_scale=0.0, overflow_at=0, to_float64=False)
     dp = ws // pp
     mesh = MeshSpec((pp,), ("pp",)) if dp == 1 else MeshSpec((pp, dp), ("pp", "dp_shard"))

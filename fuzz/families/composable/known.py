@@ -62,3 +62,13 @@ def replicate_unsynced_over_fully_shard_with_a_gate(case: Case) -> bool:
     """The DDP-based replicate, gradient sync off on the non-last microbatches, near a gate, over a module that
     fully_shard manages."""
     return replicate_unsynced_with_a_gate(case) and ("fully_shard", "replicate") in case.plan.nestings()
+
+
+def grad_scaler_over_plain_and_dtensor_gradients(case: Case) -> bool:
+    """Loss scaling (the system's ShardedGradScaler) over a model holding both plain parameters (managed by the
+    DDP-based replicate, or by no call) and DTensor ones (fully_shard, replicate_with_fsdp)."""
+    if not case.train.loss_scale:
+        return False
+    managed = case.plan.data_parallel()
+    apis = {managed.get(case.plan.manager(m)) for m in case.model.param_modules()}
+    return bool(apis & {"fully_shard", "replicate_fsdp"}) and bool(apis & {None, "replicate"})

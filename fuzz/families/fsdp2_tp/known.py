@@ -97,3 +97,10 @@ def grad_scaler_over_a_partly_tensor_parallel_model(case: Case) -> bool:
         return False
     parallel = [p.path for p in case.plan.tp if p.style in ("colwise", "rowwise", "sequence")]
     return any(not under(m, parallel) for m in case.model.param_modules())
+
+
+def a_rowwise_embedding_in_a_compiled_model(case: Case) -> bool:
+    """The whole model compiled (``torch.compile(model)``) over a RowwiseParallel input embedding, whose output
+    DTensor carries a ``_MaskPartial`` placement into Dynamo's fake-tensor run."""
+    return case.compile.form == "model" and bool(case.compile) and any(
+        p.path == "inp" and p.style == "rowwise" for p in case.plan.tp)

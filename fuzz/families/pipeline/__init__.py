@@ -7,8 +7,10 @@ after ``fully_shard``, reentrant or not), which changes what is kept, never what
 
 Reference: the unsplit model under DDP over all ranks (the ranks of one pipeline see the same batch: inputs are keyed
 by the data-parallel index), fed the same microbatches one after another, each one's loss backpropagated on its own,
-and the gradients divided by the microbatch count afterwards where ``scale_grads`` (what the schedules document:
-"Gradients are scaled by num_microbatches depending on the `scale_grads` argument").  Each rank records the
+and each ``step()``'s share of the gradients divided by its microbatch count where ``scale_grads`` (what the
+schedules document: "Gradients are scaled by num_microbatches depending on the `scale_grads` argument", matching
+"a loss_fn which may either average losses (scale_grads=True) or sum losses"). The training loop's gradient
+accumulation (``train.microbatches``) is several ``step()`` calls before one optimizer step.  Each rank records the
 parameters and gradients of the stages it holds, and says the others are held elsewhere
 (:data:`parityfuzz.run.trace.ELSEWHERE`); the loss is the last stage's sum of microbatch losses, which every rank of
 the pipeline reports.
@@ -134,8 +136,6 @@ def validate(case: Case) -> None:
           "no dropout under pipelining: each rank draws the masks of its own stages in schedule order, which one "
           "process running every stage cannot reproduce (torch promises no random stream across stages)")
     _validate_checkpoints(case)
-    check(t.microbatches == 1, "train.microbatches",
-          "must be 1: the schedule's microbatches (plan.microbatches) are the accumulation")
     for field, on, why in (
             ("nonroot", t.nonroot, "a schedule runs the whole pipeline"),
             ("eval", t.eval, "the evaluation pass (schedule.eval) is not drawn yet"),
@@ -235,11 +235,11 @@ FAMILY = Family(
         ("torch.distributed.pipelining.stage", "PipelineStage"),
     ),
     seed_grids=grids.GRIDS,
+    export="parityfuzz.export.pipeline",
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
            *checkpointing.RULES),
     missing={
-        "export": "the export does not write out a pipeline split and schedule yet",
         "checkpoint": "a pipelined model's DCP save and load is not drawn yet",
         "compiles": "torch.compile of stage modules is not drawn yet",
     },

@@ -47,3 +47,10 @@ def zero_bubble_fsdp_reshard_after_forward(case: Case) -> bool:
     plan = case.plan
     return (plan.schedule in ("interleaved_zero_bubble", "zbv") and "dp_shard" in case.mesh.names
             and plan.reshard_after_forward)
+
+
+def scale_grads_over_accumulated_steps(case: Case) -> bool:
+    """``scale_grads`` over several microbatches, with the training loop accumulating gradients over several
+    ``step()`` calls before the optimizer steps."""
+    plan = case.plan
+    return plan.scale_grads and plan.microbatches > 1 and case.train.microbatches > 1
