@@ -17,7 +17,8 @@ def find(strategy, condition, settings):
     from the loaded modules' source (:mod:`parityfuzz.engine.constants`).  Not Hypothesis's ``find``, whose search
     met a rare draw in one process and not in another: a CI run found no overflowing step among fsdp2's first 3000
     draws where the same code found one at draw 2010 in a fresh process (the pool of constants differs with what a
-    process loaded)."""
+    process loaded).  ``settings`` should name ``max_examples``: Hypothesis's generation depends on it, and
+    pytest's profile (the plugin's "dev" or "ci") sets another default than a plain process."""
     @seed(0)
     @settings
     @given(strategy)

@@ -84,6 +84,12 @@ def clip(model, params, max_norm):
     clip_over_pipeline(params, max_norm, DTYPE, model.group)
 '''
 
+OPTIMIZER = '''
+def make_pipeline_optimizer(named):
+    """The case's optimizer over this rank's parameters (an empty group where its stages hold none)."""
+    return make_optimizer(groups=param_groups(named) or [{"params": []}])
+'''
+
 RECORDS = '''
 def gradients(model, named):
     return {**{name: whole(p.grad) for name, p in named}, **{name: ELSEWHERE for name in model.elsewhere["grad"]}}
@@ -163,7 +169,8 @@ def parts(case: Case) -> Parts:
     plan_source = "\n\n".join([constants(case), block + inspect.getsource(system.Stage),
                                inspect.getsource(system.pipeline_loss_total), stage_source(case), PIPELINED.strip()])
     clip = inspect.getsource(system.clip_over_pipeline) + "\n\n" + CLIP.strip() + "\n"
-    return Parts(imports=IMPORTS, apply_plan=plan_source, clip=clip,
+    return Parts(imports=IMPORTS, apply_plan=plan_source + "\n\n" + OPTIMIZER.strip() + "\n", clip=clip,
+                 optimizer="make_pipeline_optimizer",
                  system_pass=SYSTEM_PASS.strip() + "\n", records=RECORDS.strip() + "\n")
 
 
