@@ -35,9 +35,10 @@ def zero_bubble_module_called_twice(case: Case) -> bool:
 
 
 def zero_bubble_expanded_gradient(case: Case) -> bool:
-    """A schedule that splits the backward, over several microbatches, with a parameter used through a broadcast
-    (a ``scale`` module's ``w.sum(0)``: its gradient is an expanded view)."""
-    return case.plan.schedule in SPLIT_BACKWARD and case.plan.microbatches > 1 and any(
+    """A schedule that splits the backward, with a parameter used through a broadcast (a ``scale`` module's
+    ``w.sum(0)``: its gradient is an expanded view) and something that writes into the stored gradient in place:
+    a later microbatch, or gradient clipping."""
+    return case.plan.schedule in SPLIT_BACKWARD and (case.plan.microbatches > 1 or case.train.clip > 0) and any(
         node.kind == "scale" for _, node in case.model.body.walk("body"))
 
 
@@ -54,3 +55,9 @@ def scale_grads_over_accumulated_steps(case: Case) -> bool:
     ``step()`` calls before the optimizer steps."""
     plan = case.plan
     return plan.scale_grads and plan.microbatches > 1 and case.train.microbatches > 1
+
+
+def zero_bubble_composable_checkpoint(case: Case) -> bool:
+    """A schedule that splits the backward, with a module checkpointed by the composable ``checkpoint`` API (whose
+    recomputation the input and the weight step each run)."""
+    return case.plan.schedule in SPLIT_BACKWARD and any(c.api == "composable" for c in case.plan.checkpoints)
