@@ -37,8 +37,9 @@ def zero_bubble_module_called_twice(case: Case) -> bool:
 def zero_bubble_expanded_gradient(case: Case) -> bool:
     """A schedule that splits the backward, with a parameter used through a broadcast (a ``scale`` module's
     ``w.sum(0)``: its gradient is an expanded view) and something that writes into the stored gradient in place:
-    a later microbatch, or gradient clipping."""
-    return case.plan.schedule in SPLIT_BACKWARD and (case.plan.microbatches > 1 or case.train.clip > 0) and any(
+    a later microbatch, a later ``step()`` call of the same optimizer step, or gradient clipping."""
+    writes = case.plan.microbatches > 1 or case.train.microbatches > 1 or case.train.clip > 0
+    return case.plan.schedule in SPLIT_BACKWARD and writes and any(
         node.kind == "scale" for _, node in case.model.body.walk("body"))
 
 
