@@ -101,23 +101,10 @@ def parameters(model, named):
 
 REFERENCE_PASS = '''
 def reference_pass(model, x, y, scaler, spike, last):
-    """The plan's microbatches one after another (the batch split along dim 0, as the schedules split it), DDP's
-    sync on the last of the step's last pass; where SCALE_GRADS this step() call's share of the gradients divided by
-    the microbatch count: afterwards where one call makes the step, else each loss before its backward."""
-    n = PIPELINE_MICROBATCHES
-    scaled, accumulating = SCALE_GRADS and n > 1, MICROBATCHES > 1
-    losses = []
+    """The plan's microbatches in turn (the harness's function below), DDP's sync on the step's last pass."""
     with contextlib.nullcontext() if last else model.no_sync():
-        for index, (xs, ys) in enumerate(zip(x.tensor_split(n), y.tensor_split(n))):
-            with contextlib.nullcontext() if index == n - 1 else model.no_sync():
-                loss = loss_fn(model(xs), ys)
-                (loss / n if scaled and accumulating else loss).backward()
-            losses.append(loss)
-    if scaled and not accumulating:
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.div_(n)
-    return pipeline_loss_total(losses)
+        return microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SCALE_GRADS, MICROBATCHES > 1,
+                                    lambda xs, ys: loss_fn(model(xs), ys), lambda loss: loss.backward())
 '''
 
 
@@ -182,4 +169,4 @@ def reference_title(case: Case) -> str:
 
 
 def reference_text(case: Case) -> str:
-    return reference.DDP + REFERENCE_PASS
+    return reference.DDP + REFERENCE_PASS + "\n\n" + inspect.getsource(system.microbatches_in_turn)

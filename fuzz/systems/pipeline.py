@@ -194,17 +194,24 @@ class PipelineReference(DDPSystem):
         calls (``train.microbatches``) each microbatch's loss is divided before its backward, so that only that
         call's share is scaled."""
         plan = self.case.plan
-        n = plan.microbatches
-        scaled = plan.scale_grads and n > 1
-        accumulating = self.case.train.microbatches > 1
-        losses = []
-        for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
-            with contextlib.nullcontext() if index == n - 1 else self.model.no_sync():
-                loss = self.forward_loss(x, y)
-                self.backward(loss / n if scaled and accumulating else loss)
-            losses.append(loss)
-        if scaled and not accumulating:
-            for _, p in self.named_parameters():
-                if p.grad is not None:
-                    p.grad.div_(n)
-        return pipeline_loss_total(losses)
+        return microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
+                                    self.case.train.microbatches > 1, self.forward_loss, self.backward)
+
+
+def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, forward_loss, backward):
+    """The reference's ``step()``: the batch split along dim 0 into ``n`` microbatches (as the schedules split it),
+    each one's loss backpropagated on its own, DDP's sync on the last; where ``scale_grads`` this call's share of
+    the gradients divided by ``n``: afterwards where one call makes the optimizer step, else each loss before its
+    backward (``accumulating``).  Returns the losses added up (:func:`pipeline_loss_total`)."""
+    scaled = scale_grads and n > 1
+    losses = []
+    for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
+        with contextlib.nullcontext() if index == n - 1 else model.no_sync():
+            loss = forward_loss(x, y)
+            backward(loss / n if scaled and accumulating else loss)
+        losses.append(loss)
+    if scaled and not accumulating:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.div_(n)
+    return pipeline_loss_total(losses)
