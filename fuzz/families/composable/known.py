@@ -58,10 +58,11 @@ def replicate_unsynced_with_a_gate(case: Case) -> bool:
                     for path, api in case.plan.data_parallel().items()))
 
 
-def replicate_unsynced_over_fully_shard_with_a_gate(case: Case) -> bool:
-    """The DDP-based replicate, gradient sync off on the non-last microbatches, near a gate, over a module that
-    fully_shard manages."""
-    return replicate_unsynced_with_a_gate(case) and ("fully_shard", "replicate") in case.plan.nestings()
+def replicate_unsynced_with_a_gate_and_another_call(case: Case) -> bool:
+    """The DDP-based replicate, gradient sync off on the non-last microbatches, near a gate, beside or within
+    another data-parallel call (a fully_shard or a second replicate, nested either way or side by side), over more
+    than one step (the reducer fails at the step after the gate's parameter went unused)."""
+    return replicate_unsynced_with_a_gate(case) and len(case.plan.data_parallel()) > 1 and case.train.steps > 1
 
 
 def grad_scaler_over_plain_and_dtensor_gradients(case: Case) -> bool:

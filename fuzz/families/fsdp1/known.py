@@ -163,10 +163,17 @@ def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
 
 
 def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
-    """A reentrant checkpoint on a module that is not itself an FSDP1 instance (so inside another instance's
-    flat parameter, ``units`` unknown under a size policy: any module), where FSDP1's post-backward changes the
-    flat parameter: a strategy that shards (it reshards), or a mixed-precision policy (it frees the low-precision
-    copy, or casts the gradient to ``reduce_dtype``), even unsharded."""
+    """A reentrant checkpoint inside an instance's flat parameter, where FSDP1's post-backward changes the flat
+    parameter: a strategy that shards (it reshards), or a mixed-precision policy (it frees the low-precision
+    copy, or casts the gradient to ``reduce_dtype``), even unsharded.  Inside: on a module that is not itself an
+    FSDP1 instance (``units`` unknown under a size policy: any module), or on an instance's own module with the
+    checkpoint applied after wrapping (so within the instance) where a ``twice`` node calls it twice (the second
+    use's recompute follows the first use's nested backward)."""
     found = units(case)
+    twice = [f"{path}.inner" for path, node in case.model.body.walk("body") if node.kind == "twice"]
+
+    def inside(c) -> bool:
+        return found is None or c.path not in found or (not c.before and under(c.path, twice))
+
     return (not runs_unsharded(case) or case.mixed_precision()) and any(
-        c.reentrant and (found is None or c.path not in found) for c in case.plan.checkpoints)
+        c.reentrant and inside(c) for c in case.plan.checkpoints)
