@@ -1082,3 +1082,10 @@ class LastMicrobatchWeightGradLost(_InsidePipeline):
             return backward_one_chunk
 
         _patch_stage("backward_one_chunk", make)
+
+
+class SequenceParallelGradNotReducedInStages(_InsidePipeline):
+    """:class:`SequenceParallelGradNotReduced` under pipelining: a sequence-parallel norm inside a stage keeps its
+    tp-rank's partial gradient (what the pipeline family's tensor parallelism must be checked for)."""
+
+    inject = SequenceParallelGradNotReduced.inject

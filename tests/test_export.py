@@ -148,6 +148,25 @@ def test_a_pipeline_plan_is_written_out_stage_by_stage():
         'setattr(resolve(model, "body"), "3", checkpoint_wrapper(getattr(resolve(model, "body"), "3")))')
 
 
+@pytest.mark.parametrize("which", ["tensor parallel", "first stage frozen"])
+def test_a_pipeline_that_unfreezes_evaluates_and_shards_over_tp_exports_to_a_script_that_trains_it(tmp_path, which):
+    """The torch-only script passes where the harness does (tests/test_pipeline.py): tensor-parallel styles per
+    stage, a sequence-parallel norm's DTensor output crossing to the next rank, schedule.eval between steps; and the
+    stages and schedule built anew on every rank where the first stage is unfrozen (without the rebuild the script
+    failed: the second stage never sent its input's gradient)."""
+    from tests.test_pipeline import first_stage_frozen_case, tp_pipeline_case
+
+    case = tp_pipeline_case("gpipe", (2,)) if which == "tensor parallel" else first_stage_frozen_case()
+    script = tmp_path / "repro.py"
+    script.write_text(export(case))
+    text = script.read_text()
+    if which == "tensor parallel":
+        stage = text[text.index("def stage_module"):text.index("class Pipelined")]
+        assert ('parallelize_module(resolve(model, "body.1.1"), mesh["tp"], SequenceParallel(use_local_output=False))'
+                in stage)
+    check_outcome(torchrun(script, case.world_size), None)
+
+
 def test_a_fault_inside_pipelining_shows_in_the_exported_script(executor, tmp_path):
     """A pipeline case written out (the split, the stages, the schedule, the microbatch reference, the stages other
     ranks hold): with scale_grads dividing by the stage count the script finds the fuzzer's divergence; on unmodified

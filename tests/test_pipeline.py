@@ -9,9 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, TrainSpec
+from parityfuzz.case.compiled import Compile
 from parityfuzz.case.errors import CaseError
 from parityfuzz.case.training import Freeze
 from parityfuzz.families.fsdp2 import ActivationCheckpoint
+from parityfuzz.families.fsdp2_tp import Parallelize
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.rules import RuleViolation
@@ -72,16 +74,67 @@ def test_activation_checkpoints_inside_fully_sharded_stages_train_like_the_unspl
     assert verdict.ok, verdict.describe()
 
 
+def first_stage_frozen_case() -> Case:
+    """Two stages, the first one's only parameters frozen for step 0 (under gpipe)."""
+    model = ModelSpec(in_dim=4, body=Node("seq", children=(Node("seq", children=(Node("linear", out=2),)),
+                                                           Node("linear", out=1))))
+    return Case(seed=0, world_size=2, model=model, mesh=MeshSpec((2,), ("pp",)), plan=PipelinePlan(cuts=(1,)),
+                train=TrainSpec(steps=2, eval=True, frozen=(Freeze("body.0", until=1),))).validate()
+
+
 def test_a_stage_input_that_starts_to_require_grad_trains_once_the_stages_are_rebuilt(executor):
     """The first stage frozen for a step: the second stage's input requires grad only from step 1, which a
     PipelineStage inferred once (at step 0) would not send back; the system builds its stages anew on unfreezing,
     as the DDP systems rebuild DDP (found by the fuzzer as a harness error, before the rebuild)."""
-    model = ModelSpec(in_dim=4, body=Node("seq", children=(Node("seq", children=(Node("linear", out=2),)),
-                                                           Node("linear", out=1))))
-    case = Case(seed=0, world_size=2, model=model, mesh=MeshSpec((2,), ("pp",)), plan=PipelinePlan(cuts=(1,)),
-                train=TrainSpec(steps=2, frozen=(Freeze("body.0", until=1),))).validate()
+    verdict = verify_case(first_stage_frozen_case(), executor)
+    assert verdict.ok, verdict.describe()
+
+
+#: Tensor-parallel styles over NO_VIEWS's four children whose activations stay sharded over ``tp`` from one child to
+#: the next: a colwise output (a plain local shard) into a rowwise Linear, a rowwise output reduce-scattered over the
+#: sequence into a sequence-parallel LayerNorm (a DTensor out), gathered again by the colwise Linear after it.
+TP_STYLES = (Parallelize("body.0.0", "colwise"),
+             Parallelize("body.1.0", "rowwise", output_layout="shard_seq"),
+             Parallelize("body.1.1", "sequence", use_local_output=False),
+             Parallelize("body.2.0", "colwise", input_layout="shard_seq"),
+             Parallelize("body.3.0", "rowwise"))
+
+
+def tp_pipeline_case(schedule: str, cuts: tuple[int, ...]) -> Case:
+    """NO_VIEWS under TP_STYLES on a (pp 2, tp 2) mesh, cut at ``cuts``, with an evaluation pass and clipping."""
+    case = pipeline_case(schedule, steps=2, tp=TP_STYLES)
+    return dataclasses.replace(case, mesh=MeshSpec((2, 2), ("pp", "tp")), world_size=4,
+                               plan=dataclasses.replace(case.plan, cuts=cuts),
+                               train=dataclasses.replace(case.train, eval=True, clip=0.5)).validate()
+
+
+@pytest.mark.parametrize("schedule, cuts", [
+    ("gpipe", (2,)),  # the sequence-parallel LayerNorm's DTensor output crosses to the next rank
+    ("interleaved_1f1b", (1, 2, 3))])  # every boundary: a local shard, a DTensor, a local shard
+def test_tensor_parallel_stages_pass_sharded_activations_and_train_like_the_unsplit_model(executor, schedule, cuts):
+    case = tp_pipeline_case(schedule, cuts)
     verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
+    assert {"tp:sequence", "pp:schedule=" + schedule, "eval"} <= case.features()
+    # the styles are applied and checked: a sequence-parallel norm's gradient left unreduced over tp is found
+    faulty = verify_case(dataclasses.replace(case, system="tests.faults:SequenceParallelGradNotReducedInStages"),
+                         executor)
+    assert faulty.kind == "mismatch" and faulty.divergence.tensor.startswith("body.1.1"), faulty.describe()
+
+
+def test_blocks_compiled_before_the_split_train_like_the_eager_unsplit_model(executor):
+    """torch.compile (aot_eager) of an MLP block in each of the two ranks' stages, before the model is split (the
+    stages hold the compiled modules), every rank's compiler capturing graphs."""
+    model = ModelSpec(in_dim=4, body=Node("seq", children=(Node("mlp", hidden=8), Node("linear", out=4),
+                                                           Node("mlp", hidden=6))))
+    case = pipeline_case("1f1b", dp=2, micro=2, steps=2, reshard_after_forward=False)
+    case = dataclasses.replace(case, model=model, plan=dataclasses.replace(case.plan, cuts=(2,)),
+                               compile=Compile("aot_eager", "blocks_before", ("body.0", "body.2"))).validate()
+    verdict = verify_case(case, executor)
+    assert verdict.ok and "compiled nothing" not in verdict.note, verdict.describe()
+    with pytest.raises(CaseError) as e:  # a rank holding no compiled module could not prove it compiled
+        dataclasses.replace(case, compile=Compile("aot_eager", "blocks_before", ("body.0",))).validate()
+    assert e.value.field == "compile.paths"
 
 
 @pytest.mark.parametrize("schedule, micro", [("1f1b", 1), ("dualpipev", 3), ("interleaved_1f1b", 5)])
@@ -132,8 +185,12 @@ def test_the_plan_obeys_its_validity_rules():
     dropout = ModelSpec(body=Node("seq", children=(Node("linear", out=4), Node("dropout", p=0.5))))
     with pytest.raises(CaseError, match="no dropout"):
         dataclasses.replace(good, model=dropout).validate()
-    with pytest.raises(CaseError, match="train.eval"):
-        dataclasses.replace(good, train=dataclasses.replace(good.train, eval=True)).validate()
+    with pytest.raises(CaseError, match="train.autocast"):
+        dataclasses.replace(good, train=dataclasses.replace(good.train, autocast="bfloat16")).validate()
+    with pytest.raises(CaseError) as e:  # styles need the axis they shard over
+        dataclasses.replace(good, plan=dataclasses.replace(good.plan, tp=(Parallelize("body.0.0", "colwise"),))
+                            ).validate()
+    assert e.value.field == "plan.tp"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -13,7 +13,8 @@ class Parts:
     ``after_backward(model, last)`` (its invariants); ``step_context()`` and ``loss_context()`` (contexts around the
     optimizer's zeroing and step, and around the loss and its backward); ``forward(model, batch)``;
     ``clip(model, params, max_norm)``; ``system_pass(model, x, y, scaler, spike, micro, last)`` (one
-    microbatch's forward and backward, its loss returned); ``gradients(model, named)`` and ``parameters(model, named)`` (what it
+    microbatch's forward and backward, its loss returned); ``system_evaluate(model, x, y)`` (an evaluation
+    forward's loss, under ``no_grad()`` and ``loss_context()``); ``gradients(model, named)`` and ``parameters(model, named)`` (what it
     holds, as ``{case name: whole(tensor)}``: a family whose parameters are not the model's own, FSDP1's flat
     ones, reads them its own way)."""
 
@@ -38,5 +39,6 @@ class Parts:
         "        backward_loss(scaler, loss, spike).backward()\n"
         "    after_backward(model, last)\n"
         "    return loss\n")
+    system_evaluate: str = "def system_evaluate(model, x, y):\n    return loss_fn(forward(model, x), y)\n"
     records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
                     "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")

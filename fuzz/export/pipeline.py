@@ -1,13 +1,12 @@
 """The pipeline family's plan written out: the model split into this rank's stages (the harness's ``Stage``,
-copied), each stage's activation checkpoints and ``fully_shard`` in the order
+copied), each stage's tensor-parallel styles, activation checkpoints and ``fully_shard`` in the order
 :class:`parityfuzz.systems.pipeline.PipelineSystem` applies them, a ``PipelineStage`` per stage on the ``pp`` group
 and the plan's schedule; a step is one ``schedule.step``.  The reference is DDP fed the plan's microbatches one
 after another, the gradients divided by their count where ``scale_grads``
 (:class:`parityfuzz.systems.pipeline.PipelineReference`).  Each rank records the stages it holds and says the
-others are held elsewhere, as the harness does.
-
-Refused by name: a parameter unfrozen during the run (the harness builds its stages anew then), which the
-script's shared loop does not do for a pipeline."""
+others are held elsewhere, as the harness does.  Where the run unfreezes
+parameters, the stages and schedule are built anew around the same modules (``Pipelined.rebuild``), as the harness
+does; an evaluation forward is ``schedule.eval``."""
 
 from __future__ import annotations
 
@@ -16,36 +15,42 @@ import inspect
 from parityfuzz.case import Case
 from parityfuzz.case.model import under
 from parityfuzz.export import reference
-from parityfuzz.export.fsdp2 import checkpoint_line, function
+from parityfuzz.export.fsdp2 import _at, checkpoint_line, function
+from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS
+from parityfuzz.export.fsdp2_tp import style_source
 from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan
 from parityfuzz.run import build
+from parityfuzz.systems import fsdp2_tp
 from parityfuzz.systems import pipeline as system
 
-IMPORTS = ("from torch.distributed import pipelining\n"
-           "from torch.distributed.fsdp import fully_shard\n"
-           "from torch.distributed._composable import checkpoint\n"
-           "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-           "    CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)\n"
-           "import functools\n")
+IMPORTS = "from torch.distributed import pipelining\n" + TP_IMPORTS  # (fully_shard and the checkpoints among them)
 
 PIPELINED = '''
 class Pipelined(nn.Module):
     """This rank's stage modules, a PipelineStage around each on the pp group and the plan's schedule over them;
     its parameters and buffers are named as the case names them, and ``elsewhere`` lists what other ranks hold."""
 
-    def __init__(self, whole, modules, mine, group, device):
+    def __init__(self, whole, modules, mine, mesh, device):
         super().__init__()
         self.stage_modules = nn.ModuleList(modules)
-        self.group = group
+        self.group = group = mesh.get_group("pp")
         count = len(STAGE_UNITS)
         self.has_first, self.has_last = 0 in mine, count - 1 in mine
         self.last_rank = next(r for r, held in enumerate(STAGES_OF_RANK) if count - 1 in held)
         params = {case_name(n) for n, _ in whole.named_parameters()} - {n for n, _ in self.named_parameters()}
         buffers = {case_name(n) for n, _ in whole.named_buffers()} - {n for n, _ in self.named_buffers()}
         self.elsewhere = {"grad": sorted(params), "param": sorted(params) + ["buffer:" + n for n in sorted(buffers)]}
-        stages = [pipelining.PipelineStage(m, i, count, device, group=group) for i, m in zip(mine, modules)]
+        self.mine, self.count, self.mesh, self.device = mine, count, mesh, device
+        self.rebuild()
+
+    def rebuild(self):
+        """A PipelineStage around each stage module and the schedule over them (anew once parameters are unfrozen: a
+        PipelineStage infers its metadata, requires_grad among it, at its first step)."""
+        get_mesh = lambda names, layout: self.mesh[names if len(names) > 1 else names[0]]  # DTensor activations
+        stages = [pipelining.PipelineStage(m, i, self.count, self.device, group=self.group, get_mesh=get_mesh)
+                  for i, m in zip(self.mine, self.stage_modules)]
         self.schedule = SCHEDULE(stages[0] if SINGLE_STAGE else stages, n_microbatches=PIPELINE_MICROBATCHES,
                                  loss_fn=loss_fn, scale_grads=SCALE_GRADS)
 
@@ -64,19 +69,30 @@ def apply_plan(model, mesh, device):
     """The pipeline plan (parityfuzz.systems.pipeline): this rank's stages, under the schedule."""
     mine = STAGES_OF_RANK[mesh.get_local_rank("pp")]
     modules = [stage_module(model, index, mesh) for index in mine]
-    return Pipelined(model, modules, mine, mesh.get_group("pp"), device)
+    return Pipelined(model, modules, mine, mesh, device)
 '''
 
 SYSTEM_PASS = '''
 def system_pass(model, x, y, scaler, spike, micro, last):
-    """One schedule.step: the input where this rank holds the first stage, the target and a list for the losses
-    where it holds the last; the last stage's microbatch losses added up, sent to every rank of the pipeline."""
+    """One schedule.step."""
+    with loss_context():
+        return run_schedule(model, model.schedule.step, x, y)
+
+
+def run_schedule(model, call, x, y):
+    """The input where this rank holds the first stage, the target and a list for the losses where it holds the
+    last; the last stage's microbatch losses added up, sent to every rank of the pipeline."""
     losses = []
-    model.schedule.step(*((x,) if model.has_first else ()),
-                        **({"target": y, "losses": losses} if model.has_last else {}))
-    total = pipeline_loss_total(losses) if model.has_last else torch.zeros((), dtype=DTYPE, device=x.device)
+    call(*((x,) if model.has_first else ()), **({"target": y, "losses": losses} if model.has_last else {}))
+    total = pipeline_loss_total([plain_loss(l) for l in losses]) if model.has_last else torch.zeros((), dtype=DTYPE, device=x.device)
     dist.broadcast(total, group=model.group, group_src=model.last_rank)
     return total
+'''
+
+SYSTEM_EVALUATE = '''
+def system_evaluate(model, x, y):
+    """schedule.eval ("calling forward only"), its microbatch losses added up as a step's are."""
+    return run_schedule(model, model.schedule.eval, x, y)
 '''
 
 CLIP = '''
@@ -105,13 +121,16 @@ def reference_pass(model, x, y, scaler, spike, last):
     with contextlib.nullcontext() if last else model.no_sync():
         return microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SCALE_GRADS, MICROBATCHES > 1,
                                     lambda xs, ys: loss_fn(model(xs), ys), lambda loss: loss.backward())
+
+
+def reference_evaluate(model, x, y):
+    """The plan's microbatches forward only, their losses added up."""
+    return pipeline_loss_total([loss_fn(model(xs), ys) for xs, ys in zip(x.tensor_split(PIPELINE_MICROBATCHES),
+                                                                         y.tensor_split(PIPELINE_MICROBATCHES))])
 '''
 
 
 def refusal(case: Case) -> str | None:
-    if any(f.until for f in case.train.frozen):
-        return "it unfreezes parameters during the run (the harness builds its stages anew then), which the export " \
-               "does not write out yet"
     return None
 
 
@@ -135,6 +154,11 @@ def stage_source(case: Case) -> str:
     sharded = "dp_shard" in case.mesh.names
     units = plan.stage_units(case.model)
     lines = ["model = Stage(whole, STAGE_UNITS[index])"]
+    for index, owned in enumerate(units):
+        styles = [p for p in plan.tp if under(p.path, owned)]
+        if styles:
+            lines.append(f"if index == {index}:")
+            lines.extend(f'    parallelize_module({_at(p.path)}, mesh["tp"], {style_source(p)})' for p in styles)
 
     def checkpoints(before: bool) -> None:
         for index, owned in enumerate(units):
@@ -147,18 +171,23 @@ def stage_source(case: Case) -> str:
     if sharded:
         lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward})')
         checkpoints(False)
-    return function("stage_module(whole, index, mesh)", "Stage ``index``: the top-level modules it owns, its "
-                    "activation checkpoints and fully_shard in PipelineSystem's order.", lines, "return model")
+    return function("stage_module(whole, index, mesh)", "Stage ``index``: the top-level modules it owns, their "
+                    "tensor-parallel styles, activation checkpoints and fully_shard in PipelineSystem's order.", lines,
+                    "return model")
 
 
 def parts(case: Case) -> Parts:
+    plan: PipelinePlan = case.plan
     block = "" if "Block" in classes_used(case) else inspect.getsource(build.Block) + "\n\n"
     plan_source = "\n\n".join([constants(case), block + inspect.getsource(system.Stage),
-                               inspect.getsource(system.pipeline_loss_total), stage_source(case), PIPELINED.strip()])
+                               inspect.getsource(system.pipeline_loss_total), inspect.getsource(fsdp2_tp.plain_loss),
+                               stage_source(case), PIPELINED.strip()])
     clip = inspect.getsource(system.clip_over_pipeline) + "\n\n" + CLIP.strip() + "\n"
     return Parts(imports=IMPORTS, apply_plan=plan_source + "\n\n" + OPTIMIZER.strip() + "\n", clip=clip,
                  optimizer="make_pipeline_optimizer",
-                 system_pass=SYSTEM_PASS.strip() + "\n", records=RECORDS.strip() + "\n")
+                 system_pass=SYSTEM_PASS.strip() + "\n", system_evaluate=SYSTEM_EVALUATE.strip() + "\n", records=RECORDS.strip() + "\n",
+                 contexts="step_context = implicit_replication  # a stage may be only partly tensor parallel\n"
+                          f"loss_context = {'loss_parallel' if plan.loss_parallel else 'contextlib.nullcontext'}\n")
 
 
 # ---- the reference pipeline_reference (this family's): DDP fed the plan's microbatches

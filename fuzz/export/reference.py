@@ -131,6 +131,10 @@ def reference_pass(model, x, y, scaler, spike, last):
             loss = loss_fn(model(x), y)
         reference_backward(model, backward_loss(scaler, loss, spike))
     return loss
+
+
+def reference_evaluate(model, x, y):
+    return loss_fn(model(x), y)
 '''
 
 

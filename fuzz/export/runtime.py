@@ -398,8 +398,10 @@ def train(role, dp, device, mesh):
     watch()
     passes = []
     for step in range(STEPS):
-        thawed = [name for name, _ in named() if step and frozen_at(name, step - 1) and not frozen_at(name, step)]
-        if thawed:  # unfrozen: DDP is built anew, as its documentation asks of a changed requires_grad
+        # every rank on a step where a freeze ends (a pipeline rank may hold none of the parameters it names)
+        if step and any(until == step for _, until in FROZEN):
+            # unfrozen: DDP is built anew, as its documentation asks of a changed requires_grad
+            thawed = [name for name, _ in named() if frozen_at(name, step - 1) and not frozen_at(name, step)]
             if role == "system":
                 reshard(model)
             for name, p in named():  # (after reshard(): the parameters registered now)
@@ -411,6 +413,8 @@ def train(role, dp, device, mesh):
                 model = apply_plan(inner, mesh, device)
                 if COMPILER is not None:  # compiled as the first DDP was
                     model = COMPILER.whole(model)
+            elif hasattr(model, "rebuild"):  # a pipeline: its stages and schedule built anew (PipelineSystem.unfreeze)
+                model.rebuild()
             watch()
         zero_grad(step)
         losses = []
@@ -439,7 +443,7 @@ def train(role, dp, device, mesh):
             x, y = batch(dp, step, MICROBATCHES + 1).to(device), target(dp, step, MICROBATCHES + 1).to(device)
             model.eval()
             with torch.no_grad(), (loss_context() if role == "system" else reference_loss_context()), autocast(x):
-                loss = loss_fn(forward(model, x) if role == "system" else model(x), y)
+                loss = system_evaluate(model, x, y) if role == "system" else reference_evaluate(model, x, y)
             model.train()
             passes.append({"at": (step, "eval"), "loss": (dtype_name(loss),
                                                                     plain(loss).to("cpu", torch.float64)),

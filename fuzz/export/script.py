@@ -142,7 +142,7 @@ The case:
         runtime.data(),
         "# ---- the system under test: the plan, written out\n\n" + "\n\n".join(
             (parts.apply_plan, parts.accumulate, parts.after_backward, parts.forward, parts.contexts, parts.clip,
-             parts.system_pass, parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
+             parts.system_pass, parts.system_evaluate, parts.records, f"SYSTEM_OPTIMIZER = {parts.optimizer}\n")),
         reference.source(case),
         checkpoint.source(case),
         runtime.train(),

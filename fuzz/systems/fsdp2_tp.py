@@ -61,7 +61,7 @@ class TensorParallel:
 
     def forward_backward(self, batch, target, path=None):
         with self._loss_context():
-            return _plain(super().forward_backward(batch, target, path))
+            return plain_loss(super().forward_backward(batch, target, path))
 
     def optimizer_step(self) -> bool:
         """Under ``implicit_replication()``, as PyTorch asks of a model that is only partly tensor parallel
@@ -76,7 +76,7 @@ class TensorParallel:
 
     def evaluate(self, batch, target):
         with self._loss_context():
-            return _plain(super().evaluate(batch, target))
+            return plain_loss(super().evaluate(batch, target))
 
 
 class FSDP2TPSystem(TensorParallel, FSDP2System):
@@ -174,6 +174,6 @@ def _expected_placement(style: str, kind: str, name: str):
     return Shard(1) if name == "weight" else Replicate()
 
 
-def _plain(loss):
+def plain_loss(loss):
     """A loss computed on DTensors (vocabulary-sharded logits) as the plain tensor every rank holds."""
     return loss.full_tensor() if isinstance(loss, DTensor) else loss

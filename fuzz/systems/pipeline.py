@@ -1,11 +1,13 @@
 """System under test of the ``pipeline`` family, and its reference.
 
 :class:`PipelineSystem`, applied in torchtitan's order: split the model into this rank's stages
-(:class:`Stage`: each stage keeps the top-level modules it owns, under their own names), ``fully_shard`` each stage
+(:class:`Stage`: each stage keeps the top-level modules it owns, under their own names), apply the plan's
+tensor-parallel styles of the stage's modules on the ``tp`` axis where the mesh has one, ``fully_shard`` each stage
 over the ``dp_shard`` axis where the mesh has one (the plan's activation checkpoints of the stage's modules applied
 before or after, as each says), wrap each in a ``PipelineStage`` on the ``pp`` group, build the
-plan's schedule with the case's loss and ``scale_grads``.  A step is ``schedule.step``: the input where this rank holds
-the first stage, the target and a list for the losses where it holds the last.  The optimizer steps this rank's
+plan's schedule with the case's loss and ``scale_grads``.  A step is ``schedule.step`` (under ``loss_parallel()``
+where the plan says): the input where this rank holds the first stage, the target and a list for the losses where
+it holds the last.  The optimizer steps this rank's
 parameters; gradient clipping takes the norm over every stage (each rank's local norm, summed over the ``pp``
 group, as torchtitan's ``clip_grad_norm_`` does: ``clip_grad_norm_`` alone would see only this rank's stages).
 
@@ -29,6 +31,7 @@ from parityfuzz.run.record import torch_dtype
 from parityfuzz.systems.base import System, case_name, optimizer_parts
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.systems.fsdp2 import apply_checkpoint
+from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel, plain_loss
 
 
 class Stage(nn.Module):
@@ -91,7 +94,7 @@ def clip_over_pipeline(params: list, max_norm: float, dtype: torch.dtype, group)
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm.sqrt())
 
 
-class PipelineSystem(System):
+class PipelineSystem(TensorParallel, System):
     name = "pipeline"
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -110,6 +113,8 @@ class PipelineSystem(System):
         sharded = "dp_shard" in spec.names
         for index in self.mine:
             module = Stage(model, units[index])
+            if "tp" in spec.names:
+                apply_tensor_parallel(module, mesh["tp"], [p for p in plan.tp if under(p.path, units[index])])
             held = [c for c in plan.checkpoints if under(c.path, units[index])]
             for c in held:
                 if c.before or not sharded:
@@ -126,15 +131,19 @@ class PipelineSystem(System):
         self._elsewhere = {what: frozenset(everything[what] - mine_names[what]) for what in everything}
         self.has_first, self.has_last = 0 in self.mine, self.count - 1 in self.mine
         self.last_rank = next(r for r in range(pp) if self.count - 1 in plan.stages_of(pp, r))
+        self.get_mesh = lambda names, layout: mesh[names if len(names) > 1 else names[0]]
         self.schedule = self._schedule()
         return _Held(modules)
 
     def _schedule(self):
-        """A ``PipelineStage`` around each of this rank's stage modules, and the plan's schedule over them."""
+        """A ``PipelineStage`` around each of this rank's stage modules, and the plan's schedule over them; a stage
+        given a DTensor activation finds its mesh by the axis names (``get_mesh``: "used during dynamic DTensor
+        inference")."""
         from torch.distributed import pipelining
 
         plan = self.case.plan
-        stages = [pipelining.PipelineStage(module, index, self.count, self.ctx.device, group=self.pp_group)
+        stages = [pipelining.PipelineStage(module, index, self.count, self.ctx.device, group=self.pp_group,
+                                           get_mesh=self.get_mesh)
                   for index, module in zip(self.mine, self.stage_modules)]
         cls = getattr(pipelining, SCHEDULES[plan.schedule][0])
         return cls(stages[0] if plan.layout() == "single" else stages, n_microbatches=plan.microbatches,
@@ -168,11 +177,25 @@ class PipelineSystem(System):
     def forward_backward(self, batch, target, path=None):
         """One ``schedule.step``; returns the last stage's microbatch losses added up, sent to every rank of the
         pipeline."""
+        return self._run(self.schedule.step, batch, target)
+
+    def evaluate(self, batch, target):
+        """``schedule.eval`` ("calling forward only"), in eval mode under ``torch.no_grad()`` as torchtitan's
+        validation runs it; its microbatch losses added up as a step's are."""
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return self._run(self.schedule.eval, batch, target)
+        finally:
+            self.model.train()
+
+    def _run(self, call, batch, target):
         losses: list[torch.Tensor] = []
         args = (batch,) if self.has_first else ()
         kwargs = {"target": target, "losses": losses} if self.has_last else {}
-        self.schedule.step(*args, **kwargs)
-        total = pipeline_loss_total(losses) if self.has_last else torch.zeros(
+        with self._loss_context():
+            call(*args, **kwargs)
+        total = pipeline_loss_total([plain_loss(loss) for loss in losses]) if self.has_last else torch.zeros(
             (), dtype=torch_dtype(self.case.train.dtype), device=self.ctx.device)
         dist.broadcast(total, group=self.pp_group, group_src=self.last_rank)
         return total
@@ -196,6 +219,17 @@ class PipelineReference(DDPSystem):
         plan = self.case.plan
         return microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
                                     self.case.train.microbatches > 1, self.forward_loss, self.backward)
+
+    def evaluate(self, batch, target):
+        """The plan's microbatches forward only, in eval mode under ``torch.no_grad()``, their losses added up."""
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                n = self.case.plan.microbatches
+                return pipeline_loss_total([self.forward_loss(x, y) for x, y in zip(batch.tensor_split(n),
+                                                                                    target.tensor_split(n))])
+        finally:
+            self.model.train()
 
 
 def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, forward_loss, backward):

@@ -7,9 +7,12 @@ two for the looped ones), a model with at least as many top-level modules as sta
 validation), the cuts between stages, the microbatch count (1 to twice the stage count: below, equal to and above
 it, a multiple of it or not; where the schedule refuses the count the case expects its error), ``scale_grads``, the
 training spec (its batch made a multiple of the microbatch count; what pipelining does not take left out) and
-``fully_shard``'s ``reshard_after_forward``.
+``fully_shard``'s ``reshard_after_forward``; where the pipeline leaves more than one rank, how they split between
+``dp_shard`` and ``tp`` (every factorization: data parallelism alone first), and on a ``tp`` axis the fsdp2_tp
+family's tensor-parallel plan over the whole model (:func:`parityfuzz.strategies.fsdp2_tp.tensor_parallel.tp_plans`;
+the sequence made a multiple of ``tp`` on a coin, for sequence parallelism).
 
-Shrinking: toward world size 2 with a pipeline of 2, ``gpipe``, a short dense model, the earliest cuts, one
+Shrinking: toward world size 2 with a pipeline of 2, no ``tp`` axis, ``gpipe``, a short dense model, the earliest cuts, one
 microbatch, ``scale_grads=True``, and the training spec's own simplest values.
 """
 
@@ -23,6 +26,7 @@ from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, units
 from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
 from parityfuzz.strategies.training import training
@@ -76,12 +80,21 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     train = draw(training(model, max_steps=max_steps))
     batch = micro * draw(st.integers(1, 2))
     lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr  # (a summed loss's lr is per term)
-    train = dataclasses.replace(train, batch=batch, lr=lr, nonroot="", eval=False, autocast="",
+    train = dataclasses.replace(train, batch=batch, lr=lr, nonroot="", autocast="",
                                 loss_scale=0.0, overflow_at=0, to_float64=False)
-    dp = ws // pp
-    mesh = MeshSpec((pp,), ("pp",)) if dp == 1 else MeshSpec((pp, dp), ("pp", "dp_shard"))
+    rest = ws // pp
+    tp = draw(st.sampled_from([t for t in range(1, rest + 1) if rest % t == 0]))
+    dp = rest // tp
+    axes = [("pp", pp)] + [(name, size) for name, size in (("dp_shard", dp), ("tp", tp)) if size > 1]
+    mesh = MeshSpec(tuple(size for _, size in axes), tuple(name for name, _ in axes))
+    styles, loss_parallel = (), False
+    if tp > 1:
+        if train.seq_len % tp and draw(OFTEN):  # sequence parallelism splits the sequence over tp
+            train = dataclasses.replace(train, seq_len=tp * draw(st.integers(1, 2)))
+        styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
+        train = tp_training(train, loss_parallel, low_precision=False)
     plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
-                        checkpoints=draw(checkpoints(model)))
+                        checkpoints=draw(checkpoints(model)), tp=styles, loss_parallel=loss_parallel)
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)

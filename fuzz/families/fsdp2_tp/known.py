@@ -28,9 +28,11 @@ def _has_bias(case: Case, path: str) -> bool:
 
 
 def clipping_a_partly_tensor_parallel_fsdp2_model(case: Case) -> bool:
-    """Gradients on two meshes: FSDP2 over some tensor-parallel modules and some plain ones."""
+    """Gradients on two meshes: FSDP2 over some tensor-parallel modules and some plain ones (FSDP2: a wrap of the
+    plan, or under pipelining each stage over the mesh's ``dp_shard`` axis)."""
     parallel = {p.path for p in case.plan.tp}
-    return (case.train.clip > 0 and bool(case.plan.wraps) and bool(parallel)
+    sharded = "dp_shard" in case.mesh.names if case.family == "pipeline" else bool(case.plan.wraps)
+    return (case.train.clip > 0 and sharded and bool(parallel)
             and any(m not in parallel for m in case.model.param_modules()))
 
 

@@ -1,9 +1,14 @@
 """The ``pipeline`` family: ``torch.distributed.pipelining``.  The model is split into stages at its top-level
 modules (the input embedding, each child of the body, the head), each stage a ``PipelineStage`` on the ``pp`` axis,
 and a schedule runs the batch as microbatches; over a ``(pp, dp_shard)`` mesh each stage's module is also
-``fully_shard``-ed over its ``dp_shard`` group, as torchtitan composes them.  Modules inside a stage may be
+``fully_shard``-ed over its ``dp_shard`` group, as torchtitan composes them; over a mesh with a ``tp`` axis each stage's
+modules get the plan's tensor-parallel styles first (the fsdp2_tp family's, drawn over the whole model, applied to
+the modules each stage holds: an activation sharded over ``tp`` may cross a stage boundary, as a plain local shard or
+as a DTensor, which ``PipelineStage`` rebuilds on the receiving rank from its ``get_mesh`` callback).  Modules inside a stage may be
 activation-checkpointed (the fsdp2 family's ``ActivationCheckpoint``: composable, wrapper or apply API, before or
-after ``fully_shard``, reentrant or not), which changes what is kept, never what is computed.
+after ``fully_shard``, reentrant or not), which changes what is kept, never what is computed; modules of the whole
+model may be compiled before the split (``torch.compile``'s ``blocks_before`` form: the stages hold the same, compiled
+module objects), as torchtitan compiles each block before it splits a model.
 
 Reference: the unsplit model under DDP over all ranks (the ranks of one pipeline see the same batch: inputs are keyed
 by the data-parallel index), fed the same microbatches one after another, each one's loss backpropagated on its own,
@@ -29,13 +34,14 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names, under
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
+from parityfuzz.families.fsdp2_tp import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
 from parityfuzz.rules import checkpointing
 from parityfuzz.rules import pipeline as rules
 from parityfuzz.rules import require
 
-MESHES = (("pp",), ("pp", "dp_shard"))
+MESHES = (("pp",), ("pp", "dp_shard"), ("pp", "tp"), ("pp", "dp_shard", "tp"))
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,10 @@ class PipelinePlan(Plan):
     """A schedule over ``pp * stages_per_rank`` stages, cut at ``cuts`` (the index in :func:`units` at which each
     stage after the first begins), running ``microbatches`` per step; ``scale_grads`` is the schedules' argument;
     ``reshard_after_forward`` is ``fully_shard``'s on each stage where the mesh has a ``dp_shard`` axis;
-    ``checkpoints`` are activation checkpoints of modules inside the stages (by the case's paths)."""
+    ``checkpoints`` are activation checkpoints of modules inside the stages (by the case's paths); ``tp`` the
+    tensor-parallel styles of modules inside the stages on the mesh's ``tp`` axis, and ``loss_parallel`` the loss
+    on vocabulary-sharded logits under ``loss_parallel()`` around ``schedule.step`` (as torchtitan's train context
+    holds it)."""
 
     family = "pipeline"
 
@@ -54,6 +63,8 @@ class PipelinePlan(Plan):
     scale_grads: bool = True
     reshard_after_forward: bool = True
     checkpoints: tuple[ActivationCheckpoint, ...] = ()
+    tp: tuple[Parallelize, ...] = ()
+    loss_parallel: bool = False
 
     def layout(self) -> str:
         return SCHEDULES[self.schedule][1]
@@ -136,9 +147,19 @@ def validate(case: Case) -> None:
           "no dropout under pipelining: each rank draws the masks of its own stages in schedule order, which one "
           "process running every stage cannot reproduce (torch promises no random stream across stages)")
     _validate_checkpoints(case)
+    if case.compile:  # (the blocks_before form: compiled in the whole model, before the split)
+        pp = mesh.axis_size("pp")
+        stages = plan.stage_units(model)
+        bare = [r for r in range(pp) if not any(under(path, stages[s]) for path in case.compile.paths
+                                                for s in plan.stages_of(pp, r))]
+        check(not bare, "compile.paths", f"pipeline ranks {bare} hold no compiled module: a compiled case proves on "
+                                         "every rank that it compiled")
+    if "tp" in mesh.names:
+        validate_styles(case)
+    else:
+        check(not plan.tp and not plan.loss_parallel, "plan.tp", "tensor-parallel styles need a 'tp' mesh axis")
     for field, on, why in (
             ("nonroot", t.nonroot, "a schedule runs the whole pipeline"),
-            ("eval", t.eval, "the evaluation pass (schedule.eval) is not drawn yet"),
             ("autocast", t.autocast, "an autocast region around schedule.step would hold the backward too"),
             ("loss_scale", t.loss_scale, "the schedule runs the backward itself: no scaler can scale the loss"),
             ("to_float64", t.to_float64, "not drawn yet")):
@@ -184,6 +205,8 @@ def features(case: Case) -> set[str]:
     owners = case.model.param_modules()
     if any(not any(under(m, stage) for m in owners) for stage in plan.stage_units(case.model)):
         tags.add("pp:parameterless_stage")
+    if "tp" in mesh.names:
+        tags |= style_features(case)
     return tags | checkpoint_tags(plan.checkpoints)
 
 
@@ -204,6 +227,12 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         when = ("before" if c.before else "after") + " fully_shard" if "dp_shard" in case.mesh.names else ""
         notes[c.path] = ", ".join(x for x in (notes.get(c.path, ""), f"checkpoint[{c.api}"
                                               + (", REENTRANT" if c.reentrant else "") + "]", when) if x)
+    if "tp" in case.mesh.names:
+        styles, more = describe_styles(case)
+        for path, applied in styles.items():
+            notes[path] = ", ".join(x for x in (notes.get(path, ""), applied) if x)
+        lines.extend(more)
+        lines.insert(1, "each stage: parallelize_module(module, mesh=tp) for the styles of its modules, first")
     return notes, lines
 
 
@@ -239,8 +268,9 @@ FAMILY = Family(
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
            *checkpointing.RULES),
+    compiles=("blocks_before",),  # the stages hold the whole model's (compiled) modules; no module holds the
+    # stages' names after the split, and the schedule calls each stage module itself (no "model" form)
     missing={
         "checkpoint": "a pipelined model's DCP save and load is not drawn yet",
-        "compiles": "torch.compile of stage modules is not drawn yet",
     },
 )

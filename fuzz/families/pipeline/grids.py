@@ -9,6 +9,10 @@ GRIDS = (
     Grid("test_schedule_multiproc.py::ScheduleClass x composition", "pipeline", (
         ("ScheduleClass", tuple((cls, f"pp:schedule={name}") for name, (cls, _) in SCHEDULES.items())),
         ("composition", (("pp alone", ""), ("pp x dp_shard, fully_shard per stage", "pp:fully_shard*"),
+                         ("pp x tp, styles per stage", "axes=pp,tp"),
+                         ("pp x dp_shard x tp", "axes=pp,dp_shard,tp"),
+                         ("schedule.eval between steps", "eval"),
+                         ("blocks compiled before the split", "compile=blocks_before"),
                          ("activation checkpoints in stages", "ckpt=*"),
                          ("step() calls accumulated", "micro=*"))),
         ("microbatches", (("< stages", "pp:microbatches<stages"), ("= stages", "pp:microbatches=stages"),
