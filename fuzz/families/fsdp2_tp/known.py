@@ -27,19 +27,23 @@ def _has_bias(case: Case, path: str) -> bool:
     return node.bias if node is not None else True
 
 
+def _fully_sharded(case: Case) -> bool:
+    """Whether FSDP2 shards the tensor-parallel model: a wrap of the plan, or under pipelining (whose records share
+    these preconditions) each stage over the mesh's ``dp_shard`` axis."""
+    return "dp_shard" in case.mesh.names if case.family == "pipeline" else bool(case.plan.wraps)
+
+
 def clipping_a_partly_tensor_parallel_fsdp2_model(case: Case) -> bool:
-    """Gradients on two meshes: FSDP2 over some tensor-parallel modules and some plain ones (FSDP2: a wrap of the
-    plan, or under pipelining each stage over the mesh's ``dp_shard`` axis)."""
+    """Gradients on two meshes: FSDP2 over some tensor-parallel modules and some plain ones."""
     parallel = {p.path for p in case.plan.tp}
-    sharded = "dp_shard" in case.mesh.names if case.family == "pipeline" else bool(case.plan.wraps)
-    return (case.train.clip > 0 and sharded and bool(parallel)
+    return (case.train.clip > 0 and _fully_sharded(case) and bool(parallel)
             and any(m not in parallel for m in case.model.param_modules()))
 
 
 def fsdp2_over_an_empty_tensor_parallel_shard(case: Case) -> bool:
     """FSDP2 over a parallelized module whose split dimension leaves some tp rank nothing."""
     tp = case.mesh.axis_size("tp")
-    return bool(case.plan.wraps) and any(chunk_leaves_a_rank_empty(n, tp) for n in _split_sizes(case))
+    return _fully_sharded(case) and any(chunk_leaves_a_rank_empty(n, tp) for n in _split_sizes(case))
 
 
 def loss_parallel_with_a_rank_holding_no_vocabulary(case: Case) -> bool:

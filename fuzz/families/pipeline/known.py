@@ -62,3 +62,11 @@ def zero_bubble_composable_checkpoint(case: Case) -> bool:
     """A schedule that splits the backward, with a module checkpointed by the composable ``checkpoint`` API (whose
     recomputation the input and the weight step each run)."""
     return case.plan.schedule in SPLIT_BACKWARD and any(c.api == "composable" for c in case.plan.checkpoints)
+
+
+def eval_with_adjacent_stages_on_one_rank(case: Case) -> bool:
+    """An evaluation pass (``schedule.eval``) under a multi-stage schedule where a rank holds two adjacent stages:
+    a V-shaped one (its middle stages), or a looped one over a pipeline of one rank."""
+    plan = case.plan
+    return case.train.eval and (plan.layout() == "v" or (plan.layout() == "loop" and plan.stages_per_rank > 1
+                                                         and case.mesh.axis_size("pp") == 1))
