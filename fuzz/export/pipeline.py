@@ -154,19 +154,19 @@ def stage_source(case: Case) -> str:
     sharded = "dp_shard" in case.mesh.names
     units = plan.stage_units(case.model)
     lines = ["model = Stage(whole, STAGE_UNITS[index])"]
-    for index, owned in enumerate(units):
-        styles = [p for p in plan.tp if under(p.path, owned)]
-        if styles:
-            lines.append(f"if index == {index}:")
-            lines.extend(f'    parallelize_module({_at(p.path)}, mesh["tp"], {style_source(p)})' for p in styles)
 
-    def checkpoints(before: bool) -> None:
+    def per_stage(entries, line) -> None:
+        """``line(entry)`` for the entries (by module path) inside each stage, under ``if index == <stage>:``."""
         for index, owned in enumerate(units):
-            held = [c for c in plan.checkpoints if under(c.path, owned) and (c.before or not sharded) == before]
+            held = [e for e in entries if under(e.path, owned)]
             if held:
                 lines.append(f"if index == {index}:")
-                lines.extend("    " + checkpoint_line(c).replace("\n", "\n    ") for c in held)
+                lines.extend("    " + line(e).replace("\n", "\n    ") for e in held)
 
+    def checkpoints(before: bool) -> None:
+        per_stage([c for c in plan.checkpoints if (c.before or not sharded) == before], checkpoint_line)
+
+    per_stage(plan.tp, lambda p: f'parallelize_module({_at(p.path)}, mesh["tp"], {style_source(p)})')
     checkpoints(True)
     if sharded:
         lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward})')

@@ -378,13 +378,19 @@ class System:
                 module.reshard()
 
     def evaluate(self, batch: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """An evaluation forward: eval mode (no dropout), under ``torch.no_grad()``; returns the loss."""
+        """An evaluation forward: eval mode (no dropout), under ``torch.no_grad()``; returns the loss
+        (:meth:`evaluation_loss`)."""
         self.model.eval()
         try:
             with torch.no_grad():
-                return self.forward_loss(batch, target)
+                return self.evaluation_loss(batch, target)
         finally:
             self.model.train()
+
+    def evaluation_loss(self, batch: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The evaluation forward's loss (a system that runs its forward its own way, a pipeline schedule, says
+        how)."""
+        return self.forward_loss(batch, target)
 
     def parameters(self) -> dict[str, torch.Tensor]:
         return dict(self.named_parameters())

@@ -177,24 +177,19 @@ class PipelineSystem(TensorParallel, System):
     def forward_backward(self, batch, target, path=None):
         """One ``schedule.step``; returns the last stage's microbatch losses added up, sent to every rank of the
         pipeline."""
-        return self._run(self.schedule.step, batch, target)
+        with self._loss_context():
+            return self._run(self.schedule.step, batch, target)
 
-    def evaluate(self, batch, target):
-        """``schedule.eval`` ("calling forward only"), in eval mode under ``torch.no_grad()`` as torchtitan's
-        validation runs it; its microbatch losses added up as a step's are."""
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                return self._run(self.schedule.eval, batch, target)
-        finally:
-            self.model.train()
+    def evaluation_loss(self, batch, target):
+        """``schedule.eval`` ("calling forward only"; eval mode, ``torch.no_grad()`` and the loss context are
+        :meth:`evaluate`'s, as torchtitan's validation runs it); its microbatch losses added up as a step's are."""
+        return self._run(self.schedule.eval, batch, target)
 
     def _run(self, call, batch, target):
         losses: list[torch.Tensor] = []
         args = (batch,) if self.has_first else ()
         kwargs = {"target": target, "losses": losses} if self.has_last else {}
-        with self._loss_context():
-            call(*args, **kwargs)
+        call(*args, **kwargs)
         total = pipeline_loss_total([plain_loss(loss) for loss in losses]) if self.has_last else torch.zeros(
             (), dtype=torch_dtype(self.case.train.dtype), device=self.ctx.device)
         dist.broadcast(total, group=self.pp_group, group_src=self.last_rank)
@@ -220,16 +215,11 @@ class PipelineReference(DDPSystem):
         return microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
                                     self.case.train.microbatches > 1, self.forward_loss, self.backward)
 
-    def evaluate(self, batch, target):
-        """The plan's microbatches forward only, in eval mode under ``torch.no_grad()``, their losses added up."""
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                n = self.case.plan.microbatches
-                return pipeline_loss_total([self.forward_loss(x, y) for x, y in zip(batch.tensor_split(n),
-                                                                                    target.tensor_split(n))])
-        finally:
-            self.model.train()
+    def evaluation_loss(self, batch, target):
+        """The plan's microbatches forward only, their losses added up."""
+        n = self.case.plan.microbatches
+        return pipeline_loss_total([self.forward_loss(x, y) for x, y in zip(batch.tensor_split(n),
+                                                                            target.tensor_split(n))])
 
 
 def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, forward_loss, backward):

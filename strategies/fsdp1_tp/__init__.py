@@ -29,7 +29,7 @@ from parityfuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.fsdp1 import call_options, wrapping
 from parityfuzz.strategies.fsdp2_tp import transformer_models
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans, tp_training
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.models import LEAVES, models
 from parityfuzz.strategies.training import training
 
@@ -53,8 +53,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     train = draw(training(model, max_steps=max_steps))
     if not use_orig_params:
         train = dataclasses.replace(train, groups=(), frozen=())
-    if train.seq_len % tp and draw(OFTEN):  # sequence parallelism splits the sequence over tp
-        train = dataclasses.replace(train, seq_len=tp * draw(st.integers(1, 2)))
+    train = draw(sequence_for_tp(train, tp))
     styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
     train = tp_training(train, loss_parallel, low_precision=False)  # the family has no TP reference for it
     plan = FSDP1TPPlan(sharding=sharding, use_orig_params=use_orig_params, wrapping=kind, **wraps, tp=styles,

@@ -29,7 +29,7 @@ from parityfuzz.strategies.fsdp2.accumulation import accumulation
 from parityfuzz.strategies.fsdp2.precision import precision_policies
 from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.fsdp2_tp.meshes import meshes
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans, tp_training
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, models
 from parityfuzz.strategies.training import training
@@ -101,8 +101,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         if plan.mixed_precision() and train.to_float64:
             train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
     tp_size = mesh.axis_size("tp")
-    if train.seq_len % tp_size and draw(OFTEN):  # sequence parallelism splits the sequence over tp
-        train = dataclasses.replace(train, seq_len=tp_size * draw(st.integers(1, 2)))
+    train = draw(sequence_for_tp(train, tp_size))
     tp, loss_parallel = draw(tp_plans(model, tp_size, train.seq_len))
     plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
     train = tp_training(train, loss_parallel, low_precision=data_parallel)  # TP alone: its own reference

@@ -58,6 +58,15 @@ def tp_training(train: TrainSpec, loss_parallel: bool, low_precision: bool) -> T
 
 
 @st.composite
+def sequence_for_tp(draw, train: TrainSpec, tp: int) -> TrainSpec:
+    """``train`` with its sequence made a multiple of ``tp`` on a coin, where it is not (sequence parallelism
+    splits the sequence over tp)."""
+    if train.seq_len % tp and draw(OFTEN):
+        return dataclasses.replace(train, seq_len=tp * draw(st.integers(1, 2)))
+    return train
+
+
+@st.composite
 def tp_plans(draw, model: ModelSpec, tp: int, seq_len: int) -> tuple[tuple[Parallelize, ...], bool]:
     """``(styles, loss_parallel)`` for ``model`` on a ``tp``-rank axis with sequences of ``seq_len``."""
     styles: dict[tuple[str, str], Parallelize] = {}  # by (path, style): a prepare_* entry may share a path

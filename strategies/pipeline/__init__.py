@@ -26,7 +26,7 @@ from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, units
 from parityfuzz.strategies.cases import finish
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, tp_plans, tp_training
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
 from parityfuzz.strategies.training import training
@@ -89,8 +89,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     mesh = MeshSpec(tuple(size for _, size in axes), tuple(name for name, _ in axes))
     styles, loss_parallel = (), False
     if tp > 1:
-        if train.seq_len % tp and draw(OFTEN):  # sequence parallelism splits the sequence over tp
-            train = dataclasses.replace(train, seq_len=tp * draw(st.integers(1, 2)))
+        train = draw(sequence_for_tp(train, tp))
         styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
         train = tp_training(train, loss_parallel, low_precision=False)
     plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
