@@ -74,8 +74,11 @@ def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     """Also: where the fault acts in the gradients of some modules only, the mismatch's origin names one."""
     system = f"tests.faults:{fault}"
     stats = fuzz(executor, tmp_path, system, max_shrink_runs=150, locate=fault in LOCATED)
-    assert len(stats.failures) == 1
-    f = stats.failures[0]
+    # The shrunk failure first; where the shrink slipped to another kind of tensor or check, the case first found
+    # is kept after it (a fault seen on a gradient in one case may show on a parameter in a smaller one).
+    f, *slipped = stats.failures
+    assert len(slipped) <= 1 and all(s.verdict.kind == "mismatch" for s in slipped)
+    assert all(s.verdict.bug_signature() != f.verdict.bug_signature() for s in slipped)
     print(f"{fault}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, "
           f"shrunk in {f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules")
     assert f.verdict.kind == "mismatch"

@@ -11,9 +11,15 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
   cost nothing and always see the same answer (no flakiness from the clock);
 - while a HANG shrinks, each candidate gets a short timeout (a few times the
   slowest passing case), not the full per-case timeout;
+- a shrink may slip from the failure first found to another one (a smaller case
+  failing some other way): the round's first failing case is then recorded too,
+  so a finding is never traded for another;
 - after Hypothesis's shrink, each failure is reduced to a 1-minimal case
   (:mod:`parityfuzz.engine.reduce`: every single simplification tried on the case
   itself) within its own budget, before it is recorded;
+- a target has a wall-clock deadline (:meth:`FuzzOptions.deadline_s`: its generation
+  budget plus one shrink and one reduction): however many failures it finds,
+  shrinking and reducing stop there and what was found is recorded as it is;
 - Ctrl-C or SIGTERM during the run still records the smallest failure seen so
   far (marked as interrupted) before the interrupt propagates.
 
@@ -88,6 +94,12 @@ class FuzzOptions:
     #: budget, failures already found in this run counting as passing.
     stop_after: int = 0
 
+    def deadline_s(self, budget_s: float) -> float:
+        """Wall-clock seconds a target given ``budget_s`` of generation may take: the budget plus one shrink and one
+        reduction.  Later failures shrink in what is left of that; a runner's own timeout (the plugin's
+        pytest-timeout) leaves a margin beyond it for the case running then and for recording."""
+        return budget_s + self.shrink_budget_s + self.reduce_budget_s
+
 
 #: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
 #: (hill-climbing on :attr:`Verdict.closeness` from the round's closest case) halfway through the round; with
@@ -98,8 +110,10 @@ ROUND_CASES = 250
 
 
 def hypothesis_settings(database=None) -> settings:
-    """The current Hypothesis profile (its verbosity, ``report_multiple_bugs``, ...), opened up for budgeted
-    fuzzing in rounds of :data:`ROUND_CASES`; with a shared ``database`` each round first replays what it holds."""
+    """The current Hypothesis profile (its verbosity, ...), opened up for budgeted fuzzing in rounds of
+    :data:`ROUND_CASES`; with a shared ``database`` each round first replays what it holds.  Every distinct failure
+    a round meets is reported, whatever the profile says (``report_multiple_bugs=False`` would keep the smallest
+    alone, and a fuzzer must not drop a finding because another one is smaller)."""
     parent = settings()
     return settings(
         parent,
@@ -107,6 +121,7 @@ def hypothesis_settings(database=None) -> settings:
         deadline=None,
         database=database,
         derandomize=False,
+        report_multiple_bugs=True,
         phases=((Phase.reuse,) if database is not None else ()) + (Phase.explicit, Phase.generate, Phase.target,
                                                                    Phase.shrink),
         suppress_health_check=list(HealthCheck),
@@ -137,7 +152,11 @@ class Fuzzer:
         has beyond the simplest case's (its :func:`precondition`, never empty): the same bug seen again, under
         another tensor name or step.  So each round looks for, and shrinks toward, a failure that needs
         something else, and one finding (a false alarm among them) never hides the next.
+
+        The target ends by :meth:`FuzzOptions.deadline_s` whatever it finds: shrinks and reductions are cut to what is left of
+        it, and no round starts after it.
         """
+        deadline = time.monotonic() + self.options.deadline_s(budget_s)
         stats = self.targets[name] = TargetStats(name)
         cache: dict[str, Verdict] = {}
         found_before: list[Found] = []
@@ -148,13 +167,17 @@ class Fuzzer:
                 self.log(f"{name}: round {number + 1} (seed {seed}), {budget_s - stats.generate_seconds:.0f}s "
                          f"of generation left; failures already found count as passing")
             failures, exhausted = self._round(name, strategy, stats, cache, found_before,
-                                              budget_s - stats.generate_seconds, seed)
+                                              budget_s - stats.generate_seconds, seed, deadline)
             if failures and baseline is None:
                 baseline = simplest_features(strategy)
             for f in failures:
                 found_before = remember(found_before, Found(precondition(f.case, baseline),
                                                             f.verdict.bug_signature(), str(f.corpus_path)))
             more = stats.generate_seconds < budget_s and not _reached(stats.cases, self.options.max_cases)
+            if more and time.monotonic() >= deadline:
+                self.log(f"{name}: the target's deadline ({self.options.deadline_s(budget_s):.0f}s: generation, "
+                         "one shrink and one reduction) is reached: no further round")
+                more = False
             enough = self.options.stop_after and len(stats.failures) >= self.options.stop_after
             if not (more and ((failures and not enough) or exhausted)):
                 break
@@ -162,12 +185,13 @@ class Fuzzer:
         return stats
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
-               found_before: list[Found], budget_s: float, seed: int) -> tuple[list[Failure], bool]:
+               found_before: list[Found], budget_s: float, seed: int,
+               deadline: float = float("inf")) -> tuple[list[Failure], bool]:
         """One Hypothesis run; returns the failures it found and recorded, and whether it ended by drawing all
-        its cases."""
+        its cases.  Nothing new starts after ``deadline`` (the target's, :meth:`FuzzOptions.deadline_s`)."""
         opts = self.options
         start = time.monotonic()
-        gen_deadline = start + budget_s
+        gen_deadline = min(start + budget_s, deadline)
         found: dict = {}  # "at": first failure time, "cases": cases this round ran until then, "kind"
         best: dict = {}  # the latest (so smallest) failing case, kept if the run is interrupted
         cases_before, shrink_runs_before = stats.cases, stats.shrink_runs
@@ -184,7 +208,7 @@ class Fuzzer:
                 if not found and (now >= gen_deadline or _reached(stats.cases, opts.max_cases)):
                     event("not run: budget spent")
                     raise _BudgetSpent()
-                if found and (now >= found["at"] + opts.shrink_budget_s
+                if found and (now >= found["shrink_until"]
                               or _reached(stats.shrink_runs - shrink_runs_before, opts.max_shrink_runs)):
                     return  # shrink budget spent: untried cases count as passing
                 timeout = opts.case_timeout_s
@@ -201,10 +225,11 @@ class Fuzzer:
                 if found:
                     stats.shrink_runs += 1
                 if not verdict.ok and not found:
-                    found.update(at=time.monotonic(), cases=stats.cases - cases_before, kind=verdict.kind,
-                                 first=CaseFailed(case, verdict))
+                    at = time.monotonic()
+                    found.update(at=at, cases=stats.cases - cases_before, kind=verdict.kind,
+                                 first=CaseFailed(case, verdict), shrink_until=min(at + opts.shrink_budget_s, deadline))
                     self.log(f"{name}: {verdict.kind} found after {found['cases']} cases "
-                             f"({found['at'] - start:.1f}s); shrinking (up to {opts.shrink_budget_s:.0f}s)")
+                             f"({found['at'] - start:.1f}s); shrinking (up to {found['shrink_until'] - at:.0f}s)")
                 if time.monotonic() - last_progress[0] >= opts.progress_every_s:
                     last_progress[0] = time.monotonic()
                     phase = "shrinking" if found else f"{max(0.0, gen_deadline - last_progress[0]):.0f}s left"
@@ -233,20 +258,23 @@ class Fuzzer:
             pass
         except KeyboardInterrupt:
             self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed,
-                         [CaseFailed(best["case"], best["verdict"])] if best else [], interrupted=True)
+                         _with_first([CaseFailed(best["case"], best["verdict"])] if best else [], found),
+                         interrupted=True)
             self.log(stats.summary_line() + " (interrupted)")
             raise
         except BaseException as e:  # noqa: BLE001 - sorted below
             failures = case_failures(e)
             if not failures:
                 raise
+            failures = _with_first(failures, found)
         shrink_runs = stats.shrink_runs - shrink_runs_before
         shrunk = time.monotonic()
         reductions = []
         for f in failures:
             timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0]) if f.verdict.kind == "hang" \
                 else opts.case_timeout_s  # a hang's candidates get the short timeout, as while it shrank
-            reductions.append(self._reduce(name, f, stats, cache, found_before, timeout))
+            reductions.append(self._reduce(name, f, stats, cache, found_before, timeout,
+                                           min(opts.reduce_budget_s, deadline - time.monotonic())))
             if reductions[-1] is not None and reductions[-1].interrupted:
                 break  # what was reduced so far is recorded, then the interrupt goes on
         recorded = self._record(name, stats, start, found, shrink_runs, seed, failures, reductions=reductions,
@@ -257,10 +285,15 @@ class Fuzzer:
         return recorded, exhausted
 
     def _reduce(self, name: str, failure: CaseFailed, stats: TargetStats, cache: dict[str, Verdict],
-                found_before: list[Found], timeout: float | None) -> Reduction | None:
-        """The failure reduced to a 1-minimal case (None where the options turn the reduction off)."""
+                found_before: list[Found], timeout: float | None, budget_s: float) -> Reduction | None:
+        """The failure reduced to a 1-minimal case within ``budget_s`` (None where the options turn the reduction
+        off, or where the target's deadline left no time for it)."""
         opts = self.options
         if opts.reduce_budget_s <= 0 or opts.max_reduce_runs == 0:
+            return None
+        if budget_s <= 0:
+            self.log(f"{name}: the target's deadline leaves no time to reduce the {failure.verdict.kind}: "
+                     "recording it as shrunk")
             return None
 
         def judge(case: Case) -> Verdict:
@@ -272,9 +305,8 @@ class Fuzzer:
                 cache[key] = self._run(case, timeout)
             return self._explained(case, cache[key], found_before)[0]
 
-        self.log(f"{name}: reducing the shrunk {failure.verdict.kind} to a 1-minimal case "
-                 f"(up to {opts.reduce_budget_s:.0f}s)")
-        out = reduce_failure(failure.case, failure.verdict, judge, opts.reduce_budget_s, opts.max_reduce_runs)
+        self.log(f"{name}: reducing the shrunk {failure.verdict.kind} to a 1-minimal case (up to {budget_s:.0f}s)")
+        out = reduce_failure(failure.case, failure.verdict, judge, budget_s, opts.max_reduce_runs)
         stats.reduce_runs += out.runs
         stats.reduce_seconds += out.seconds
         self.log(f"{name}: {len(out.steps)} simplifications in {out.runs} runs ({out.seconds:.1f}s)"
@@ -378,6 +410,17 @@ class Fuzzer:
             "targets": targets,
             "failures": [f for t in targets.values() for f in t["failures"]],
         }
+
+
+def _with_first(failures: list[CaseFailed], found: dict) -> list[CaseFailed]:
+    """The round's failures and, where the shrink slipped from the failure first found to others that fail
+    another way (:meth:`Verdict.bug_signature`), that first failing case as well: Hypothesis keeps one shrunk
+    case per exception type and line, so a mismatch of one kind that shrinks into a mismatch of another (or, with
+    one failure reported, into any other failure) would otherwise be lost."""
+    first = found.get("first")
+    if first is None or any(f.verdict.bug_signature() == first.verdict.bug_signature() for f in failures):
+        return failures
+    return [*failures, first]
 
 
 def _reached(count: int, limit: int | None) -> bool:

@@ -26,6 +26,8 @@ from parityfuzz.engine import Fuzzer, FuzzOptions
 from parityfuzz.executor.devices import fuzzer_share
 
 DEFAULT_BUDGET_S = 30.0
+#: Seconds a fuzz target's pytest-timeout allows beyond its deadline (:meth:`FuzzOptions.deadline_s`).
+TIMEOUT_MARGIN_S = 600
 SUPPORTED_WORLD_SIZES = (1, 2, 3, 4, 8)
 
 settings.register_profile("dev", max_examples=50, deadline=None, report_multiple_bugs=False)
@@ -278,8 +280,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     fuzz = session.config.stash[_SESSION]
     targets = [i for i in session.items if i.get_closest_marker("fuzz_target")]
     fuzz.targets_total = len(targets)
-    # A fuzz target runs for its budget plus shrinking: a global pytest-timeout must not cut it short.
-    limit = fuzz.options.budget_s + fuzz.options.shrink_budget_s + fuzz.options.reduce_budget_s + 600
+    # A fuzz target ends by its deadline (generation, one shrink, one reduction: the fuzzer cuts later shrinks to
+    # fit); a global pytest-timeout must not cut it short, so it waits that long plus a margin for the case running
+    # at the deadline, confirming a hang and locating a mismatch.
+    limit = fuzz.options.deadline_s(fuzz.options.budget_s) + TIMEOUT_MARGIN_S
     for item in targets:
         item.add_marker(pytest.mark.timeout(limit))
 
