@@ -33,6 +33,7 @@ from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.reentrant import eligible
 from tests.drawing import find
 from tests.test_case import simple
+from tests.shrinking import the_fault
 from tests.test_fuzz_loop import body_modules, fuzz
 
 BLOCKS = ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("block", children=(
@@ -409,8 +410,8 @@ def test_a_short_fuzz_run_finds_and_shrinks_each_dimensions_fault(executor, tmp_
         seed = 3
     strategy = cases(family=family, world_sizes=(2,), system=system).map(lambda c: _focused(c, dimension))
     stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=100, max_shrink_runs=12, strategy=strategy)
-    assert len(stats.failures) == 1, stats.summary_line()
-    f = stats.failures[0]
+    # (the recompute without autocast is refused by torch's own check of what a checkpoint recomputes: an error)
+    f = the_fault(stats, ("error",) if fault == "RecomputeWithoutAutocast" else ("mismatch",))
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
           f"{body_modules(f.case)} modules: {f.verdict.describe()}")
     assert shows(f.case), f.case.to_json(indent=1)
@@ -441,8 +442,7 @@ def test_a_short_fuzz_run_finds_and_shrinks_a_rollback_that_keeps_the_live_optim
     strategy = checkpointed_cases(world_sizes=(2,), families=("fsdp2",), system=system, max_steps=3,
                                   max_depth=1).map(_rolled_back)
     stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=8, strategy=strategy)
-    assert len(stats.failures) == 1, stats.summary_line()
-    f = stats.failures[0]
+    f = the_fault(stats)
     print(f"rollback seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk to "
           f"{body_modules(f.case)} modules: {f.verdict.describe()}")
     assert f.case.checkpoint.rollback_at, f.case.to_json(indent=1)

@@ -70,3 +70,11 @@ def eval_with_adjacent_stages_on_one_rank(case: Case) -> bool:
     plan = case.plan
     return case.train.eval and (plan.layout() == "v" or (plan.layout() == "loop" and plan.stages_per_rank > 1
                                                          and case.mesh.axis_size("pp") == 1))
+
+
+def stages_rebuilt_over_fsdp_with_gradients_held(case: Case) -> bool:
+    """Stages ``fully_shard``-ed over ``dp_shard`` that the system builds anew mid-training (a thaw: a stage input may
+    start to require grad) while their parameters hold gradients (``zero_grad`` zeroes them in place instead of
+    dropping them): the new stage's first step clears them."""
+    return ("dp_shard" in case.mesh.names and any(f.until for f in case.train.frozen)
+            and case.train.zero_grad in ("zeros", "alternate"))

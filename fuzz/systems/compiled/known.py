@@ -29,9 +29,15 @@ def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
 def tp_local_output_into_a_compiled_block(case: Case) -> bool:
     """A compiled block (not the whole model) and, outside every compiled block, a tensor-parallel module whose
     output is reduced and handed on as a local tensor (``RowwiseParallel`` or ``PrepareModuleOutput`` with
-    ``use_local_output=True``): the asynchronous collective's local tensor is what a compiled block may take."""
+    ``use_local_output=True``): the asynchronous collective's local tensor is what a compiled block may take.  In a
+    pipeline stage also a ``ColwiseParallel`` module whose output is gathered (``output_layouts=Replicate()``), which
+    trains outside a pipeline."""
     c = case.compile
     if not c or c.form == "model":
         return False
-    return any(p.style in ("rowwise", "prepare_output") and p.use_local_output and not under(p.path, c.paths)
-               for p in getattr(case.plan, "tp", ()))
+
+    def handed_on(p) -> bool:
+        return p.style in ("rowwise", "prepare_output") or (
+            case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate")
+
+    return any(handed_on(p) and p.use_local_output and not under(p.path, c.paths) for p in getattr(case.plan, "tp", ()))
