@@ -58,7 +58,8 @@ def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, refe
     except CaseError:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="", loss_scale=0.0,
                                                                    overflow_at=0))
-    compiled = dataclasses.replace(case, compile=draw(compiles(case, families.get(plan.family).compiles)))
+    family = families.get(plan.family)
+    compiled = dataclasses.replace(case, compile=draw(compiles(case, family.compiles, family.compile_groups)))
     if not compiled.compile:
         return case.validate()
     try:  # compiled where the family's rules take it (FSDP1: use_orig_params=True), else eager

@@ -12,7 +12,8 @@ What the load resumes, in shrinking order:
 Resharding is drawn only where the reference can take the trusted turn (no mixed precision, no per-rank control
 flow); a resumed case that its family refuses falls back to the same plan.  Where nothing reshards, one event
 in three is a rollback: the live system trains on and loads the checkpoint into itself (:data:`ROLLBACK`).
-Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
+A pipelined system (a family with ``partial_state``) on either side flattens the optimizer state dicts and does not
+gather to rank 0 alone.  Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
 """
 
 from __future__ import annotations
@@ -77,16 +78,18 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, loss_scale=0.0, overflow_at=0))
     step = draw(st.integers(1, case.train.steps - 1))
     save = draw(st.sampled_from(saves_from(case)))
+    # (flattened where it may be: a pipelined system on either side needs it, and the options are drawn below)
+    event = Checkpoint(step=step, save=save, flatten_optimizer=save in ("dcp", "full"))
     try:  # a plan its family keeps only without an event (ZeRO's overlap, late group, reload) is not spent here
-        dataclasses.replace(case, checkpoint=Checkpoint(step=step, save=save), compile=Compile()).validate()
+        dataclasses.replace(case, checkpoint=event, compile=Compile()).validate()
     except CaseError:
         assume(False)
     resume = draw(resumes(case, world_sizes)) if save != "fsdp1_local" else {}
-    event = Checkpoint(step=step, save=save, **resume)
     try:  # (its compile is checked apart, below)
-        dataclasses.replace(case, checkpoint=event, compile=Compile()).validate()
+        dataclasses.replace(case, checkpoint=dataclasses.replace(event, **resume), compile=Compile()).validate()
+        event = dataclasses.replace(event, **resume)
     except CaseError:
-        event = Checkpoint(step=step, save=save)
+        pass
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
     load = draw(st.sampled_from(ways_into(resumed, WAYS[save])))
     options = {}
@@ -100,11 +103,16 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         options["broadcast_from_rank0"] = draw(st.booleans())
     if {save, load} & {"dcp", "full"}:
         options["separate"] = draw(st.booleans())
+    partial = any(families.get(f).partial_state for f in (case.family, resumed.family))
+    if {save, load} <= {"dcp", "full"}:  # a pipelined system's optimizer state is flattened (validate_checkpoint)
+        options["flatten_optimizer"] = partial or draw(st.booleans())
+    if partial and options.get("full_state_dict"):  # (only rank 0 would get the state dict: not its stages')
+        options["cpu_offload"] = False
     options["strict"] = not draw(st.booleans())
     rollback = draw(ROLLBACK)  # into the live system, a few steps on: where nothing reshards, steps are left
     if rollback and not resume and step + 1 < case.train.steps and case.reference_name() in ROLLBACK_REFERENCES:
         options["rollback_at"] = draw(st.integers(step + 1, case.train.steps - 1))
-    event = dataclasses.replace(event, load="" if load == save else load, **options)
+    event = dataclasses.replace(event, load="" if load == save else load, **{"flatten_optimizer": False, **options})
     case = dataclasses.replace(case, checkpoint=event)
     if case.compile:  # compiled as the case was drawn, where the resumed family compiles the same way
         try:

@@ -4,8 +4,9 @@ About one case in six compiles (compiling costs seconds where an eager case cost
 one in twelve with ``inductor`` (generated C++: 3 to 10 s a case with a warm cache, over a minute cold for a
 tensor-parallel model), the rest with ``aot_eager`` (0.1 to 4 s); a case computing in float16 or bfloat16
 always with ``aot_eager`` (inductor rounds otherwise than the eager reference there).  A ``blocks_*`` form
-compiles one to three of the modules ``module.compile()`` traces; a model without any takes the ``model`` form
-where the family offers it, else stays eager.
+compiles one to three of the modules ``module.compile()`` traces (where the family needs one in each of some
+groups, one of each first: a pipeline rank's stages); a model without any takes the ``model`` form where the family
+offers it, else stays eager.
 
 Shrinking: toward no compile, then ``aot_eager``, the family's first form, fewer modules, earlier ones.
 """
@@ -23,8 +24,10 @@ BACKENDS = st.sampled_from(("aot_eager",) * 11 + ("inductor",))
 
 
 @st.composite
-def compiles(draw, case: Case, forms: tuple[str, ...]) -> Compile:
-    """How ``case`` (drawn eager) compiles its system under test, or not, given its family's ``forms``."""
+def compiles(draw, case: Case, forms: tuple[str, ...], groups=None) -> Compile:
+    """How ``case`` (drawn eager) compiles its system under test, or not, given its family's ``forms`` and, where
+    a ``blocks_*`` form must compile a module of each of some lists (:attr:`parityfuzz.families.Family.compile_groups`:
+    a pipeline rank's stages), ``groups(case)``: one module of each first (eager where a list is empty)."""
     on, backend = draw(COMPILES), draw(BACKENDS)
     if not on or not forms:
         return Compile()
@@ -36,5 +39,10 @@ def compiles(draw, case: Case, forms: tuple[str, ...]) -> Compile:
     candidates = compilable(case)
     if not candidates:
         return Compile(backend, "model") if "model" in forms else Compile()
-    paths = draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True))
+    needed = groups(case) if groups is not None else []
+    if any(not g for g in needed):
+        return Compile()
+    paths = list(dict.fromkeys(draw(st.sampled_from(g)) for g in needed))
+    paths += draw(st.lists(st.sampled_from(candidates), min_size=0 if paths else 1, max_size=max(0, 3 - len(paths)),
+                           unique=True).map(lambda more: [p for p in more if p not in paths]))
     return Compile(backend, form, tuple(paths))

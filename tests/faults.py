@@ -1089,3 +1089,23 @@ class SequenceParallelGradNotReducedInStages(_InsidePipeline):
     tp-rank's partial gradient (what the pipeline family's tensor parallelism must be checked for)."""
 
     inject = SequenceParallelGradNotReduced.inject
+
+
+class FlattenedLoadStepBehind(_InsidePipeline):
+    """Unflattening an optimizer state dict on load (``flatten_optimizer_state_dict``, what a pipelined model's
+    checkpoint needs) gives each parameter's Adam ``step`` one behind what was saved: the bias corrections after
+    the load are those of a step earlier, a difference of a few parts in a thousand."""
+
+    def inject(self):
+        import torch.distributed.checkpoint.state_dict as sd
+
+        def make(original):
+            def unflatten(optim, state_dict, info):
+                out = original(optim, state_dict, info)
+                for state in out.get("state", {}).values():
+                    if isinstance(state, dict) and "step" in state:
+                        state["step"] = state["step"] - 1
+                return out
+            return unflatten
+
+        _patch_once(sd, "_unflatten_optim_state_dict", make)

@@ -66,14 +66,14 @@ def fsdp1_families() -> tuple[str, ...]:
     return way_families("fsdp1_full")
 
 #: The boolean options that are off by default.
-OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate")
+OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate", "flatten_optimizer")
 
 #: References whose parameters are plain tensors: they can take a resharding turn through the trusted path.
-PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1", "zero_reference")
+PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1", "zero_reference", "pipeline_reference")
 #: References that can roll back through the trusted path: those whose module holds what they train.  The
 #: mixed-precision emulations train master weights their module's state dict does not hold, so a live load of it
 #: leaves the masters as trained (the 30-minute run met it: the loaded parameters 0.013 off the saved ones).
-ROLLBACK_REFERENCES = ("ddp", "zero_reference")
+ROLLBACK_REFERENCES = ("ddp", "zero_reference", "pipeline_reference")
 #: References of cases whose tensors hold a value per rank by design (FSDP1's ignored modules, neither sharded
 #: nor reduced): a checkpoint keeps one copy of a plain tensor (DCP deduplicates, full state dicts are rank
 #: 0's), so no round trip can keep them.
@@ -89,7 +89,9 @@ class Checkpoint:
     FSDP1 FULL's ``offload_to_cpu``), ``rank0_only`` (FSDP1 FULL), ``broadcast_from_rank0`` (``full`` load),
     ``strict`` (the load's), ``separate`` (``dcp`` and ``full``: the model's and the optimizer's state dicts
     through ``get/set_model_state_dict`` and ``get/set_optimizer_state_dict``, model first, as torchtitan and
-    torchtune take them, instead of ``get/set_state_dict``).
+    torchtune take them, instead of ``get/set_state_dict``), ``flatten_optimizer`` (``dcp`` and ``full``, save and load:
+    ``StateDictOptions.flatten_optimizer_state_dict``, which torch gives "to support optimizer resharding for MPMD,
+    e.g., pipeline parallelism": needed where a pipelined system saves or loads).
 
     ``rollback_at``: instead of loading into a fresh system right after the save, the live system trains on to
     this step and then loads the checkpoint into its own model, optimizer and scheduler, as a job rolls back after
@@ -106,6 +108,7 @@ class Checkpoint:
     broadcast_from_rank0: bool = False
     strict: bool = True
     separate: bool = False
+    flatten_optimizer: bool = False
     rollback_at: int = 0
     world_size: int = 0
     mesh: MeshSpec | None = None
@@ -136,6 +139,18 @@ def reshards(case: Case) -> bool:
     """Whether the resumed case differs from the case (another world size, mesh or plan)."""
     r = resumed(case)
     return (r.world_size, r.mesh, r.plan) != (case.world_size, case.mesh, case.plan)
+
+
+def _check_partial(c: Checkpoint, family: str) -> None:
+    """What a checkpoint of a system whose ranks hold different parts of the model (pipeline stages) needs
+    (:mod:`parityfuzz.rules.pipeline`)."""
+    from parityfuzz.rules import pipeline as rules
+    from parityfuzz.rules import require
+
+    require(c.flatten_optimizer, rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, "checkpoint.flatten_optimizer",
+            f"a {family} system saves or loads without flatten_optimizer")
+    require(not (c.full_state_dict and c.cpu_offload), rules.CHECKPOINT_NOT_RANK0_ONLY, "checkpoint.cpu_offload",
+            f"a {family} system saves with full_state_dict and cpu_offload")
 
 
 def validate_checkpoint(case: Case) -> None:
@@ -187,6 +202,11 @@ def validate_checkpoint(case: Case) -> None:
     check(not c.rank0_only or c.save == "fsdp1_full", "checkpoint.rank0_only", "an option of 'fsdp1_full'")
     check(not c.separate or {c.save, c.load_way} & {"dcp", "full"}, "checkpoint.separate",
           "an option of the 'dcp' and 'full' ways")
+    check(not c.flatten_optimizer or {c.save, c.load_way} <= {"dcp", "full"}, "checkpoint.flatten_optimizer",
+          "an option of get_state_dict and set_state_dict: the 'dcp' and 'full' ways, on both sides")
+    for family in dict.fromkeys((case.family, r.family)):
+        if families.get(family).partial_state:
+            _check_partial(c, family)
     check(not c.broadcast_from_rank0 or c.load_way == "full", "checkpoint.broadcast_from_rank0",
           "an option of the 'full' load")
     check(not c.broadcast_from_rank0 or r.family not in fsdp1_families(), "checkpoint.broadcast_from_rank0",

@@ -33,7 +33,7 @@ def save_fsdp1_full(system, case, directory: str) -> None:
         model_sd = system.model.state_dict()
         optim_sd = FSDP.optim_state_dict(system.model, system.optim)
     where = f"FULL_STATE_DICT(offload_to_cpu={c.cpu_offload}, rank0_only={c.rank0_only})"
-    holds = check_saved(case, model_sd, optim_sd, where, rank0_only=c.rank0_only, offloaded=c.cpu_offload)
+    holds = check_saved(system, case, model_sd, optim_sd, where, rank0_only=c.rank0_only, offloaded=c.cpu_offload)
     if dist.get_rank() == 0 and holds:
         torch.save({"model": model_sd, "optim": optim_sd}, os.path.join(directory, FULL_FILE))
     dist.barrier()
@@ -52,7 +52,7 @@ def save_fsdp1_sharded(system, case, directory: str) -> None:
                               ShardedOptimStateDictConfig()):
         model_sd = system.model.state_dict()
         optim_sd = FSDP.optim_state_dict(system.model, system.optim)
-    check_saved(case, model_sd, optim_sd, "SHARDED_STATE_DICT", rank0_only=False, offloaded=False)
+    check_saved(system, case, model_sd, optim_sd, "SHARDED_STATE_DICT", rank0_only=False, offloaded=False)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=os.path.join(directory, "dcp"))
 
 

@@ -1,11 +1,13 @@
 """What every save and load must keep, checked on each rank of the system under test:
 
-- a state dict's keys are the unwrapped model's fully qualified names: no wrapper prefix, nothing missing,
-  nothing extra (its optimizer state names only those);
+- a state dict's keys are the unwrapped model's fully qualified names (those of the part the rank holds, where each
+  holds a part: pipeline stages): no wrapper prefix, nothing missing, nothing extra (its optimizer state, nested or
+  flattened, names only those);
 - where the save is rank-0-only (``rank0_only``, or a full state dict with ``cpu_offload``), the other ranks
   get empty dicts; where it offloads, every tensor is on the CPU;
 - right after the load, the fresh system's full parameters, buffers and optimizer state are the saved ones,
-  bit for bit (a round trip and a resharding move values, they compute nothing).
+  bit for bit (a round trip and a resharding move values, they compute nothing): every rank leaves a snapshot of
+  what it holds, and each rank of the loaded system checks what it holds against them all.
 
 A violation is recorded (:func:`report`), not raised: the ranks train on in step, the trainer puts what was
 recorded into the trace (:func:`take`), and the oracle reports the first one as a ``checkpoint`` mismatch at the
@@ -47,16 +49,29 @@ def expected_keys(case) -> set[str]:
     return set(build_model(case, 0).state_dict())
 
 
-def check_keys(case, model_sd: dict, optim_sd: dict, where: str) -> None:
-    """The keys of a model state dict and of the names in an optimizer state dict (FQN-keyed)."""
-    want = expected_keys(case)
+def optimizer_names(optim_sd: dict) -> set[str]:
+    """The parameter names an optimizer state dict names: keys of its ``state`` and its groups' ``params``, or,
+    flattened (``flatten_optimizer_state_dict``), the names inside its ``state.<name>.<key>`` and
+    ``param_groups.<name>.<key>`` keys."""
+    named = set(optim_sd.get("state", {})) if isinstance(optim_sd.get("state"), dict) else set()
+    for group in optim_sd.get("param_groups", ()) if isinstance(optim_sd.get("param_groups"), list) else ():
+        named |= set(group.get("params", ()))
+    for key in optim_sd:
+        head, _, rest = key.partition(".")
+        if head in ("state", "param_groups") and rest:
+            named.add(rest.rpartition(".")[0])
+    return named
+
+
+def check_keys(system, case, model_sd: dict, optim_sd: dict, where: str) -> None:
+    """The keys of a model state dict and of the names in an optimizer state dict (FQN-keyed): the case's names
+    this rank holds (:meth:`~parityfuzz.systems.base.System.holds`)."""
+    want = {name for name in expected_keys(case) if system.holds(name)}
     got = set(model_sd)
     if got != want:
         report("keys", "model state dict", f"{where}: the model state dict's keys are not the model's names: "
                f"missing {sorted(want - got)}, unexpected {sorted(got - want)}")
-    named = set(optim_sd.get("state", {}))
-    for group in optim_sd.get("param_groups", ()):
-        named |= set(group.get("params", ()))
+    named = optimizer_names(optim_sd)
     if not named <= want:
         report("keys", "optimizer state dict", f"{where}: the optimizer state dict names {sorted(named - want)}, "
                "which are not the model's parameters")
@@ -91,11 +106,12 @@ def _tensors(state, prefix: str = ""):
             yield from _tensors(v, f"{prefix}[{i}]")
 
 
-def check_saved(case, model_sd: dict, optim_sd: dict, where: str, rank0_only: bool, offloaded: bool) -> bool:
+def check_saved(system, case, model_sd: dict, optim_sd: dict, where: str, rank0_only: bool,
+                offloaded: bool) -> bool:
     """The invariants of a saved state dict; returns whether this rank holds it."""
     if rank0_only and not check_rank0_only(model_sd, optim_sd, where):
         return False
-    check_keys(case, model_sd, optim_sd, where)
+    check_keys(system, case, model_sd, optim_sd, where)
     if offloaded:
         check_on_cpu({"model": model_sd, "optim": optim_sd}, where)
     return True
@@ -114,7 +130,8 @@ def snapshot(system) -> dict:
         # One get_state_dict call, as users take it (alone, get_optimizer_state_dict fails with KeyError on an
         # FSDP2 model an evaluation forward left unsharded under reshard_after_forward=False; the registered
         # parameters are then the unsharded compute copies, which the model's state dict hooks reshard).
-        model, optim = get_state_dict(system.model, system.optim, options=StateDictOptions(full_state_dict=True))
+        model, optim = get_state_dict(system.state_module(), system.optim,
+                                      options=StateDictOptions(full_state_dict=True))
     out = {f"model {name}": _plain(t) for name, t in model.items()}
     for param, state in optim.get("state", {}).items():
         for key, value in (state or {}).items():  # (ZeRO's global state holds None for a parameter without any)
@@ -148,21 +165,41 @@ def _plain(value):
 
 
 def save_snapshot(system, directory: str) -> None:
-    state = snapshot(system)
-    if _rank() == 0:
-        torch.save(state, os.path.join(directory, "snapshot.pt"))
+    """Every rank's snapshot of what it holds (``snapshot.<rank>.pt``)."""
+    torch.save(snapshot(system), os.path.join(directory, f"snapshot.{_rank()}.pt"))
+
+
+def saved_snapshot(directory: str) -> dict:
+    """What every rank of the saving system held, merged (a value every rank held is taken from the lowest rank)."""
+    files = sorted((f for f in os.listdir(directory) if f.startswith("snapshot.") and f.endswith(".pt")),
+                   key=lambda f: int(f.split(".")[1]))
+    saved = {}
+    for name in files:
+        for key, value in torch.load(os.path.join(directory, name), weights_only=False).items():
+            saved.setdefault(key, value)
+    return saved
+
+
+def snapshot_owner(entry: str) -> str:
+    """The parameter or buffer a snapshot entry belongs to."""
+    for prefix in ("model ", "optimizer group of "):
+        if entry.startswith(prefix):
+            return entry[len(prefix):]
+    return entry[len("optimizer state "):].rpartition(".")[0]
 
 
 def check_snapshot(system, directory: str) -> None:
-    """The loaded state against the saved snapshot, bit for bit; the first difference is the violation."""
-    saved = torch.load(os.path.join(directory, "snapshot.pt"), weights_only=False)
+    """What this rank holds after the load against what the saving ranks held, bit for bit; the first difference
+    is the violation."""
+    saved = saved_snapshot(directory)
     loaded = snapshot(system)
-    missing, extra = sorted(set(saved) - set(loaded)), sorted(set(loaded) - set(saved))
+    missing = sorted(k for k in set(saved) - set(loaded) if system.holds(snapshot_owner(k)))
+    extra = sorted(set(loaded) - set(saved))
     if missing or extra:
         report("loaded", (missing + extra)[0], f"after the load: missing {missing[:5]}, unexpected {extra[:5]} "
                "(against what was saved)")
         return
-    for name in sorted(saved):
+    for name in sorted(loaded):
         problem = _difference(saved[name], loaded[name])
         if problem is not None:
             report("loaded", name, f"after the load: {name} {problem[0]}", problem[1])
@@ -197,4 +234,4 @@ def _value(v):
 
 
 __all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot", "consolidated_state",
-           "report", "save_snapshot", "snapshot", "take"]
+           "optimizer_names", "report", "save_snapshot", "saved_snapshot", "snapshot", "snapshot_owner", "take"]

@@ -25,7 +25,7 @@ def save_zero(system, case, directory: str) -> None:
     model_sd = system.model.module.state_dict()
     system.optim.consolidate_state_dict(to=0)
     if dist.get_rank() == 0:
-        check_keys(case, model_sd, {}, "the DDP module's state_dict()")
+        check_keys(system, case, model_sd, {}, "the DDP module's state_dict()")
         torch.save({"model": model_sd, "optim": system.optim.state_dict()}, os.path.join(directory, ZERO_FILE))
     dist.barrier()
 

@@ -35,9 +35,10 @@ WAYS = {"dcp": (dcp, (dcp._get, dcp._set, dcp._describe)), "full": (dcp, (dcp._g
         "zero": (zero, ())}
 
 #: The invariants' functions the ways and the turn call (``expected_keys`` is the script's own: its model).
-INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.check_keys,
+INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.optimizer_names, invariants.check_keys,
               invariants.check_rank0_only, invariants.check_on_cpu, invariants._tensors, invariants.check_saved,
-              invariants.snapshot, invariants.consolidated_state, invariants._plain, invariants.save_snapshot, invariants.check_snapshot,
+              invariants.snapshot, invariants.consolidated_state, invariants._plain, invariants.save_snapshot,
+              invariants.saved_snapshot, invariants.snapshot_owner, invariants.check_snapshot,
               invariants._difference, invariants._value, trusted._barrier, trusted.save_scheduler,
               trusted.load_scheduler)
 
@@ -78,6 +79,12 @@ class System:
 
     def inner(self):
         return self._inner
+
+    def state_module(self):
+        return self.model
+
+    def holds(self, name):
+        return True  # (every rank holds the whole model)
 
 
 def expected_keys(case):

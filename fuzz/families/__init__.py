@@ -113,9 +113,16 @@ class Family:
     resume: str = ""
     #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
     checkpoint_ways: tuple[str, ...] = ()
+    #: Whether each rank of its system holds a part of the model of its own (pipeline stages), so that its state
+    #: dicts hold that part only: its checkpoints take the options that needs (``_check_partial`` in
+    #: :mod:`parityfuzz.case.checkpoint`).
+    partial_state: bool = False
     #: The ``torch.compile`` forms its system supports (:data:`parityfuzz.case.compiled.FORMS`); none: say why in
     #: ``missing["compiles"]``.
     compiles: tuple[str, ...] = ()
+    #: ``(case) -> [[path, ...], ...]``: where a ``blocks_*`` form must compile at least one module of each list (a
+    #: pipeline rank's stages: every rank proves it compiled), what its strategy draws from first; None: anywhere.
+    compile_groups: Callable | None = None
     #: Whether its system hands modules views of its own storage as their parameters in the forward (FSDP1's flat
     #: parameter) rather than leaf tensors: autocast caches the casts of leaf tensors only
     #: (:func:`parityfuzz.case.dtypes.check_autocast`).

@@ -55,3 +55,18 @@ REENTRANT_ONLY_IN_THE_FIRST_STAGE = Rule(
     "'Dynamic mode: Metadata is inferred from the first microbatch at runtime' (_backward_metadata_inference takes a "
     "stage's input gradients with torch.autograd.grad); _backward.py: stage_backward_input and stage_backward_weight "
     "call torch.autograd.grad (stage_backward, the full backward, torch.autograd.backward)")
+CHECKPOINT_FLATTENS_THE_OPTIMIZER = Rule(
+    "pipeline.checkpoint-flattens-the-optimizer",
+    "a checkpoint a pipelined system saves or loads takes its optimizer state dicts flattened "
+    "(flatten_optimizer_state_dict=True on both sides): each rank's optimizer names only its stages' parameters, so "
+    "the ranks' param_groups lists differ, and DCP keeps one copy of a non-tensor value saved under one key",
+    "torch/distributed/checkpoint/state_dict.py: _flatten_optim_state_dict: 'This API flattens the optimizer "
+    "state_dict to support optimizer resharding for MPMD, e.g., pipeline parallelism' (the option "
+    "StateDictOptions.flatten_optimizer_state_dict; torchtitan's pipelined checkpoints set it)")
+CHECKPOINT_NOT_RANK0_ONLY = Rule(
+    "pipeline.checkpoint-not-rank0-only",
+    "a pipelined system's save does not gather to rank 0 alone (full_state_dict with cpu_offload): rank 0 holds "
+    "its own stages only",
+    "torch/distributed/checkpoint/state_dict.py: StateDictOptions: 'cpu_offload: offload all the tensors to cpu. "
+    "To prevent CPU OOM, if full_state_dict is also true, then only the rank0 will get the state_dict and all "
+    "other ranks will get empty state_dict'")

@@ -164,6 +164,16 @@ class System:
         """The module whose parameter names are the case's names (unwrapped)."""
         return self.model
 
+    def state_module(self) -> nn.Module:
+        """The module whose state dict a checkpoint takes (``get_state_dict``'s model): the module to call, unless
+        the system's ranks call parts of it that no one module holds."""
+        return self.model
+
+    def holds(self, name: str) -> bool:
+        """Whether this rank's state dict holds the case's parameter or buffer ``name`` (every one, unless each rank
+        holds a part of the model: :attr:`parityfuzz.families.Family.partial_state`)."""
+        return True
+
     #: Whether ``train.to_float64`` converts the model after :meth:`wrap` (else before).
     converts_after_wrap = False
     #: The system under test's :class:`parityfuzz.systems.compiled.Compiler` where the case compiles it.

@@ -126,6 +126,8 @@ class PipelineSystem(TensorParallel, System):
                         apply_checkpoint(module, c)
             modules.append(module)
         self.stage_modules = modules
+        self.held_units = [name for index in self.mine for name in units[index]]
+        self.state_view = Stage(model, self.held_units)  # (not a module of _Held: each module is in it once)
         mine_names = {"grad": {n for n, _ in self.named_parameters()}}
         mine_names["param"] = mine_names["grad"] | set(self.buffers())
         self._elsewhere = {what: frozenset(everything[what] - mine_names[what]) for what in everything}
@@ -157,6 +159,23 @@ class PipelineSystem(TensorParallel, System):
         of its own construction-time state (the DDP systems rebuild likewise)."""
         super().unfreeze(names)
         self.schedule = self._schedule()
+
+    def state_module(self) -> nn.Module:
+        """This rank's stages as one module named as the whole model is (what torchtitan merges the stages' state dicts
+        into): the same module objects, so that FSDP2's state-dict hooks on the modules holding its parameters run."""
+        return self.state_view
+
+    def holds(self, name: str) -> bool:
+        return under(name, self.held_units)
+
+    def reshard(self) -> None:
+        """Each stage's ``fully_shard`` (the stage modules are no module of :class:`_Held`'s, which names their
+        submodules only)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        for module in self.stage_modules:
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     def named_parameters(self):
         for module in self.stage_modules:

@@ -12,6 +12,8 @@ training spec (its batch made a multiple of the microbatch count; what pipelinin
 family's tensor-parallel plan over the whole model (:func:`parityfuzz.strategies.fsdp2_tp.tensor_parallel.tp_plans`;
 the sequence made a multiple of ``tp`` on a coin, for sequence parallelism).
 
+:func:`resumed` draws a pipeline plan for a case of any family, which a checkpoint load may resume into.
+
 Shrinking: toward world size 2 with a pipeline of 2, no ``tp`` axis, ``gpipe``, a short dense model, the earliest cuts, one
 microbatch, ``scale_grads=True``, and the training spec's own simplest values.
 """
@@ -24,7 +26,7 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
-from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, units
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error, units
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.fsdp2_tp.tensor_parallel import sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
@@ -97,3 +99,34 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                         checkpoints=draw(checkpoints(model)), tp=styles, loss_parallel=loss_parallel)
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
+
+
+@st.composite
+def resumed(draw, case: Case, sizes: list[int]) -> dict:
+    """A pipeline plan over ``case``'s model on a ``(pp,)`` or ``(pp, dp_shard)`` mesh of one of ``sizes`` (the case's
+    world size first): what a checkpoint load may resume a case of any family into
+    (:mod:`parityfuzz.strategies.checkpoint`, which keeps the case's own plan where the family's validation refuses
+    the model or the training spec).  Every stage count the model's top-level modules allow; the microbatch
+    counts that divide the batch and that the schedule takes (else ``gpipe`` with one)."""
+    count = len(units(case.model))
+    ws = draw(st.sampled_from(sizes))
+    choices = [(pp, schedule, per_rank) for pp in (2, 4, 3, 8, 1) if ws % pp == 0
+               for schedule, (_, layout) in SCHEDULES.items()
+               for per_rank in ({"single": (1,), "v": (2,)}.get(layout) or (1, 2)) if pp * per_rank <= count]
+    choices = choices or [(1, "gpipe", 1)]  # (a model of one top-level module: one stage, the rest dp_shard)
+    pp, schedule, per_rank = draw(st.sampled_from(choices))
+    stages = pp * per_rank
+    cuts = tuple(sorted(draw(st.lists(st.integers(1, count - 1), min_size=stages - 1, max_size=stages - 1,
+                                      unique=True)))) if stages > 1 else ()
+    mesh = MeshSpec((pp,), ("pp",)) if ws == pp else MeshSpec((pp, ws // pp), ("pp", "dp_shard"))
+    plan = PipelinePlan(schedule=schedule, microbatches=1, stages_per_rank=per_rank, cuts=cuts)
+    batch = case.train.batch
+    fits = [m for m in range(1, batch + 1) if batch % m == 0 and expected_error(
+        dataclasses.replace(case, world_size=ws, mesh=mesh, plan=dataclasses.replace(plan, microbatches=m)),
+        "cpu") is None]
+    if not fits:
+        plan = dataclasses.replace(plan, schedule="gpipe", stages_per_rank=1, cuts=cuts[:pp - 1])
+        fits = [1]
+    plan = dataclasses.replace(plan, microbatches=draw(st.sampled_from(fits)), scale_grads=not draw(st.booleans()),
+                               reshard_after_forward=not draw(st.booleans()))
+    return {"world_size": ws, "mesh": mesh, "plan": plan}

@@ -148,10 +148,8 @@ def validate(case: Case) -> None:
           "process running every stage cannot reproduce (torch promises no random stream across stages)")
     _validate_checkpoints(case)
     if case.compile:  # (the blocks_before form: compiled in the whole model, before the split)
-        pp = mesh.axis_size("pp")
-        stages = plan.stage_units(model)
-        bare = [r for r in range(pp) if not any(under(path, stages[s]) for path in case.compile.paths
-                                                for s in plan.stages_of(pp, r))]
+        bare = [r for r, held in enumerate(rank_modules(case)) if not any(under(path, held)
+                                                                          for path in case.compile.paths)]
         check(not bare, "compile.paths", f"pipeline ranks {bare} hold no compiled module: a compiled case proves on "
                                          "every rank that it compiled")
     if "tp" in mesh.names:
@@ -164,6 +162,22 @@ def validate(case: Case) -> None:
             ("loss_scale", t.loss_scale, "the schedule runs the backward itself: no scaler can scale the loss"),
             ("to_float64", t.to_float64, "not drawn yet")):
         check(not on, f"train.{field}", f"not with pipelining: {why}")
+
+
+def rank_modules(case: Case) -> list[list[str]]:
+    """The top-level modules each pipeline rank holds (its stages'), by pipeline rank."""
+    plan, pp = case.plan, case.mesh.axis_size("pp")
+    stages = plan.stage_units(case.model)
+    return [[name for s in plan.stages_of(pp, r) for name in stages[s]] for r in range(pp)]
+
+
+def compile_groups(case: Case) -> list[list[str]]:
+    """The modules ``torch.compile`` traces that each pipeline rank holds: a compiled case compiles one of each
+    (every rank proves it compiled)."""
+    from parityfuzz.case.compiled import compilable
+
+    paths = compilable(case)
+    return [[p for p in paths if under(p, held)] for held in rank_modules(case)]
 
 
 def _validate_checkpoints(case: Case) -> None:
@@ -267,10 +281,13 @@ FAMILY = Family(
     export="parityfuzz.export.pipeline",
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
-           *checkpointing.RULES),
-    compiles=("blocks_before",),  # the stages hold the whole model's (compiled) modules; no module holds the
+           rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, rules.CHECKPOINT_NOT_RANK0_ONLY, *checkpointing.RULES),
+    compiles=("blocks_before",),
+    compile_groups=compile_groups,  # the stages hold the whole model's (compiled) modules; no module holds the
     # stages' names after the split, and the schedule calls each stage module itself (no "model" form)
-    missing={
-        "checkpoint": "a pipelined model's DCP save and load is not drawn yet",
-    },
+    # DCP only: a full state dict of a rank's stages is that part of the model, which the 'full' way's one file
+    # of rank 0's would not hold.
+    checkpoint_ways=("dcp",),
+    partial_state=True,
+    resume="parityfuzz.strategies.pipeline:resumed",
 )
