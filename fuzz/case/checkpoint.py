@@ -141,18 +141,6 @@ def reshards(case: Case) -> bool:
     return (r.world_size, r.mesh, r.plan) != (case.world_size, case.mesh, case.plan)
 
 
-def _check_partial(c: Checkpoint, family: str) -> None:
-    """What a checkpoint of a system whose ranks hold different parts of the model (pipeline stages) needs
-    (:mod:`parityfuzz.rules.pipeline`)."""
-    from parityfuzz.rules import pipeline as rules
-    from parityfuzz.rules import require
-
-    require(c.flatten_optimizer, rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, "checkpoint.flatten_optimizer",
-            f"a {family} system saves or loads without flatten_optimizer")
-    require(not (c.full_state_dict and c.cpu_offload), rules.CHECKPOINT_NOT_RANK0_ONLY, "checkpoint.cpu_offload",
-            f"a {family} system saves with full_state_dict and cpu_offload")
-
-
 def validate_checkpoint(case: Case) -> None:
     """Check the checkpoint event against the case (the resumed case is validated by its family)."""
     from parityfuzz import families
@@ -205,8 +193,8 @@ def validate_checkpoint(case: Case) -> None:
     check(not c.flatten_optimizer or {c.save, c.load_way} <= {"dcp", "full"}, "checkpoint.flatten_optimizer",
           "an option of get_state_dict and set_state_dict: the 'dcp' and 'full' ways, on both sides")
     for family in dict.fromkeys((case.family, r.family)):
-        if families.get(family).partial_state:
-            _check_partial(c, family)
+        if families.get(family).check_checkpoint is not None:  # what a family's own state dicts need
+            families.get(family).check_checkpoint(c)
     check(not c.broadcast_from_rank0 or c.load_way == "full", "checkpoint.broadcast_from_rank0",
           "an option of the 'full' load")
     check(not c.broadcast_from_rank0 or r.family not in fsdp1_families(), "checkpoint.broadcast_from_rank0",

@@ -51,24 +51,6 @@ def broadcast_through_set_state_dict(case: Case) -> bool:
     return case.checkpoint.broadcast_from_rank0 and not case.checkpoint.separate
 
 
-def flattened_load_into_an_empty_parameter_group(case: Case) -> bool:
-    """A flattened optimizer state dict (``flatten_optimizer``) loaded into a pipelined system some rank of which holds
-    an optimizer with an empty parameter group: its stages hold none of a group's parameters, or none at all."""
-    from parityfuzz.case import under
-    from parityfuzz.families.pipeline import rank_modules
-
-    r = case.resumed()
-    if not case.checkpoint.flatten_optimizer or r.family != "pipeline":
-        return False
-    owners = r.model.param_modules()
-    for held in rank_modules(r):
-        mine = [m for m in owners if under(m, held)]
-        present = {r.train.group_of(f"{m}.weight") for m in mine}
-        if not mine or any(i not in present for i in range(len(r.train.groups))):
-            return True
-    return False
-
-
 def full_load_flattened(case: Case) -> bool:
     """A full optimizer state dict (the ``full`` load) saved and loaded with ``flatten_optimizer``."""
     return case.checkpoint.load_way == "full" and case.checkpoint.flatten_optimizer

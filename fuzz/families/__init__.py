@@ -117,6 +117,9 @@ class Family:
     #: dicts hold that part only: its checkpoints take the options that needs (``_check_partial`` in
     #: :mod:`parityfuzz.case.checkpoint`).
     partial_state: bool = False
+    #: ``(checkpoint event) -> None``: raises :class:`parityfuzz.case.CaseError` where an event its system saves or
+    #: loads breaks what the family's state dicts need (its own validity rules); None: nothing beyond the ways'.
+    check_checkpoint: Callable | None = None
     #: The ``torch.compile`` forms its system supports (:data:`parityfuzz.case.compiled.FORMS`); none: say why in
     #: ``missing["compiles"]``.
     compiles: tuple[str, ...] = ()

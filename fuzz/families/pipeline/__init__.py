@@ -164,6 +164,14 @@ def validate(case: Case) -> None:
         check(not on, f"train.{field}", f"not with pipelining: {why}")
 
 
+def check_checkpoint(c) -> None:
+    """What a checkpoint a pipelined system saves or loads needs: each rank holds its own stages."""
+    require(c.flatten_optimizer, rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, "checkpoint.flatten_optimizer",
+            "a pipelined system saves or loads without flatten_optimizer")
+    require(not (c.full_state_dict and c.cpu_offload), rules.CHECKPOINT_NOT_RANK0_ONLY, "checkpoint.cpu_offload",
+            "a pipelined system saves with full_state_dict and cpu_offload")
+
+
 def rank_modules(case: Case) -> list[list[str]]:
     """The top-level modules each pipeline rank holds (its stages'), by pipeline rank."""
     plan, pp = case.plan, case.mesh.axis_size("pp")
@@ -289,5 +297,6 @@ FAMILY = Family(
     # of rank 0's would not hold.
     checkpoint_ways=("dcp",),
     partial_state=True,
+    check_checkpoint=check_checkpoint,
     resume="parityfuzz.strategies.pipeline:resumed",
 )

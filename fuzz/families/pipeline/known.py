@@ -4,7 +4,7 @@ can show in it."""
 
 from __future__ import annotations
 
-from parityfuzz.case import Case
+from parityfuzz.case import Case, under
 from parityfuzz.families.pipeline.schedules import SPLIT_BACKWARD
 
 
@@ -78,3 +78,21 @@ def stages_rebuilt_over_fsdp_with_gradients_held(case: Case) -> bool:
     dropping them): the new stage's first step clears them."""
     return ("dp_shard" in case.mesh.names and any(f.until for f in case.train.frozen)
             and case.train.zero_grad in ("zeros", "alternate"))
+
+
+def flattened_load_into_an_empty_parameter_group(case: Case) -> bool:
+    """A flattened optimizer state dict (``flatten_optimizer``) loaded into a pipelined system some rank of which holds
+    an optimizer with an empty parameter group: its stages hold none of a group's parameters, or none at all."""
+    from parityfuzz.families.pipeline import rank_modules
+
+    r = case.resumed()
+    if not case.checkpoint.flatten_optimizer or r.family != "pipeline":
+        return False
+    owners = r.model.param_modules()
+    for held in rank_modules(r):
+        mine = [m for m in owners if under(m, held)]
+        present = {r.train.group_of(f"{m}.weight") for m in mine}
+        if not mine or any(i not in present for i in range(len(r.train.groups))):
+            return True
+    return False
+
