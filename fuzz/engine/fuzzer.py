@@ -110,10 +110,11 @@ ROUND_CASES = 250
 
 
 def hypothesis_settings(database=None) -> settings:
-    """The current Hypothesis profile (its verbosity, ...), opened up for budgeted fuzzing in rounds of
-    :data:`ROUND_CASES`; with a shared ``database`` each round first replays what it holds.  Every distinct failure
-    a round meets is reported, whatever the profile says (``report_multiple_bugs=False`` would keep the smallest
-    alone, and a fuzzer must not drop a finding because another one is smaller)."""
+    """The current Hypothesis profile (its verbosity, ``report_multiple_bugs``, ...), opened up for budgeted
+    fuzzing in rounds of :data:`ROUND_CASES`; with a shared ``database`` each round first replays what it holds.
+    (With ``report_multiple_bugs=False``, the default profiles', Hypothesis reports the smallest failure of a round
+    alone; the round's first failing case is recorded too where it fails another way: :func:`_with_first`.  With
+    True, Hypothesis goes on generating for a while after a failure, cases this loop counts as shrink runs.)"""
     parent = settings()
     return settings(
         parent,
@@ -121,7 +122,6 @@ def hypothesis_settings(database=None) -> settings:
         deadline=None,
         database=database,
         derandomize=False,
-        report_multiple_bugs=True,
         phases=((Phase.reuse,) if database is not None else ()) + (Phase.explicit, Phase.generate, Phase.target,
                                                                    Phase.shrink),
         suppress_health_check=list(HealthCheck),
@@ -415,8 +415,8 @@ class Fuzzer:
 def _with_first(failures: list[CaseFailed], found: dict) -> list[CaseFailed]:
     """The round's failures and, where the shrink slipped from the failure first found to others that fail
     another way (:meth:`Verdict.bug_signature`), that first failing case as well: Hypothesis keeps one shrunk
-    case per exception type and line, so a mismatch of one kind that shrinks into a mismatch of another (or, with
-    one failure reported, into any other failure) would otherwise be lost."""
+    case per exception type and line, and with ``report_multiple_bugs=False`` reports the smallest alone, so a
+    mismatch that shrinks into another mismatch, or into a smaller error, would otherwise be lost."""
     first = found.get("first")
     if first is None or any(f.verdict.bug_signature() == first.verdict.bug_signature() for f in failures):
         return failures
