@@ -104,15 +104,15 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     if {save, load} & {"dcp", "full"}:
         options["separate"] = draw(st.booleans())
     partial = any(families.get(f).partial_state for f in (case.family, resumed.family))
-    if {save, load} <= {"dcp", "full"}:  # a pipelined system's optimizer state is flattened (validate_checkpoint)
-        options["flatten_optimizer"] = partial or draw(st.booleans())
+    # a pipelined system's optimizer state is flattened (validate_checkpoint); an option of the dcp and full ways
+    options["flatten_optimizer"] = {save, load} <= {"dcp", "full"} and (partial or draw(st.booleans()))
     if partial and options.get("full_state_dict"):  # (only rank 0 would get the state dict: not its stages')
         options["cpu_offload"] = False
     options["strict"] = not draw(st.booleans())
     rollback = draw(ROLLBACK)  # into the live system, a few steps on: where nothing reshards, steps are left
     if rollback and not resume and step + 1 < case.train.steps and case.reference_name() in ROLLBACK_REFERENCES:
         options["rollback_at"] = draw(st.integers(step + 1, case.train.steps - 1))
-    event = dataclasses.replace(event, load="" if load == save else load, **{"flatten_optimizer": False, **options})
+    event = dataclasses.replace(event, load="" if load == save else load, **options)
     case = dataclasses.replace(case, checkpoint=event)
     if case.compile:  # compiled as the case was drawn, where the resumed family compiles the same way
         try:

@@ -114,8 +114,8 @@ class Family:
     #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
     checkpoint_ways: tuple[str, ...] = ()
     #: Whether each rank of its system holds a part of the model of its own (pipeline stages), so that its state
-    #: dicts hold that part only: its checkpoints take the options that needs (``_check_partial`` in
-    #: :mod:`parityfuzz.case.checkpoint`).
+    #: dicts hold that part only: the checkpoint strategy draws the options that needs, which ``check_checkpoint``
+    #: requires.
     partial_state: bool = False
     #: ``(checkpoint event) -> None``: raises :class:`parityfuzz.case.CaseError` where an event its system saves or
     #: loads breaks what the family's state dicts need (its own validity rules); None: nothing beyond the ways'.

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from parityfuzz.families.pipeline import SCHEDULES
+from parityfuzz.families.pipeline import SCHEDULES, rank_modules
 from parityfuzz.case.model import under
 from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
@@ -126,7 +126,7 @@ class PipelineSystem(TensorParallel, System):
                         apply_checkpoint(module, c)
             modules.append(module)
         self.stage_modules = modules
-        self.held_units = [name for index in self.mine for name in units[index]]
+        self.held_units = rank_modules(case)[spec.coords(self.ctx.rank)["pp"]]
         self.state_view = Stage(model, self.held_units)  # (not a module of _Held: each module is in it once)
         mine_names = {"grad": {n for n, _ in self.named_parameters()}}
         mine_names["param"] = mine_names["grad"] | set(self.buffers())

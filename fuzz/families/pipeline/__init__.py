@@ -290,9 +290,9 @@ FAMILY = Family(
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
            rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, rules.CHECKPOINT_NOT_RANK0_ONLY, *checkpointing.RULES),
-    compiles=("blocks_before",),
-    compile_groups=compile_groups,  # the stages hold the whole model's (compiled) modules; no module holds the
+    compiles=("blocks_before",),  # the stages hold the whole model's (compiled) modules; no module holds the
     # stages' names after the split, and the schedule calls each stage module itself (no "model" form)
+    compile_groups=compile_groups,
     # DCP only: a full state dict of a rank's stages is that part of the model, which the 'full' way's one file
     # of rank 0's would not hold.
     checkpoint_ways=("dcp",),
