@@ -1084,6 +1084,39 @@ class LastMicrobatchWeightGradLost(_InsidePipeline):
         _patch_stage("backward_one_chunk", make)
 
 
+class WeightStepScaledTwice(_InsidePipeline):
+    """Under a schedule that splits the backward (``interleaved_zero_bubble``, ``zbv``, ``dualpipev``), a stage's
+    last weight step (``backward_weight_one_chunk(last_backward=True)``) divides the weight gradients by the
+    microbatch count itself, and the schedule's gradient reduction divides them again: the weight gradients of the
+    stages whose weights are computed apart from their input gradients are scaled twice (not under FSDP2, whose
+    stages hold no reduced gradient before the reduction)."""
+
+    def inject(self):
+        n = self.case.plan.microbatches if self.case.plan.scale_grads else 1
+
+        def make(original):
+            def backward_weight_one_chunk(stage, bwd_chunk_id, last_backward=False):
+                out = original(stage, bwd_chunk_id, last_backward=last_backward)
+                if last_backward:
+                    stage.scale_grads(n)
+                return out
+            return backward_weight_one_chunk
+
+        _patch_stage("backward_weight_one_chunk", make)
+
+
+class StageAccumulatesInComputeDtype(_InsidePipeline):
+    """FSDP2 under a schedule (every microbatch's backward runs with gradient sync off) leaves the unsharded
+    gradients in the compute dtype instead of moving them to the policy's ``reduce_dtype``
+    (``FSDPParam.to_accumulated_grad_if_needed`` does nothing): the microbatches' gradients add up in bfloat16
+    where the policy says "FSDP will accumulate gradients using reduce_dtype", and only their sum is reduced in it."""
+
+    def inject(self):
+        from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
+        _patch_once(FSDPParam, "to_accumulated_grad_if_needed", lambda original: lambda fsdp_param: None)
+
+
 class SequenceParallelGradNotReducedInStages(_InsidePipeline):
     """:class:`SequenceParallelGradNotReduced` under pipelining: a sequence-parallel norm inside a stage keeps its
     tp-rank's partial gradient (what the pipeline family's tensor parallelism must be checked for)."""

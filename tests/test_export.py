@@ -179,6 +179,23 @@ def test_a_fault_inside_pipelining_shows_in_the_exported_script(executor, tmp_pa
     script_shows_the_fault(tmp_path, "DividedByStageCount", case, verdict)
 
 
+def test_a_mixed_precision_pipeline_exports_its_policy_and_the_emulating_reference(executor, tmp_path):
+    """Every stage's fully_shard under a MixedPrecisionPolicy written out, against the harness's emulation of the
+    policy with one group per stage (copied): FSDP2 accumulating the microbatches' gradients in bfloat16 instead of
+    the policy's float32 reduce_dtype shows in the script as in the harness; on unmodified torch it passes."""
+    from tests.test_pipeline import MIXED, mixed_case
+
+    case = mixed_case(*MIXED[0])
+    text = export(case)
+    assert ('fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward=False, mp_policy=MixedPrecisionPolicy('
+            'param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=None, cast_forward_inputs=True))'
+            in text)
+    assert "dict(path=\"stage 1\", modules=['body.1', 'body.2', 'body.3']," in text and "def emulated_microbatches_in_turn" in text
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:StageAccumulatesInComputeDtype"), executor)
+    assert verdict.kind == "mismatch", verdict.describe()
+    script_shows_the_fault(tmp_path, "StageAccumulatesInComputeDtype", case, verdict)
+
+
 def test_what_the_export_cannot_write_out_is_refused_by_name(tmp_path):
     from tests.test_fsdp1 import fsdp1_case
 

@@ -136,12 +136,16 @@ def reference_source(case: Case, styles: str = "", precision: str = "FSDP2Precis
     """``(where it is copied from, the classes to copy, the construction, the contexts)``.  ``ddp_mp_tp``'s writer
     builds on it: ``styles`` are the lines that apply the plan's tensor-parallel styles to the reference's own
     model first, ``precision`` the emulating class constructed."""
+    return "parityfuzz.systems.mp_reference", emulation_classes(), _precision_reference(case, styles, precision), \
+        "reference_step_context = reference_loss_context = contextlib.nullcontext\n"
+
+
+def emulation_classes() -> list:
+    """The harness's emulation of FSDP2's ``MixedPrecisionPolicy`` and what it uses, to copy by source."""
     from parityfuzz.systems import masters, mp_reference as mp
 
-    classes = [mp._cast, mp.divide_factors, masters.Masters, mp._PostBackward, mp._register_post_backward, mp._Group,
-               mp.FSDP2Precision]
-    return "parityfuzz.systems.mp_reference", classes, _precision_reference(case, styles, precision), \
-        "reference_step_context = reference_loss_context = contextlib.nullcontext\n"
+    return [mp._cast, mp.divide_factors, masters.Masters, mp._PostBackward, mp._register_post_backward, mp._Group,
+            mp.FSDP2Precision]
 
 
 def _precision_reference(case: Case, styles: str, precision: str) -> str:

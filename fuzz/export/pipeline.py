@@ -3,7 +3,8 @@ copied), each stage's tensor-parallel styles, activation checkpoints and ``fully
 :class:`parityfuzz.systems.pipeline.PipelineSystem` applies them, a ``PipelineStage`` per stage on the ``pp`` group
 and the plan's schedule; a step is one ``schedule.step``.  The reference is DDP fed the plan's microbatches one
 after another, the gradients divided by their count where ``scale_grads``
-(:class:`parityfuzz.systems.pipeline.PipelineReference`).  Each rank records the stages it holds and says the
+(:class:`parityfuzz.systems.pipeline.PipelineReference`), or under the plan's ``MixedPrecisionPolicy`` the harness's
+emulation of it with one group per stage (:class:`parityfuzz.systems.pipeline.PipelineMixedPrecisionReference`).  Each rank records the stages it holds and says the
 others are held elsewhere, as the harness does.  Where the run unfreezes
 parameters, the stages and schedule are built anew around the same modules (``Pipelined.rebuild``), as the harness
 does; an evaluation forward is ``schedule.eval``."""
@@ -14,8 +15,11 @@ import inspect
 
 from parityfuzz.case import Case
 from parityfuzz.case.model import under
+from parityfuzz.case.dtypes import promise
+from parityfuzz.export import fsdp2 as fsdp2_export
 from parityfuzz.export import reference
 from parityfuzz.export.fsdp2 import _at, checkpoint_line, function
+from parityfuzz.export.reference import dtype_literal
 from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS
 from parityfuzz.export.fsdp2_tp import style_source
 from parityfuzz.export.model import classes_used
@@ -84,7 +88,7 @@ def run_schedule(model, call, x, y):
     last; the last stage's microbatch losses added up, sent to every rank of the pipeline."""
     losses = []
     call(*((x,) if model.has_first else ()), **({"target": y, "losses": losses} if model.has_last else {}))
-    total = pipeline_loss_total([plain_loss(l) for l in losses]) if model.has_last else torch.zeros((), dtype=DTYPE, device=x.device)
+    total = pipeline_loss_total([plain_loss(l) for l in losses]) if model.has_last else torch.zeros((), dtype=LOSS_DTYPE, device=x.device)
     dist.broadcast(total, group=model.group, group_src=model.last_rank)
     return total
 '''
@@ -125,8 +129,27 @@ def reference_pass(model, x, y, scaler, spike, last):
 
 def reference_evaluate(model, x, y):
     """The plan's microbatches forward only, their losses added up."""
-    return pipeline_loss_total([loss_fn(model(xs), ys) for xs, ys in zip(x.tensor_split(PIPELINE_MICROBATCHES),
-                                                                         y.tensor_split(PIPELINE_MICROBATCHES))])
+    return forward_only(lambda xs, ys: loss_fn(model(xs), ys), x, y, PIPELINE_MICROBATCHES)
+'''
+
+EMULATED_PASS = '''
+def reference(inner, device, mesh):
+    return FSDP2Precision(inner, POLICIES, mesh.get_group("dp_shard"), unsynced=[p["path"] for p in POLICIES])
+
+
+def reference_pass(model, x, y, scaler, spike, last):
+    """The plan's microbatches in turn through the emulation (the harness's function below): every step() reduces."""
+    return emulated_microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SCALE_GRADS,
+                                         lambda xs, ys: loss_fn(model(xs), ys),
+                                         lambda loss: reference_backward(model, loss))
+
+
+def reference_evaluate(model, x, y):
+    """The plan's microbatches forward only, their losses added up."""
+    return forward_only(lambda xs, ys: loss_fn(model(xs), ys), x, y, PIPELINE_MICROBATCHES)
+
+
+reference_step_context = reference_loss_context = contextlib.nullcontext
 '''
 
 
@@ -148,6 +171,7 @@ def constants(case: Case) -> str:
         f"SINGLE_STAGE = {layout == 'single'}  # the schedule takes one stage per rank (else a list)",
         f"PIPELINE_MICROBATCHES = {plan.microbatches}",
         f"SCALE_GRADS = {plan.scale_grads}",
+        f"LOSS_DTYPE = torch.{promise(case).output('')}  # the last stage's output's, and so its losses'",
     ]) + "\n"
 
 
@@ -172,7 +196,13 @@ def stage_source(case: Case) -> str:
     per_stage(plan.tp, lambda p: f'parallelize_module({_at(p.path)}, mesh["tp"], {style_source(p)})')
     checkpoints(True)
     if sharded:
-        lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward})')
+        mp = plan.precision
+        policy = "" if not mp.active() else (
+            f", mp_policy=MixedPrecisionPolicy(param_dtype={dtype_literal(mp.param_dtype)}, "
+            f"reduce_dtype={dtype_literal(mp.reduce_dtype)}, output_dtype={dtype_literal(mp.output_dtype)}, "
+            f"cast_forward_inputs={mp.cast_forward_inputs})")
+        lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward}'
+                     f'{policy})')
         checkpoints(False)
     return function("stage_module(whole, index, mesh)", "Stage ``index``: the top-level modules it owns, their "
                     "tensor-parallel styles, activation checkpoints and fully_shard in PipelineSystem's order.", lines,
@@ -193,12 +223,31 @@ def parts(case: Case) -> Parts:
                           f"loss_context = {'loss_parallel' if plan.loss_parallel else 'contextlib.nullcontext'}\n")
 
 
-# ---- the reference pipeline_reference (this family's): DDP fed the plan's microbatches
+# ---- the references pipeline_reference and pipeline_mp_reference (this family's): DDP, or the emulation of FSDP2's
+# MixedPrecisionPolicy with one group per stage (copied from the harness), fed the plan's microbatches
 
 
 def reference_title(case: Case) -> str:
+    if case.mixed_precision():
+        return ("replicated training doing what FSDP2's MixedPrecisionPolicy promises, one group per stage, fed the "
+                "plan's microbatches one after another")
     return "DDP fed the plan's microbatches one after another"
 
 
 def reference_text(case: Case) -> str:
-    return reference.DDP + REFERENCE_PASS + "\n\n" + inspect.getsource(system.microbatches_in_turn)
+    shared = "\n\n" + inspect.getsource(system.forward_only)
+    if not case.mixed_precision():
+        return reference.DDP + REFERENCE_PASS + "\n\n" + inspect.getsource(system.microbatches_in_turn) + shared
+    classes = fsdp2_export.emulation_classes()
+    mp = case.plan.precision
+    policies = ",\n    ".join(
+        f'dict(path="stage {i}", modules={units!r}, param_dtype={dtype_literal(mp.param_dtype)}, '
+        f"reduce_dtype={dtype_literal(mp.reduce_dtype)}, output_dtype={dtype_literal(mp.output_dtype)}, "
+        f"cast_forward_inputs={mp.cast_forward_inputs})"
+        for i, units in enumerate(case.plan.stage_units(case.model)))
+    return (f"# ---- the reference: {reference_title(case)} (the harness's emulation, "
+            "parityfuzz.systems.mp_reference, copied)\n\n\n"
+            + "\n\n".join(inspect.getsource(c) for c in classes)
+            + f"\n\n#: Each stage's fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
+            f"POLICIES = [\n    {policies},\n]\n\n" + reference.EMULATED + EMULATED_PASS + "\n\n"
+            + inspect.getsource(system.emulated_microbatches_in_turn) + shared)

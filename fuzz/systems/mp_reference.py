@@ -99,6 +99,9 @@ class _Group:
 
     def __init__(self, policy: dict, master_dtype: torch.dtype):
         self.path = policy["path"]
+        #: The modules the call wraps: its one module, or a pipeline stage's consecutive top-level modules (the
+        #: stage's inputs reach the first, its output leaves the last).
+        self.modules = tuple(policy.get("modules") or (self.path,))
         self.names: list[str] = []
         # MixedPrecisionPolicy.param_dtype: "the dtype for forward/backward computation ... If this is None, then
         # the unsharded parameter uses the original dtype." (_fsdp_api.py)
@@ -116,8 +119,10 @@ class _Group:
 class FSDP2Precision(Masters):
     """Replicated data parallelism doing what FSDP2's ``MixedPrecisionPolicy`` promises (the module docstring).
 
-    ``policies``: one dict per ``fully_shard`` call, ``path`` (``""``: the root, always one) and the policy's
-    ``param_dtype``, ``reduce_dtype``, ``output_dtype`` (torch dtypes or None) and ``cast_forward_inputs``.
+    ``policies``: one dict per ``fully_shard`` call, ``path`` (``""``: the root, always one, unless ``modules`` says
+    otherwise) and the policy's ``param_dtype``, ``reduce_dtype``, ``output_dtype`` (torch dtypes or None) and
+    ``cast_forward_inputs``; ``modules``, where one call wraps a run of consecutive modules of the model as one (a
+    pipeline stage: ``path`` is then only its name), their paths in order.
     ``unsynced``: the paths whose gradient sync is off on a step's non-last microbatches
     (``set_requires_gradient_sync(False)``); ``reduce_scatter_unused``: ``set_reduce_scatter_unused_params(True)``;
     ``no_all_reduce``: HSDP's ``set_requires_all_reduce(False)`` on the non-last microbatches.
@@ -127,7 +132,7 @@ class FSDP2Precision(Masters):
                  unsynced=(), reduce_scatter_unused: bool = False, no_all_reduce: bool = False):
         master_dtype = next(module.parameters()).dtype
         self.groups = [_Group(policy, master_dtype) for policy in policies]
-        by_path = {g.path: g for g in self.groups}
+        by_path = {path: g for g in self.groups for path in g.modules}
 
         # fully_shard makes "one group that includes the parameters ... except those already assigned to a group from
         # an earlier call on a submodule" (_fully_shard.py): bottom-up, the deepest owns it (tied weights: one group).
@@ -144,12 +149,12 @@ class FSDP2Precision(Masters):
         self.unsynced, self.reduce_scatter_unused, self.no_all_reduce = set(unsynced), reduce_scatter_unused, \
             no_all_reduce
         for g in self.groups:
-            target = module.get_submodule(g.path)
+            first, last = module.get_submodule(g.modules[0]), module.get_submodule(g.modules[-1])
             # prepend: param_dtype is "the dtype for forward/backward computation" (_fsdp_api.py), and a TP style's
             # input collective is part of this module's forward (and backward) computation, so it runs in param_dtype
             # (a cast after it once made a false alarm: tests/test_tensor_parallel.py).
-            target.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True, prepend=True)
-            target.register_forward_hook(self._post_forward_hook(g))
+            first.register_forward_pre_hook(self._pre_forward_hook(g), with_kwargs=True, prepend=True)
+            last.register_forward_hook(self._post_forward_hook(g))
         self.accumulated: dict[str, torch.Tensor] = {}
         self._state: dict[int, str] = {}  # group -> "pre-backward" / "post-backward" in the current backward
 

@@ -13,7 +13,9 @@ group, as torchtitan's ``clip_grad_norm_`` does: ``clip_grad_norm_`` alone would
 
 :class:`PipelineReference`: DDP over all ranks (a pipeline's ranks share their batch, so this averages over the
 data-parallel ranks) running the plan's microbatches one after another, each one's loss backpropagated on its own,
-each ``step()``'s share of the gradients divided by the microbatch count where ``scale_grads``.
+each ``step()``'s share of the gradients divided by the microbatch count where ``scale_grads``;
+:class:`PipelineMixedPrecisionReference` the same under the plan's ``MixedPrecisionPolicy``, through the emulation
+of FSDP2's policy with one group per stage.
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from parityfuzz.families.pipeline import SCHEDULES, rank_modules
+from parityfuzz.case.dtypes import promise
 from parityfuzz.case.model import under
+from parityfuzz.families.pipeline import SCHEDULES, rank_modules
 from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
 from parityfuzz.systems.base import System, case_name, optimizer_parts
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.systems.fsdp2 import apply_checkpoint
 from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel, plain_loss
+from parityfuzz.systems.masters import EmulatedReference
+from parityfuzz.systems.mp_reference import FSDP2Precision
 
 
 class Stage(nn.Module):
@@ -80,6 +85,16 @@ def pipeline_loss_total(losses: list[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+def mp_policy(precision) -> dict:
+    """``fully_shard``'s ``mp_policy`` argument for the plan's :class:`StagePrecision` (none at its defaults)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if not precision.active():
+        return {}
+    dtypes = {k: torch_dtype(getattr(precision, k)) for k in ("param_dtype", "reduce_dtype", "output_dtype")}
+    return {"mp_policy": MixedPrecisionPolicy(**dtypes, cast_forward_inputs=precision.cast_forward_inputs)}
+
+
 def clip_over_pipeline(params: list, max_norm: float, dtype: torch.dtype, group) -> None:
     """Clip by the norm of every stage's gradients: this rank's norm (over its data-parallel shards too), squared,
     summed over the pipeline's ranks (``group``), as torchtitan's ``clip_grad_norm_`` does under pipelining."""
@@ -120,7 +135,8 @@ class PipelineSystem(TensorParallel, System):
                 if c.before or not sharded:
                     apply_checkpoint(module, c)
             if sharded:
-                fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward)
+                fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward,
+                            **mp_policy(plan.precision))
                 for c in held:
                     if not c.before:
                         apply_checkpoint(module, c)
@@ -210,7 +226,7 @@ class PipelineSystem(TensorParallel, System):
         kwargs = {"target": target, "losses": losses} if self.has_last else {}
         call(*args, **kwargs)
         total = pipeline_loss_total([plain_loss(loss) for loss in losses]) if self.has_last else torch.zeros(
-            (), dtype=torch_dtype(self.case.train.dtype), device=self.ctx.device)
+            (), dtype=torch_dtype(promise(self.case).output("")), device=self.ctx.device)
         dist.broadcast(total, group=self.pp_group, group_src=self.last_rank)
         return total
 
@@ -235,10 +251,55 @@ class PipelineReference(DDPSystem):
                                     self.case.train.microbatches > 1, self.forward_loss, self.backward)
 
     def evaluation_loss(self, batch, target):
-        """The plan's microbatches forward only, their losses added up."""
-        n = self.case.plan.microbatches
-        return pipeline_loss_total([self.forward_loss(x, y) for x, y in zip(batch.tensor_split(n),
-                                                                            target.tensor_split(n))])
+        return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches)
+
+
+class PipelineMixedPrecisionReference(EmulatedReference):
+    """:class:`PipelineReference` under the plan's ``MixedPrecisionPolicy``: the unsplit model through the emulation
+    of FSDP2's policy (:class:`~parityfuzz.systems.mp_reference.FSDP2Precision`) with one ``fully_shard`` group per
+    stage (its top-level modules: the stage's input is cast where it reaches the first, its output where it leaves
+    the last), reducing over the ``dp_shard`` group as each stage's ``fully_shard`` does.
+
+    A ``step()``'s microbatches run one after another with gradient sync off on all but the last (the schedules
+    turn it off for every microbatch and reduce once after the last: ``PipelineStage.backward_maybe_with_nosync``,
+    ``perform_reduce_grad``), so the gradients accumulate in ``reduce_dtype`` where it is set ("If also gradient
+    reduction is disabled via set_requires_gradient_sync, then FSDP will accumulate gradients using
+    reduce_dtype", ``MixedPrecisionPolicy``) and are reduced once per ``step()``, whatever the training loop
+    accumulates (each ``step()`` reduces).  ``scale_grads`` divides that ``step()``'s reduced gradients by the
+    microbatch count, in the model's dtype (where the schedules divide the sharded gradients), before they are
+    added to what earlier ``step()`` calls of the optimizer step left."""
+
+    name = "pipeline_mp_reference"
+
+    def emulate(self, model: nn.Module) -> FSDP2Precision:
+        case = self.case
+        mp = case.plan.precision
+        policies = [{"path": f"stage {i}", "modules": units, "param_dtype": torch_dtype(mp.param_dtype),
+                     "reduce_dtype": torch_dtype(mp.reduce_dtype), "output_dtype": torch_dtype(mp.output_dtype),
+                     "cast_forward_inputs": mp.cast_forward_inputs}
+                    for i, units in enumerate(case.plan.stage_units(case.model))]
+        shard, _ = self.mesh_groups()
+        return FSDP2Precision(model, policies, shard, unsynced=[p["path"] for p in policies])
+
+    def accumulation(self, index: int, last: bool):
+        return contextlib.nullcontext()  # (every step() reduces: see the class docstring)
+
+    def forward_backward(self, batch, target, path=None):
+        def backward(loss):
+            self.backward(loss)
+            self.model.finish_backward()
+
+        plan = self.case.plan
+        return emulated_microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
+                                             self.forward_loss, backward)
+
+    def evaluation_loss(self, batch, target):
+        return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches)
+
+
+def forward_only(forward_loss, batch, target, n: int) -> torch.Tensor:
+    """An evaluation pass of the references: the ``n`` microbatches forward only, their losses added up."""
+    return pipeline_loss_total([forward_loss(x, y) for x, y in zip(batch.tensor_split(n), target.tensor_split(n))])
 
 
 def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, forward_loss, backward):
@@ -257,4 +318,27 @@ def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, for
         for p in model.parameters():
             if p.grad is not None:
                 p.grad.div_(n)
+    return pipeline_loss_total(losses)
+
+
+def emulated_microbatches_in_turn(emulation, batch, target, n, scale_grads, forward_loss, backward):
+    """:class:`PipelineMixedPrecisionReference`'s ``step()``: the batch split along dim 0 into ``n`` microbatches, each
+    one's loss backpropagated on its own (``backward`` also ends the emulation's backward), gradient sync off but on
+    the last; where ``scale_grads`` the master gradients this call reduced divided by ``n`` before what earlier
+    calls left is added back.  Returns the losses added up (:func:`pipeline_loss_total`)."""
+    masters = emulation.masters
+    earlier = {name: m.grad for name, m in masters.items()} if scale_grads and n > 1 else {}
+    for name in earlier:
+        masters[name].grad = None
+    losses = []
+    for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
+        with contextlib.nullcontext() if index == n - 1 else emulation.no_sync():
+            loss = forward_loss(x, y)
+            backward(loss)
+        losses.append(loss)
+    for name, before in earlier.items():
+        grad = masters[name].grad
+        if grad is not None:
+            grad.div_(n)
+        masters[name].grad = grad if before is None else before if grad is None else before.add_(grad)
     return pipeline_loss_total(losses)

@@ -10,12 +10,13 @@ training spec (its batch made a multiple of the microbatch count; what pipelinin
 ``fully_shard``'s ``reshard_after_forward``; where the pipeline leaves more than one rank, how they split between
 ``dp_shard`` and ``tp`` (every factorization: data parallelism alone first), and on a ``tp`` axis the fsdp2_tp
 family's tensor-parallel plan over the whole model (:func:`parityfuzz.strategies.fsdp2_tp.tensor_parallel.tp_plans`;
-the sequence made a multiple of ``tp`` on a coin, for sequence parallelism).
+the sequence made a multiple of ``tp`` on a coin, for sequence parallelism); activation checkpoints inside the
+stages; and over ``(pp, dp_shard)`` a ``MixedPrecisionPolicy`` for every stage's ``fully_shard`` (:func:`stage_precision`).
 
 :func:`resumed` draws a pipeline plan for a case of any family, which a checkpoint load may resume into.
 
 Shrinking: toward world size 2 with a pipeline of 2, no ``tp`` axis, ``gpipe``, a short dense model, the earliest cuts, one
-microbatch, ``scale_grads=True``, and the training spec's own simplest values.
+microbatch, ``scale_grads=True``, no mixed precision, and the training spec's own simplest values.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
-from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error, units
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error, units
 from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.fsdp2.precision import LOW
 from parityfuzz.strategies.fsdp2_tp.tensor_parallel import sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
@@ -66,6 +68,24 @@ def checkpoints(draw, model: ModelSpec) -> tuple[ActivationCheckpoint, ...]:
 
 
 @st.composite
+def stage_precision(draw, model: ModelSpec, train) -> StagePrecision:
+    """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard``, or none (the first coin): ``param_dtype`` a
+    lower precision than the model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
+    ``output_dtype`` none, float32 or the model's; ``cast_forward_inputs=False`` where the family's validation
+    allows it (the stages receive what they compute in)."""
+    if not draw(st.booleans()):
+        return StagePrecision()
+    master = train.dtype
+    param = draw(st.sampled_from(tuple(d for d in LOW if d != master) + ("",)))
+    reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
+    output = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master)))))
+    mp = StagePrecision(param_dtype=param, reduce_dtype=reduce, output_dtype=output)
+    compute = mp.compute(master)
+    must_cast = mp.output(master) != compute or (model.input != "embedding" and compute != master)
+    return mp if must_cast or not draw(st.booleans()) else dataclasses.replace(mp, cast_forward_inputs=False)
+
+
+@st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool) -> Case:
     ws = draw(world_sizes(allowed))
@@ -96,7 +116,8 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         train = tp_training(train, loss_parallel, low_precision=False)
     plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
-                        checkpoints=draw(checkpoints(model)), tp=styles, loss_parallel=loss_parallel)
+                        checkpoints=draw(checkpoints(model)), tp=styles, loss_parallel=loss_parallel,
+                        precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else StagePrecision())
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb)
 

@@ -36,6 +36,8 @@ from parityfuzz.families import Family
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
 from parityfuzz.families.fsdp2_tp import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
+from parityfuzz.families.pipeline import precision as stage_mp
+from parityfuzz.families.pipeline.precision import StagePrecision
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
 from parityfuzz.rules import checkpointing
 from parityfuzz.rules import pipeline as rules
@@ -52,7 +54,8 @@ class PipelinePlan(Plan):
     ``checkpoints`` are activation checkpoints of modules inside the stages (by the case's paths); ``tp`` the
     tensor-parallel styles of modules inside the stages on the mesh's ``tp`` axis, and ``loss_parallel`` the loss
     on vocabulary-sharded logits under ``loss_parallel()`` around ``schedule.step`` (as torchtitan's train context
-    holds it)."""
+    holds it); ``precision`` the ``MixedPrecisionPolicy`` of every stage's ``fully_shard``
+    (:mod:`parityfuzz.families.pipeline.precision`)."""
 
     family = "pipeline"
 
@@ -65,6 +68,10 @@ class PipelinePlan(Plan):
     checkpoints: tuple[ActivationCheckpoint, ...] = ()
     tp: tuple[Parallelize, ...] = ()
     loss_parallel: bool = False
+    precision: StagePrecision = StagePrecision()
+
+    def mixed_precision(self) -> bool:
+        return self.precision.active()
 
     def layout(self) -> str:
         return SCHEDULES[self.schedule][1]
@@ -95,7 +102,9 @@ def units(model: ModelSpec) -> list[str]:
 
 
 def reference(case: Case) -> str:
-    return "pipeline_reference"
+    """The unsplit model under DDP fed the same microbatches; under mixed precision the same, through the emulation
+    of FSDP2's policy with one group per stage."""
+    return "pipeline_mp_reference" if case.mixed_precision() else "pipeline_reference"
 
 
 def min_microbatches(case: Case) -> tuple[int, str] | None:
@@ -147,6 +156,9 @@ def validate(case: Case) -> None:
           "no dropout under pipelining: each rank draws the masks of its own stages in schedule order, which one "
           "process running every stage cannot reproduce (torch promises no random stream across stages)")
     _validate_checkpoints(case)
+    stage_mp.validate_precision(case)
+    check(not case.mixed_precision() or case.reference_name() == "pipeline_mp_reference", "reference",
+          "plain DDP cannot model mixed precision: use the emulating reference 'pipeline_mp_reference'")
     if case.compile:  # (the blocks_before form: compiled in the whole model, before the split)
         bare = [r for r, held in enumerate(rank_modules(case)) if not any(under(path, held)
                                                                           for path in case.compile.paths)]
@@ -229,7 +241,7 @@ def features(case: Case) -> set[str]:
         tags.add("pp:parameterless_stage")
     if "tp" in mesh.names:
         tags |= style_features(case)
-    return tags | checkpoint_tags(plan.checkpoints)
+    return tags | checkpoint_tags(plan.checkpoints) | stage_mp.precision_features(case)
 
 
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
@@ -243,8 +255,10 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     lines = [f"schedule: {cls}(stages, n_microbatches={plan.microbatches}"
              + ("" if plan.scale_grads else ", scale_grads=False") + ")"]
     if "dp_shard" in case.mesh.names:
+        policy = stage_mp.describe_precision(case)
         lines.append("each stage: fully_shard(stage, mesh=dp_shard"
-                     + ("" if plan.reshard_after_forward else ", reshard_after_forward=False") + ")")
+                     + ("" if plan.reshard_after_forward else ", reshard_after_forward=False")
+                     + (f", mp_policy={policy}" if policy else "") + ")")
     for c in plan.checkpoints:
         when = ("before" if c.before else "after") + " fully_shard" if "dp_shard" in case.mesh.names else ""
         notes[c.path] = ", ".join(x for x in (notes.get(c.path, ""), f"checkpoint[{c.api}"
@@ -268,12 +282,15 @@ FAMILY = Family(
     validate=validate,
     features=features,
     describe=describe,
+    promise=stage_mp.promise,
+    precision=stage_mp.precision,
     expected_error=expected_error,
     target="A pipeline schedule over stages of the model must train exactly like the unsplit model under DDP fed "
            "the same microbatches, with the loss scaling the schedules document.",
     systems={
         "pipeline": "parityfuzz.systems.pipeline:PipelineSystem",
         "pipeline_reference": "parityfuzz.systems.pipeline:PipelineReference",
+        "pipeline_mp_reference": "parityfuzz.systems.pipeline:PipelineMixedPrecisionReference",
     },
     patchable=(
         "torch.distributed.pipelining.schedules",
@@ -284,6 +301,7 @@ FAMILY = Family(
     patchable_classes=(
         ("torch.distributed.pipelining.stage", "_PipelineStageBase"),
         ("torch.distributed.pipelining.stage", "PipelineStage"),
+        ("torch.distributed.fsdp._fully_shard._fsdp_param", "FSDPParam"),  # (FSDP2 inside the stages)
     ),
     seed_grids=grids.GRIDS,
     export="parityfuzz.export.pipeline",

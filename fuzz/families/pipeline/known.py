@@ -96,3 +96,15 @@ def flattened_load_into_an_empty_parameter_group(case: Case) -> bool:
             return True
     return False
 
+
+
+def zero_bubble_fsdp_accumulates_in_param_dtype(case: Case) -> bool:
+    """A schedule that splits the backward, over stages ``fully_shard``-ed with a ``MixedPrecisionPolicy`` whose
+    ``reduce_dtype`` differs from the dtype the stages compute in, over several microbatches: two weight steps of a
+    stage with no input step between them add their gradients in the compute dtype."""
+    from parityfuzz.case.dtypes import model_dtype
+
+    plan = case.plan
+    mp = plan.precision
+    return (plan.schedule in SPLIT_BACKWARD and "dp_shard" in case.mesh.names and plan.microbatches > 1
+            and bool(mp.reduce_dtype) and mp.reduce_dtype != mp.compute(model_dtype(case)))

@@ -1,0 +1,108 @@
+"""Mixed precision of the pipeline family: one FSDP2 ``MixedPrecisionPolicy`` given to every stage's ``fully_shard``
+(as torchtitan gives one policy to each stage's ``fully_shard`` calls), on a mesh with a ``dp_shard`` axis.
+
+Every stage is the root of its own ``fully_shard`` tree.  It computes in ``param_dtype`` (the model's dtype without
+one), casts the floating-point inputs it receives to it where ``cast_forward_inputs`` (the first stage the model's
+input, every later one the activation the stage before it sent), and casts its output to ``output_dtype`` where
+one is set; ``reduce_dtype`` reduces its gradients and, since every microbatch but a step's last runs with gradient
+sync off (``PipelineStage.backward_maybe_with_nosync``), accumulates them ("If also gradient reduction is disabled
+via set_requires_gradient_sync, then FSDP will accumulate gradients using reduce_dtype", ``MixedPrecisionPolicy``).
+So, as dtypes go, the pipelined model is one wrapped module: every layer sees ``param_dtype``, the loss is computed
+on the last stage's output dtype, parameters and gradients stay in the model's dtype.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parityfuzz.case import dtypes
+from parityfuzz.case.core import Case
+from parityfuzz.case.errors import check
+
+
+@dataclass(frozen=True)
+class StagePrecision:
+    """The ``MixedPrecisionPolicy`` of every stage's ``fully_shard`` (dtype names from :data:`dtypes.MP_DTYPES`,
+    ``""`` for None; all at their defaults: no ``mp_policy`` argument)."""
+
+    param_dtype: str = ""
+    reduce_dtype: str = ""
+    output_dtype: str = ""
+    cast_forward_inputs: bool = True
+
+    def active(self) -> bool:
+        return bool(self.param_dtype or self.reduce_dtype or self.output_dtype) or not self.cast_forward_inputs
+
+    def compute(self, master: str) -> str:
+        """The dtype a stage computes in."""
+        return self.param_dtype or master
+
+    def output(self, master: str) -> str:
+        """The dtype of a stage's output (the last stage's: the loss's)."""
+        return self.output_dtype or self.compute(master)
+
+
+def validate_precision(case: Case) -> None:
+    """The policy's dtypes are dtype names; a policy needs a ``dp_shard`` axis (it is ``fully_shard``'s argument)
+    and no ``tp`` one (not drawn yet: the reference would have to emulate the policy over tensor-parallel
+    shards); every stage sees one dtype: a stage that computes in another dtype than the floating-point input it
+    receives (the model's input for the first; the output of the stage before for the others) must cast it."""
+    mp, master = case.plan.precision, dtypes.model_dtype(case)
+    for key in ("param_dtype", "reduce_dtype", "output_dtype"):
+        value = getattr(mp, key)
+        check(value == "" or value in dtypes.MP_DTYPES, f"plan.precision.{key}",
+              f"must be '' (None) or one of {dtypes.MP_DTYPES}, got {value!r}")
+    if not mp.active():
+        return
+    check("dp_shard" in case.mesh.names, "plan.precision",
+          "a MixedPrecisionPolicy is fully_shard's argument: it needs a 'dp_shard' mesh axis")
+    check("tp" not in case.mesh.names, "plan.precision",
+          "not drawn with tensor parallelism yet (the reference does not emulate the policy over tp shards)")
+    check(not case.train.to_float64, "train.to_float64",
+          "not combined with mixed precision (the policy's dtypes are relative to the model's)")
+    compute = mp.compute(master)
+    if case.model.input != "embedding":
+        check(mp.cast_forward_inputs or compute == master, "plan.precision.cast_forward_inputs",
+              f"the first stage computes in {compute} but receives the model's {master} input: it must cast it")
+    check(mp.cast_forward_inputs or mp.output(master) == compute, "plan.precision.cast_forward_inputs",
+          f"a stage computes in {compute} but receives the stage before's {mp.output(master)} output: it must "
+          "cast it")
+
+
+def promise(case: Case) -> dtypes.Promise:
+    """Parameters, buffers and gradients in the model's dtype (FSDP2 keeps sharded parameters and their gradients
+    in the original dtype); the loss, a training or an evaluation pass's, in the last stage's output dtype."""
+    if not case.mixed_precision():
+        return dtypes.promise(case, generic=True)
+    master = dtypes.model_dtype(case)
+    return dtypes.Promise(state=master, outputs={"": case.plan.precision.output(master)}, flows=dtypes.flows(case))
+
+
+def precision(case: Case) -> str:
+    """The least precise dtype the case computes, reduces or outputs in."""
+    mp, master = case.plan.precision, dtypes.model_dtype(case)
+    names = [master] + ([d for d in (mp.param_dtype, mp.reduce_dtype, mp.output_dtype) if d]
+                        if mp.active() else [])
+    return max(names, key=dtypes.MP_DTYPES.index)
+
+
+def describe_precision(case: Case) -> str:
+    """The policy as the system writes it, for the case printout (``""``: none)."""
+    mp = case.plan.precision
+    if not mp.active():
+        return ""
+    args = [f"{k}=torch.{getattr(mp, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(mp, k)]
+    args += [] if mp.cast_forward_inputs else ["cast_forward_inputs=False"]
+    return f"MixedPrecisionPolicy({', '.join(args)})"
+
+
+def precision_features(case: Case) -> set[str]:
+    """The fsdp2 family's mixed-precision tags (one policy: always uniform)."""
+    mp = case.plan.precision
+    if not mp.active():
+        return set()
+    tags = {f"precision={precision(case)}", "mp=uniform"}
+    tags |= {f"mp_{k}" for k in ("reduce_dtype", "output_dtype") if getattr(mp, k)}
+    return tags | ({"mp_no_input_cast"} if not mp.cast_forward_inputs else set())
