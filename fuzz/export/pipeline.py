@@ -138,10 +138,11 @@ def reference(inner, device, mesh):
 
 
 def reference_pass(model, x, y, scaler, spike, last):
-    """The plan's microbatches in turn through the emulation (the harness's function below): every step() reduces."""
+    """The plan's microbatches in turn through the emulation (the harness's function below): every step() reduces;
+    the noise samples (perturbed references) run them last to first, as the harness's do."""
     return emulated_microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SCALE_GRADS,
                                          lambda xs, ys: loss_fn(model(xs), ys),
-                                         lambda loss: reference_backward(model, loss))
+                                         lambda loss: reference_backward(model, loss), reverse=model.perturbed)
 
 
 def reference_evaluate(model, x, y):

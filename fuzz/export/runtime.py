@@ -256,6 +256,7 @@ def build(role, dp, device, mesh, step=0):
         if role.startswith("perturbed"):
             perturb(model, perturbation_key(SEED, int(role.partition("/")[2])))
         inner, model = model, reference(model, device, mesh)
+        model.perturbed = role.startswith("perturbed")  # (a reference may measure more of the noise: pipeline's)
     if role == "system":
         optim, scheduler = SYSTEM_OPTIMIZER([(case_name(n), p) for n, p in inner.named_parameters()])
         delay_collectives()

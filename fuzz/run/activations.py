@@ -7,11 +7,14 @@ from).  A forward pre-hook hands the module an alias (``view_as``) of its first 
 the module's backward computed for that input alone (the input itself may feed other modules too: a residual
 branch); a wrong backward inside a module shows there first.  Records are keyed by :func:`label` (module, call of the module within the pass, what) in the
 order they happen on this rank: execution order.  Only the first forward of each call counts: forwards that
-activation checkpointing re-runs inside backward are skipped.  The hooks read tensors and change nothing, so a
+activation checkpointing re-runs inside backward are skipped, and so are those a pipeline stage runs on stand-in
+tensors to infer its metadata.  The hooks read tensors and change nothing, so a
 probed run trains exactly as an unprobed one.
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.nn as nn
@@ -48,6 +51,22 @@ def _in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
+#: Functions of torch.distributed.pipelining that run a stage's module on stand-in tensors to infer the shapes and
+#: dtypes its stage sends and receives (a PipelineStage's first step, "Dynamic mode: Metadata is inferred from the
+#: first microbatch at runtime"): not the model's computation, so nothing a probe records.
+METADATA_INFERENCE = frozenset({"_forward_metadata_inference", "_backward_metadata_inference", "_shape_inference"})
+
+
+def _inferring_metadata(depth: int = 40) -> bool:
+    """Whether a pipeline stage is inferring its metadata below this frame (:data:`METADATA_INFERENCE`)."""
+    frame = sys._getframe(2)
+    while frame is not None and depth:
+        if frame.f_code.co_name in METADATA_INFERENCE:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
 class Probe:
     """Hooks on every module of ``model`` (named as the case names them: wrappers looked through) recording into
     :attr:`records`, which :meth:`take` hands over and empties at the end of each pass."""
@@ -60,14 +79,16 @@ class Probe:
         self.calls: dict[str, int] = {}
         self.handles = []
         for name, module in model.named_modules():
-            if _wrapped(module) is None:  # a wrapper's output is its inner module's
+            # A wrapper's output is its inner module's; a pipeline stage's run of some of the body's children
+            # (``partial``) is no module of the model's, though named as the body.
+            if _wrapped(module) is None and not getattr(module, "partial", False):
                 self.handles.append(module.register_forward_pre_hook(self._pre_hook(case_name(name))))
                 self.handles.append(module.register_forward_hook(self._forward_hook(case_name(name))))
 
     def _pre_hook(self, name: str):
         def hook(module, args):
             first = next((i for i, a in enumerate(args) if isinstance(a, torch.Tensor)), None)
-            if first is None or not args[first].requires_grad:
+            if first is None or not args[first].requires_grad or _inferring_metadata():
                 return None
             alias = args[first].view_as(args[first])  # also when recomputing: the same graph as the forward's
             if not _in_backward():
@@ -79,7 +100,7 @@ class Probe:
 
     def _forward_hook(self, name: str):
         def hook(module, args, output):
-            if _in_backward():  # activation checkpointing recomputing the forward
+            if _in_backward() or _inferring_metadata():  # checkpointing recomputing the forward; a stage's shapes
                 return
             out = _first_tensor(output)
             if out is None:

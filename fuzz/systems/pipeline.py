@@ -52,6 +52,7 @@ class Stage(nn.Module):
             self.body = model.body
         elif body:
             self.body = Block([(n, model.body.get_submodule(n)) for n in body])
+            self.body.partial = True  # (some children of the model's body: its output is no output of the model's)
         if "head" in names:
             self.head = model.head
 
@@ -267,7 +268,16 @@ class PipelineMixedPrecisionReference(EmulatedReference):
     reduce_dtype", ``MixedPrecisionPolicy``) and are reduced once per ``step()``, whatever the training loop
     accumulates (each ``step()`` reduces).  ``scale_grads`` divides that ``step()``'s reduced gradients by the
     microbatch count, in the model's dtype (where the schedules divide the sharded gradients), before they are
-    added to what earlier ``step()`` calls of the optimizer step left."""
+    added to what earlier ``step()`` calls of the optimizer step left.
+
+    The order of a ``step()``'s microbatches' backwards is the schedule's, which torch does not document
+    (``ScheduleLoopedBFS`` runs them last to first, the zero-bubble schedules defer weight steps): under a
+    low-precision accumulation (a ``reduce_dtype`` or ``param_dtype`` below the model's) the sum's rounding depends
+    on it.  The reference adds them in microbatch order and its noise samples (the perturbed references) in the
+    reverse one, so that the measured noise holds the rounding of another order, as it holds that of the weights'
+    last bits: a difference within it is no finding (the 30-minute run of seed 20261210 met LoopedBFS's reverse
+    order as a bfloat16 ulp under reduce_dtype=bfloat16), one beyond it is (the accumulation dtype is documented:
+    a float32 reduce_dtype's sum in bfloat16 stands 1e-3 away from a float32 sum in any order)."""
 
     name = "pipeline_mp_reference"
 
@@ -291,7 +301,7 @@ class PipelineMixedPrecisionReference(EmulatedReference):
 
         plan = self.case.plan
         return emulated_microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
-                                             self.forward_loss, backward)
+                                             self.forward_loss, backward, reverse=self.role == "perturbed_reference")
 
     def evaluation_loss(self, batch, target):
         return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches)
@@ -321,21 +331,26 @@ def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, for
     return pipeline_loss_total(losses)
 
 
-def emulated_microbatches_in_turn(emulation, batch, target, n, scale_grads, forward_loss, backward):
+def emulated_microbatches_in_turn(emulation, batch, target, n, scale_grads, forward_loss, backward,
+                                  reverse: bool = False):
     """:class:`PipelineMixedPrecisionReference`'s ``step()``: the batch split along dim 0 into ``n`` microbatches, each
     one's loss backpropagated on its own (``backward`` also ends the emulation's backward), gradient sync off but on
-    the last; where ``scale_grads`` the master gradients this call reduced divided by ``n`` before what earlier
-    calls left is added back.  Returns the losses added up (:func:`pipeline_loss_total`)."""
+    the last run; where ``scale_grads`` the master gradients this call reduced divided by ``n`` before what earlier
+    calls left is added back.  ``reverse``: the microbatches run last to first (the noise samples': see the class).
+    Returns the losses added up in microbatch order (:func:`pipeline_loss_total`)."""
     masters = emulation.masters
     earlier = {name: m.grad for name, m in masters.items()} if scale_grads and n > 1 else {}
     for name in earlier:
         masters[name].grad = None
-    losses = []
-    for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
-        with contextlib.nullcontext() if index == n - 1 else emulation.no_sync():
+    pairs = list(zip(batch.tensor_split(n), target.tensor_split(n)))
+    order = list(range(n))[::-1] if reverse else list(range(n))
+    losses = [None] * n
+    for turn, index in enumerate(order):
+        x, y = pairs[index]
+        with contextlib.nullcontext() if turn == n - 1 else emulation.no_sync():
             loss = forward_loss(x, y)
             backward(loss)
-        losses.append(loss)
+        losses[index] = loss
     for name, before in earlier.items():
         grad = masters[name].grad
         if grad is not None:

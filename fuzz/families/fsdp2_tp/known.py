@@ -71,7 +71,7 @@ def a_frozen_sequence_parallel_module(case: Case) -> bool:
 
 def foreach_zeroing_of_sequence_parallel_gradients(case: Case) -> bool:
     """TP alone (no FSDP2 to redistribute gradients), a sequence-parallel norm, foreach zero_grad(set_to_none=False)."""
-    return (not case.plan.wraps and case.train.foreach and case.train.zero_grad in ("zeros", "alternate")
+    return (not _fully_sharded(case) and case.train.foreach and case.train.zero_grad in ("zeros", "alternate")
             and case.train.steps > 1
             and any(p.style == "sequence" for p in case.plan.tp))
 
@@ -80,7 +80,7 @@ def foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) -
     """TP alone (plain and DTensor parameters in one optimizer), foreach SGD with momentum and weight decay, and
     a parameter whose momentum buffer starts later than the others' (frozen at first)."""
     t = case.train
-    return (not case.plan.wraps and t.optimizer == "sgd" and t.foreach and t.momentum > 0
+    return (not _fully_sharded(case) and t.optimizer == "sgd" and t.foreach and t.momentum > 0
             and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen))
 
 

@@ -14,6 +14,7 @@ GRIDS = (
                          ("schedule.eval between steps", "eval"),
                          ("blocks compiled before the split", "compile=blocks_before"),
                          ("activation checkpoints in stages", "ckpt=*"),
+                         ("mixed precision per stage", "mp=uniform"),
                          ("step() calls accumulated", "micro=*"))),
         ("microbatches", (("< stages", "pp:microbatches<stages"), ("= stages", "pp:microbatches=stages"),
                           ("> stages", "pp:microbatches>stages*"))))),
