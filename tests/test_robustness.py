@@ -20,16 +20,22 @@ from tests.test_cli import ENV, ROOT
 from tests.test_executor import alive
 
 
-def children(pid: int) -> list[int]:
-    out = []
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``: its children (the fork server the ranks start from, the resource tracker) and
+    theirs (the ranks)."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().split(")")[-1].split()[1]) == pid:
-                        out.append(int(entry))
+                    parents[int(entry)] = int(f.read().split(")")[-1].split()[1])
             except (FileNotFoundError, ProcessLookupError, IndexError):
                 pass
+    out, frontier = [], [pid]
+    while frontier:
+        below = [p for p, parent in parents.items() if parent in frontier]
+        out += below
+        frontier = below
     return out
 
 
@@ -95,7 +101,7 @@ def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_pat
     proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET)
     try:
         wait_for(proc, "; shrinking (up to")
-        ranks = children(proc.pid)
+        ranks = descendants(proc.pid)
         assert len([p for p in ranks if alive(p)]) >= 2
         sent = time.monotonic()
         proc.send_signal(sig)
@@ -115,15 +121,18 @@ def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_pat
 
 
 def test_sigkill_of_the_driver_takes_the_ranks_along(tmp_path):
-    """Killed mid-case (rank 1 asleep, rank 0 blocked in a collective), the ranks still go."""
+    """Killed mid-case (rank 1 asleep, rank 0 blocked in a collective), the ranks still go, and the fork server
+    they were forked from (:mod:`parityfuzz.executor.zygote`): the kernel kills the server when the driver dies,
+    and each rank when the server does."""
     proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET.replace("SlowOddLinearGradDrop", "SleepOnRank1"))
     try:
         deadline = time.monotonic() + 60
         ranks = []
-        while len(ranks) < 2 and time.monotonic() < deadline:
+        while len(ranks) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
-            ranks = [p for p in children(proc.pid) if alive(p)]
-        assert len(ranks) >= 2
+            ranks = [p for p in descendants(proc.pid) if alive(p)]
+        assert len(ranks) >= 3  # (the fork server and two ranks, at least)
+        assert any(p not in children_of(proc.pid) for p in ranks)  # ranks are not the driver's own children
         time.sleep(4)  # the pool is up and inside the first (hanging) case
         proc.kill()
         proc.wait(10)
@@ -133,6 +142,18 @@ def test_sigkill_of_the_driver_takes_the_ranks_along(tmp_path):
     while time.monotonic() < deadline and any(alive(p) for p in ranks):
         time.sleep(0.1)
     assert not [p for p in ranks if alive(p)]
+
+
+def children_of(pid: int) -> list[int]:
+    return [p for p in descendants(pid) if _parent(p) == pid]
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().split(")")[-1].split()[1])
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0
 
 
 def _writer(corpus_dir, seeds):

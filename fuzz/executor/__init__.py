@@ -1,8 +1,9 @@
-"""Runs cases on persistent rank processes: one pool per world size, spawned once, reused.
+"""Runs cases on persistent rank processes: one pool per world size, started once (forked from a template that
+imported torch: :mod:`parityfuzz.executor.zygote`), reused.
 
 CPU + gloo by default; CUDA + NCCL when the machine has at least
 ``world_size`` GPUs.  A pool that saw an error, a crash or a hang is torn down
-and respawned on its next use.
+and started anew on its next use.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ RESOURCE_CEILING = {"threads": 160, "fds": 320, "rss_mib": 2048}
 
 class Executor:
     def __init__(self, backend: str = "auto", timeout_s: float | None = None,
-                 ceiling: dict | None = None, reuse_after_errors: bool = True, attach: str = ""):
+                 ceiling: dict | None = None, reuse_after_errors: bool = True, attach: str = "",
+                 start_method: str = "forkserver"):
         self.backend = backend
+        #: How local ranks start (:data:`parityfuzz.executor.pool.START_METHODS`).
+        self.start_method = start_method
         #: Where ranks launched by torchrun attach (``HOST:PORT``, :mod:`parityfuzz.executor.attach`): then every
         #: pool is the torchrun job's ranks, never spawned here.
         self.attachment = None
@@ -62,7 +66,8 @@ class Executor:
             pool = self.pools[world_size] = AttachedPool(self.attachment, world_size)
         if pool is None:
             placement = local_placement(world_size, self.backend)
-            pool = self.pools[world_size] = RankPool(world_size, placement.backend, devices=placement.devices)
+            pool = self.pools[world_size] = RankPool(world_size, placement.backend, devices=placement.devices,
+                                                     start_method=self.start_method)
         return pool
 
     def device_type(self, world_size: int) -> str:

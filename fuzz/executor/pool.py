@@ -21,6 +21,26 @@ class PoolStartError(RuntimeError):
     pass
 
 
+#: How rank processes start: ``forkserver``, forked from a template that imported torch once
+#: (:mod:`parityfuzz.executor.zygote`), or ``spawn``, each a fresh interpreter importing torch (where the platform
+#: has no fork, and for the benchmark's comparison).
+START_METHODS = ("forkserver", "spawn")
+
+
+def start_context(method: str = "forkserver"):
+    """The multiprocessing context ranks start in (``forkserver`` where the platform has it, else ``spawn``)."""
+    import sys
+
+    from parityfuzz.executor import zygote
+
+    if method == "forkserver" and "forkserver" in mp.get_all_start_methods() and sys.platform == "linux":
+        os.environ[zygote.DRIVER] = str(os.getpid())  # (read by the server this process starts: zygote.py)
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload([zygote.__name__])
+        return ctx
+    return mp.get_context("spawn")
+
+
 @dataclass
 class RankOutcome:
     """What one rank did with one case.
@@ -87,14 +107,15 @@ class RankPool:
     """
 
     def __init__(self, world_size: int, backend: str, start_timeout_s: float = 120.0, pg_timeout_s: float = 300.0,
-                 devices: tuple[int, ...] = ()):
+                 devices: tuple[int, ...] = (), start_method: str = "forkserver"):
         self.world_size = world_size
         self.backend = backend
         self.devices = devices or tuple(range(world_size))  # each rank's CUDA device under NCCL
         self.broken = False
         self.busy = False  # a case is in flight (an interrupt may land mid-case)
         self.dir = tempfile.mkdtemp(prefix=f"parityfuzz-ws{world_size}-")
-        ctx = mp.get_context("spawn")
+        ctx = start_context(start_method)
+        forked = ctx.get_start_method() == "forkserver"
         self.conns, self.procs, self.logs = [], [], []
         store = os.path.join(self.dir, "store")
         try:
@@ -103,7 +124,7 @@ class RankPool:
                 log = os.path.join(self.dir, f"rank{r}.log")
                 p = ctx.Process(target=worker_main, name=f"parityfuzz-rank{r}", daemon=True,
                                 args=(r, world_size, store, child, backend, log, os.getpid(), pg_timeout_s,
-                                      self.devices[r]))
+                                      self.devices[r], dict(os.environ) if forked else None))
                 p.start()
                 child.close()
                 self.conns.append(parent)

@@ -20,15 +20,27 @@ import warnings
 from datetime import timedelta
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    try:  # Linux: the kernel kills us the moment the driver dies.
+def _die_with_parent(driver_pid: int) -> None:
+    """Exit when the process that started this rank dies: the driver (``spawn``) or the fork server it started
+    (:mod:`parityfuzz.executor.zygote`, which dies with the driver)."""
+    parent = os.getppid()
+    try:  # Linux: the kernel kills us the moment the parent dies.
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
-    def watch():  # Elsewhere (and as a backstop): poll for re-parenting.
+    def driver_alive() -> bool:
+        try:
+            os.kill(driver_pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pass
+        return True
+
+    def watch():  # Elsewhere (and as a backstop): poll for re-parenting, and for the driver itself.
         while True:
-            if os.getppid() != parent_pid:
+            if os.getppid() != parent or not driver_alive():
                 os._exit(70)
             time.sleep(0.5)
 
@@ -100,9 +112,15 @@ def prepare(backend: str, device_index: int):
     return torch.device("cuda", device_index)
 
 
+#: The key of an answer's traces under which a rank says how many seconds each role's run took (where a case's
+#: time goes: ``python -m parityfuzz.frontends.bench --profile``).
+SECONDS = "seconds"
+
+
 def serve(conn, ctx, log_path: str) -> bool:
     """Run the cases the driver sends over ``conn`` until it says stop (returns True) or goes away (False):
-    ``("run", case JSON, roles, job)`` is answered ``("ok", traces)`` or ``("error", details)``.  The protocol of
+    ``("run", case JSON, roles, job)`` is answered ``("ok", traces)`` (with each role's seconds under
+    :data:`SECONDS`) or ``("error", details)``.  The protocol of
     the local pool's ranks and of ranks attached from torchrun (:mod:`parityfuzz.executor.attach`)."""
     from parityfuzz.case import Case
     from parityfuzz.executor.isolation import Snapshot
@@ -119,11 +137,13 @@ def serve(conn, ctx, log_path: str) -> bool:
         os.truncate(log_path, 0)
         case, roles = Case.from_json(msg[1]), msg[2]
         job = msg[3] if len(msg) > 3 else {}  # a checkpoint event's segment and scratch directory; probe
-        traces, role = {}, roles[0]
+        traces, role, seconds = {}, roles[0], {}
         try:
             for role in roles:
+                began = time.perf_counter()
                 traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
                                            scratch=job.get("scratch", ""), probe=job.get("probe", False))
+                seconds[role] = time.perf_counter() - began
                 undone = clean.restore()
                 if undone:
                     print(f"[parityfuzz] {role} left changes behind, undone: {', '.join(undone)}", flush=True)
@@ -136,6 +156,7 @@ def serve(conn, ctx, log_path: str) -> bool:
             conn.send(("error", error))
             continue
         ctx.release_groups()
+        traces[SECONDS] = seconds
         conn.send(("ok", traces))
 
 
@@ -152,10 +173,16 @@ def leave(code: int = 0) -> None:
 
 
 def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str, log_path: str,
-                parent_pid: int, pg_timeout_s: float, device_index: int = -1) -> None:
+                parent_pid: int, pg_timeout_s: float, device_index: int = -1, environ: dict | None = None) -> None:
     # Ctrl-C reaches the whole foreground process group: the driver decides, ranks carry on until told.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
+    if environ is not None:  # forked from the fork server: the driver's environment now, not the server's at its start
+        os.environ.clear()
+        os.environ.update(environ)
+        from parityfuzz import families
+
+        families.load_environment()
     _redirect_output(log_path)
     import torch.distributed as dist
 

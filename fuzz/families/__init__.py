@@ -45,8 +45,14 @@ def _set_environment(entries: dict[str, str]) -> None:
         os.environ.pop(ENVIRONMENT, None)
 
 
-for _name, _module in _environment().items():
-    MODULES.setdefault(_name, _module)
+def load_environment() -> None:
+    """Register the families the environment names (:data:`ENVIRONMENT`): at import, and again in a rank forked from
+    a process that imported this module before the driver registered them (:mod:`parityfuzz.executor.zygote`)."""
+    for name, module in _environment().items():
+        MODULES.setdefault(name, module)
+
+
+load_environment()
 
 
 def register(name: str, module: str) -> None:
@@ -151,4 +157,5 @@ def records() -> list[Family]:
 LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids", "compiles")
 
 
-__all__ = ["ENVIRONMENT", "LAYERS", "MODULES", "Family", "get", "records", "register", "unregister"]
+__all__ = ["ENVIRONMENT", "LAYERS", "MODULES", "Family", "get", "load_environment", "records", "register",
+           "unregister"]
