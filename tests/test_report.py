@@ -68,7 +68,8 @@ def run_report(tmp_path) -> dict:
 
 def test_the_page_shows_targets_timeline_grids_heatmap_and_findings(tmp_path):
     data = run_report(tmp_path)
-    assert data["targets"]["fsdp2"]["timeline"] == [[0.0, "mismatch"], [2.5, "pass"], [5.0, "pass"]]
+    # counted per 5-second slice of the run (a long soak's report stays small)
+    assert data["targets"]["fsdp2"]["timeline"] == [[0.0, "mismatch", 1], [0.0, "pass", 1], [5.0, "pass", 1]]
     page = report.render(data)
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page  # self-contained
     assert page.count("<svg") == 2  # the timeline and the heatmap
@@ -79,6 +80,21 @@ def test_the_page_shows_targets_timeline_grids_heatmap_and_findings(tmp_path):
            "--nproc-per-node=2 repro.py" in page
     # one red bar segment for the mismatch, in the first slice of the timeline
     assert re.search(r'<rect x="34.0" [^>]*fill="#e53935"><title>1 mismatch</title>', page)
+
+
+def test_a_long_runs_timeline_is_bounded_by_its_length_not_its_cases():
+    """The timeline counts cases per 5-second slice: 3,000 cases in one minute keep 12 entries, and a 12-hour soak
+    at most 8,640 per verdict kind; merged reports add the counts of a slice."""
+    from parityfuzz.engine.merge import _merge_target
+
+    stats, case = TargetStats("fsdp2"), fsdp2(True)
+    for i in range(3000):
+        stats.count(case, Verdict("pass"), at=i * 0.02)
+    timeline = stats.to_dict()["timeline"]
+    assert len(timeline) == 12 and sum(n for _, _, n in timeline) == 3000
+    merged = _merge_target(stats.to_dict(), stats.to_dict())["timeline"]
+    assert len(merged) == 12 and sum(n for _, _, n in merged) == 6000
+    assert "<svg" in report.timeline_svg([[0.0, "pass"], [2.5, "mismatch"]])  # a report written before the buckets
 
 
 def test_the_command_writes_the_page_and_names_a_bad_file_and_field(tmp_path):

@@ -51,6 +51,7 @@ from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_
 from parityfuzz.engine.reduce import Reduction, reduce_failure
 from parityfuzz.engine.soak import precondition, remember, simplest_features
 from parityfuzz.engine.stats import TargetStats
+from parityfuzz.engine.throttle import Throttle
 from parityfuzz.executor import Executor
 from parityfuzz.judge.verdict import PASS, Verdict
 from parityfuzz.judge.verify import locate, verify_case
@@ -158,6 +159,7 @@ class Fuzzer:
         """
         deadline = time.monotonic() + self.options.deadline_s(budget_s)
         stats = self.targets[name] = TargetStats(name)
+        throttle = Throttle()
         cache: dict[str, Verdict] = {}
         found_before: list[Found] = []
         baseline = None  # the simplest case's features, drawn once a failure needs a precondition
@@ -167,7 +169,7 @@ class Fuzzer:
                 self.log(f"{name}: round {number + 1} (seed {seed}), {budget_s - stats.generate_seconds:.0f}s "
                          f"of generation left; failures already found count as passing")
             failures, exhausted = self._round(name, strategy, stats, cache, found_before,
-                                              budget_s - stats.generate_seconds, seed, deadline)
+                                              budget_s - stats.generate_seconds, seed, deadline, throttle)
             if failures and baseline is None:
                 baseline = simplest_features(strategy)
             for f in failures:
@@ -186,9 +188,12 @@ class Fuzzer:
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
                found_before: list[Found], budget_s: float, seed: int,
-               deadline: float = float("inf")) -> tuple[list[Failure], bool]:
+               deadline: float = float("inf"), throttle: Throttle | None = None) -> tuple[list[Failure], bool]:
         """One Hypothesis run; returns the failures it found and recorded, and whether it ended by drawing all
-        its cases.  Nothing new starts after ``deadline`` (the target's, :meth:`FuzzOptions.deadline_s`)."""
+        its cases.  Nothing new starts after ``deadline`` (the target's, :meth:`FuzzOptions.deadline_s`).  Until a
+        failure is found, a case meeting the precondition of a known bug ``throttle`` has seen often may be skipped
+        (:mod:`parityfuzz.engine.throttle`)."""
+        throttle = throttle if throttle is not None else Throttle()
         opts = self.options
         start = time.monotonic()
         gen_deadline = min(start + budget_s, deadline)
@@ -211,12 +216,17 @@ class Fuzzer:
                 if found and (now >= found["shrink_until"]
                               or _reached(stats.shrink_runs - shrink_runs_before, opts.max_shrink_runs)):
                     return  # shrink budget spent: untried cases count as passing
+                skipped_for = "" if found else throttle.skip(case)
+                if skipped_for:
+                    stats.throttled[skipped_for] += 1
+                    return  # a known bug met often: counts as passing, not run
                 timeout = opts.case_timeout_s
                 if found.get("kind") == "hang":
                     timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
                 self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
                 began = time.monotonic()
                 verdict, why = self._explained(case, cache.setdefault(key, self._run(case, timeout)), found_before)
+                throttle.note(why)
                 if verdict.ok:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:

@@ -18,10 +18,14 @@ def _merge_target(a: dict, b: dict) -> dict:
     for key in ("cases", "generate_seconds", "shrink_seconds", "shrink_runs", "reduce_seconds", "reduce_runs",
                 "distinct_feature_combinations"):
         out[key] = a.get(key, 0) + b.get(key, 0)
-    for key in ("verdicts", "cut_short", "explained", "feature_counts", "pair_counts"):
+    for key in ("verdicts", "cut_short", "explained", "explained_seconds", "throttled", "feature_counts",
+                "pair_counts"):
         out[key] = _add(a.get(key, {}), b.get(key, {}))
     out["timing"] = merge_timing(a.get("timing", {}), b.get("timing", {}))
-    out["timeline"] = sorted(a.get("timeline", []) + b.get("timeline", []))
+    slices = Counter()
+    for t, kind, *n in a.get("timeline", []) + b.get("timeline", []):
+        slices[(t, kind)] += n[0] if n else 1
+    out["timeline"] = [[t, kind, n] for (t, kind), n in sorted(slices.items())]
     out["failures"] = a.get("failures", []) + b.get("failures", [])
     grids = dict(a.get("seed_grids", {}))
     for source, g in b.get("seed_grids", {}).items():

@@ -13,6 +13,10 @@ from parityfuzz.judge.verdict import Verdict
 from parityfuzz.triage import Explanation
 
 
+#: The width of a timeline slice, in seconds.
+TIMELINE_SECONDS = 5.0
+
+
 @dataclass
 class TargetStats:
     name: str
@@ -29,10 +33,16 @@ class TargetStats:
     failures: list[Failure] = field(default_factory=list)
     #: Passing cases whose comparison was cut short, by reason.
     notes: Counter = field(default_factory=Counter)
-    #: Failing cases that count as passing, by what explains them (:meth:`parityfuzz.triage.Explanation.label`).
+    #: Failing cases that count as passing, by what explains them (:meth:`parityfuzz.triage.Explanation.label`), and
+    #: the seconds their runs took.
     explained: Counter = field(default_factory=Counter)
-    #: ``(seconds since the run began, verdict kind)`` of every case, in order.
-    timeline: list[tuple[float, str]] = field(default_factory=list)
+    explained_seconds: Counter = field(default_factory=Counter)
+    #: Cases skipped before they ran, by the known bug whose precondition they met once it was met often
+    #: (:mod:`parityfuzz.engine.throttle`).
+    throttled: Counter = field(default_factory=Counter)
+    #: Cases per ``(start of a TIMELINE_SECONDS slice of the run, verdict kind)``: bounded by the run's length, not
+    #: its case count (a 12-hour soak keeps at most 8,640 slices per verdict kind).
+    timeline: Counter = field(default_factory=Counter)
     #: Cases run, and seconds their runs took (verdicts included, not generation), eager and compiled apart.
     run_cases: Counter = field(default_factory=Counter)
     run_seconds: Counter = field(default_factory=Counter)
@@ -50,10 +60,11 @@ class TargetStats:
         self.compile_seconds += verdict.compile_seconds
         if why is not None and why.silences:
             self.explained[why.label()] += 1
+            self.explained_seconds[why.label()] += seconds
         elif verdict.ok and verdict.note:
             for part in verdict.note.split("; "):  # the oracle's "reason: details" (details may name a step)
                 self.notes[part.split(":")[0].split(" at step")[0]] += 1
-        self.timeline.append((round(at, 2), verdict.kind))
+        self.timeline[(TIMELINE_SECONDS * int(at // TIMELINE_SECONDS), verdict.kind)] += 1
         self.verdicts[verdict.kind] += 1
         feats = case.features() | frozenset(verdict.tags)
         self.features.update(feats)
@@ -81,6 +92,7 @@ class TargetStats:
     def summary_line(self) -> str:
         verdicts = ", ".join(f"{n} {k}" for k, n in sorted(self.verdicts.items()))
         notes = "".join(f"; {n} cases: {reason}" for reason, n in (self.notes + self.explained).items())
+        notes += "".join(f"; {n} cases skipped: {title} (met often)" for title, n in self.throttled.items())
         return (f"{self.name}: {self.cases} cases ({verdicts or 'none'}), {len(self.combinations)} distinct feature "
                 f"combinations, {self.generate_seconds:.1f}s generating, {self.shrink_seconds:.1f}s shrinking"
                 + (f", {self.reduce_seconds:.1f}s reducing ({self.reduce_runs} runs)" if self.reduce_runs else "")
@@ -101,11 +113,13 @@ class TargetStats:
             "timing": self.timing(),
             "cut_short": dict(self.notes),
             "explained": dict(self.explained),
+            "explained_seconds": {k: round(v, 1) for k, v in self.explained_seconds.items()},
+            "throttled": dict(self.throttled),
             "distinct_feature_combinations": len(self.combinations),
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
             "feature_counts": dict(sorted(self.features.items())),
             "pair_counts": dict(sorted(self.pairs.items())),
-            "timeline": [list(x) for x in self.timeline],
+            "timeline": [[t, kind, n] for (t, kind), n in sorted(self.timeline.items())],
             "seed_grids": self.seed_grids(),
             "failures": [f.to_dict() for f in self.failures],
         }

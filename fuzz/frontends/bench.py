@@ -4,6 +4,8 @@
     python -m parityfuzz.frontends.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
     python -m parityfuzz.frontends.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults.py)
     python -m parityfuzz.frontends.bench --attached [--cases N] [--world-sizes 2] [--json]
+    python -m parityfuzz.frontends.bench --pool-starts [--cases N] [--world-sizes 2,4] [--json]
+    python -m parityfuzz.frontends.bench --profile [--cases N] [--world-sizes 2,4] [--json]
 
 The same generated cases (fixed seed) run twice per world size:
 
@@ -30,6 +32,20 @@ pool restarts of each, and their ratio.
 ``--attached`` runs the same cases through the local pool and through ranks launched by torchrun on this machine
 and attached to the driver (:mod:`parityfuzz.executor.attach`), pool start-up excluded from both, and prints
 the throughput of each and their ratio.
+
+``--pool-starts`` compares the two ways ranks start (:data:`parityfuzz.executor.pool.START_METHODS`), side by side
+per world size: ``spawn`` (a fresh interpreter importing torch per rank: before) and ``forkserver`` (forked from a
+template that imported torch once: after).  It prints the first start of a pool (for ``forkserver`` the fork
+server's own start, once per driver, is in the first world size's figure), a restart (the pool closed and started
+again, what a broken pool costs), and the cases per minute on the fixed case set with pool start-up included and
+every pool replaced after each failing case (as shrinking an error out of step does).
+
+``--profile`` says where a case's time goes, over the fixed case set: per role (the reference, the system under
+test, the noise samples of perturbed references) the ranks' seconds building the model and applying the system,
+training, and recording gradients and parameters (the slowest rank's, per run); the driver's seconds in the oracle;
+the messages between driver and ranks and the waiting for the slowest rank (a run's wall time less its slowest
+rank's busy time); and the driver's other work (expectations, merging traces).  Each as seconds and as a share of
+the total.
 """
 
 from __future__ import annotations
@@ -118,6 +134,99 @@ def executor_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
             v = verify_case(case, ex)
             verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
         return time.perf_counter() - start, verdicts
+
+
+def pool_starts(sizes: list[int], n: int, seed: int) -> list[dict]:
+    """Per world size and start method: the first start, a restart, and cases per minute over ``n`` generated cases
+    with start-up included and pools replaced after every failing case (:data:`START_METHODS`, spawn first)."""
+    from parityfuzz.executor import Executor
+    from parityfuzz.executor.pool import START_METHODS, RankPool
+    from parityfuzz.judge.verify import verify_case
+
+    rows = []
+    for ws in sizes:
+        cases = generate(n, (ws,), seed)
+        row = {"world_size": ws, "cases": len(cases)}
+        for method in reversed(START_METHODS):
+            started = time.perf_counter()
+            RankPool(ws, "gloo", start_method=method).close()
+            row[f"{method}_start_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            RankPool(ws, "gloo", start_method=method).close()
+            row[f"{method}_restart_s"] = time.perf_counter() - started
+            verdicts: dict[str, int] = {}
+            with Executor(start_method=method, reuse_after_errors=False) as ex:
+                started = time.perf_counter()
+                for case in cases:
+                    v = verify_case(case, ex)
+                    verdicts[v.kind] = verdicts.get(v.kind, 0) + 1
+                seconds = time.perf_counter() - started
+                row[f"{method}_restarts"] = ex.restarts
+            row[f"{method}_cases_per_min"] = 60 * len(cases) / seconds
+            row["verdicts"] = verdicts
+        rows.append(row)
+    return rows
+
+
+def profile(sizes: list[int], n: int, seed: int) -> dict:
+    """Seconds per phase of :func:`parityfuzz.judge.verify.verify_case` over ``n`` generated cases per world size
+    (see the module's docstring), pool start-up excluded."""
+    from collections import Counter
+
+    from parityfuzz.executor import Executor
+    from parityfuzz.executor.worker import SECONDS
+    from parityfuzz.judge import verify
+
+    phases: Counter = Counter()
+    run_segments, compare = Executor.run_segments, verify.compare
+
+    def timed_run_segments(self, case, timeout_s=None, roles=("reference", "system"), probe=False):
+        began = time.perf_counter()
+        segments = run_segments(self, case, timeout_s, roles, probe)
+        wall = time.perf_counter() - began
+        busy = 0.0
+        for outcomes in segments:
+            done = [o.result for o in outcomes if o.status == "ok"]
+            if not done:
+                continue
+            per_rank = [sum(r[SECONDS].values()) for r in done]
+            busy += max(per_rank)
+            for role in done[0][SECONDS]:
+                kind = "noise samples" if role.startswith("perturbed_reference") else role
+                slowest = max(done, key=lambda r: r[SECONDS][role])
+                parts = slowest[role].seconds
+                phases[f"{kind}: setup"] += parts.get("setup", 0.0)
+                phases[f"{kind}: record"] += parts.get("record", 0.0)
+                phases[f"{kind}: train"] += slowest[SECONDS][role] - sum(parts.values())
+        phases["messages and waiting"] += max(0.0, wall - busy)
+        phases["_runs"] += wall
+        return segments
+
+    def timed_compare(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return compare(*args, **kwargs)
+        finally:
+            phases["oracle"] += time.perf_counter() - began
+
+    total, count = 0.0, 0
+    Executor.run_segments, verify.compare = timed_run_segments, timed_compare
+    try:
+        for ws in sizes:
+            cases = generate(n, (ws,), seed)
+            with Executor() as ex:
+                ex.pool(ws)  # start-up excluded
+                for case in cases:
+                    began = time.perf_counter()
+                    verify.verify_case(case, ex)
+                    total += time.perf_counter() - began
+                    count += 1
+    finally:
+        Executor.run_segments, verify.compare = run_segments, compare
+    phases["driver: other"] = max(0.0, total - phases.pop("_runs") - phases["oracle"])
+    return {"cases": count, "seconds": round(total, 2), "cases_per_min": round(60 * count / total, 1),
+            "phases": {k: {"seconds": round(v, 2), "share": round(v / total, 3)}
+                       for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}}
 
 
 def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
@@ -239,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="shrink an error-verdict fault with pools respawned, then kept, after errors")
     parser.add_argument("--attached", action="store_true",
                         help="the same cases on the local pool and on torchrun-launched ranks attached to the driver")
+    parser.add_argument("--pool-starts", action="store_true",
+                        help="pool start and restart times and cases per minute, ranks spawned against forked")
+    parser.add_argument("--profile", action="store_true", help="where a case's time goes, phase by phase")
     args = parser.parse_args(argv)
     if args.shrink_errors:
         result = shrink_errors(args.seed)
@@ -272,6 +384,32 @@ def main(argv: list[str] | None = None) -> int:
             for r, (b, a) in enumerate(zip(result["before"], result["after"])):
                 print(f"{r:>4} {b['rss_mib']:>15} {a['rss_mib']:>7} {b['threads']:>15} {a['threads']:>6} "
                       f"{b['fds']:>11} {a['fds']:>6}")
+        return 0
+    if args.profile:
+        result = profile(sizes, args.cases, args.seed)
+        if args.json:
+            print(json.dumps(result))
+            return 0
+        print(f"{result['cases']} cases, {result['seconds']}s ({result['cases_per_min']} cases/min), world sizes "
+              f"{sizes}")
+        for name, p in result["phases"].items():
+            print(f"{name:>28} {p['seconds']:>9.2f}s {p['share']:>7.1%}")
+        return 0
+    if args.pool_starts:
+        rows = pool_starts(sizes, args.cases, args.seed)
+        if args.json:
+            print(json.dumps({"rows": rows}))
+            return 0
+        print(f"{'world size':>10} {'start method':>12} {'first start s':>13} {'restart s':>9} {'cases/min':>9} "
+              f"{'pool restarts':>13}")
+        for r in rows:
+            for method in ("spawn", "forkserver"):
+                print(f"{r['world_size']:>10} {method:>12} {r[method + '_start_s']:>13.2f} "
+                      f"{r[method + '_restart_s']:>9.2f} {r[method + '_cases_per_min']:>9.1f} "
+                      f"{r[method + '_restarts']:>13}")
+            print(f"{'':>10} {'ratio':>12} {r['spawn_start_s'] / r['forkserver_start_s']:>13.1f} "
+                  f"{r['spawn_restart_s'] / r['forkserver_restart_s']:>9.1f} "
+                  f"{r['forkserver_cases_per_min'] / r['spawn_cases_per_min']:>9.2f}   verdicts {r['verdicts']}")
         return 0
     if args.attached:  # attached throughput / local
         ways = (("attached", attached_seconds), ("local", executor_seconds))

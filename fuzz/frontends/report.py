@@ -68,14 +68,16 @@ def _legend() -> str:
 
 def timeline_svg(timeline: list, width: int = 560, height: int = 140) -> str:
     """Cases per verdict over time: a stacked bar per slice of the target's time in the run (seconds since the run
-    began)."""
+    began).  ``timeline``: ``[seconds, verdict kind, cases]`` per slice of the run (``[seconds, kind]`` per case in
+    reports written before the timeline was bucketed)."""
     if not timeline:
         return '<p class="muted">no cases</p>'
-    start, end = min(t for t, _ in timeline), max(t for t, _ in timeline)
+    start, end = min(entry[0] for entry in timeline), max(entry[0] for entry in timeline)
     span = (end - start) or 1.0
     buckets = [dict.fromkeys(KINDS, 0) for _ in range(TIME_BUCKETS)]
-    for t, kind in timeline:
-        buckets[min(TIME_BUCKETS - 1, int((t - start) / span * TIME_BUCKETS))][kind if kind in KINDS else "error"] += 1
+    for t, kind, *n in timeline:
+        index = min(TIME_BUCKETS - 1, int((t - start) / span * TIME_BUCKETS))
+        buckets[index][kind if kind in KINDS else "error"] += n[0] if n else 1
     top = max(sum(b.values()) for b in buckets) or 1
     left, bottom = 34, 18
     w = (width - left) / TIME_BUCKETS
@@ -162,14 +164,19 @@ def finding_html(f: dict) -> str:
             + f'<pre>{_e(f.get("case_tree", ""))}</pre><pre>{_e(chr(10).join(commands))}</pre></div>')
 
 
-def explained_html(explained: dict) -> str:
-    """Failing cases that counted as passing, by what explained them (:func:`parityfuzz.triage.explain`)."""
-    if not explained:
+def explained_html(explained: dict, seconds: dict | None = None, throttled: dict | None = None) -> str:
+    """Failing cases that counted as passing, by what explained them (:func:`parityfuzz.triage.explain`), with the
+    seconds they took; and the cases skipped for a known bug met often (:mod:`parityfuzz.engine.throttle`)."""
+    seconds, throttled = seconds or {}, throttled or {}
+    if not explained and not throttled:
         return ""
-    rows = "".join(f'<tr><td class="l">{_e(label)}</td><td>{n}</td></tr>'
-                   for label, n in sorted(explained.items(), key=lambda x: -x[1]))
+    skipped = {title: n for title, n in throttled.items()}
+    labels = sorted(set(explained) | {f"known torch bug, {t}" for t in skipped}, key=lambda x: -explained.get(x, 0))
+    rows = "".join(f'<tr><td class="l">{_e(label)}</td><td>{explained.get(label, 0)}</td>'
+                   f'<td>{seconds.get(label, 0):.0f}</td>'
+                   f'<td>{skipped.get(label.removeprefix("known torch bug, "), 0)}</td></tr>' for label in labels)
     return ('<h3>failures explained (counted as passing)</h3><table><tr><th class="l">explained by</th>'
-            f"<th>cases</th></tr>{rows}</table>")
+            f"<th>cases</th><th>seconds</th><th>skipped once met often</th></tr>{rows}</table>")
 
 
 def _rates(timing: dict) -> str:
@@ -201,7 +208,8 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
     for name, t in report["targets"].items():
         sections.append(
             f'<h2 id="t-{_e(name)}">{_e(name)}</h2><h3>cases per verdict over time</h3><p>{_legend()}</p>'
-            + timeline_svg(t.get("timeline", [])) + explained_html(t.get("explained", {}))
+            + timeline_svg(t.get("timeline", [])) + explained_html(t.get("explained", {}),
+                                                                t.get("explained_seconds"), t.get("throttled"))
             + "<h3>seed tests' grids</h3>" + grids_html(t.get("seed_grids", {}))
             + "<h3>pairwise feature coverage</h3>" + heatmap_svg(t.get("feature_counts", {}), t.get("pair_counts", {})))
     findings = "".join(finding_html(f) for f in report["failures"]) or '<p class="muted">no findings</p>'

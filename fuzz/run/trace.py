@@ -140,6 +140,9 @@ class RankTrace:
     #: For a compiled system under test (:mod:`parityfuzz.systems.compiled`), what the compiler captured on this
     #: rank, summed over the systems it built: ``{"graphs", "ops", "breaks", "seconds"}``; empty otherwise.
     compiled: dict = field(default_factory=dict)
+    #: Seconds this rank spent building the model and applying the system (``setup``, every build of the run) and
+    #: recording gradients and parameters (``record``): where a case's time goes (the benchmark's ``--profile``).
+    seconds: dict = field(default_factory=dict)
 
     def tensors(self, what: str) -> list[Tensors]:
         return {"grad": self.grads, "param": self.params}[what]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import numpy as np
 import torch
@@ -147,6 +148,19 @@ class _Run:
 
     def start(self, case: Case, step: int) -> None:
         """Build the model and apply ``case``'s system to it, as it stands at ``step`` (frozen parameters)."""
+        with self.timed("setup"):
+            self._start(case, step)
+
+    @contextlib.contextmanager
+    def timed(self, what: str):
+        """Add the seconds the block takes to the trace's :attr:`RankTrace.seconds` under ``what``."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.trace.seconds[what] = self.trace.seconds.get(what, 0.0) + time.perf_counter() - began
+
+    def _start(self, case: Case, step: int) -> None:
         self.system = None
         cls = system_class(case.system_name() if self.role == "system" else case.reference_name())
         reset_rank_state(case.seed)
@@ -191,7 +205,8 @@ class _Run:
         """This rank's records of ``tensors`` (``what``: ``"grad"`` or ``"param"``), and :data:`ELSEWHERE` for
         those the system says other ranks hold."""
         system = self.system
-        out = record_tensors(tensors, self.ctx, system.rank_local())
+        with self.timed("record"):
+            out = record_tensors(tensors, self.ctx, system.rank_local())
         out.update(dict.fromkeys(system.elsewhere(what), ELSEWHERE))
         return out
 
