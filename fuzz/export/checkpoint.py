@@ -81,10 +81,12 @@ class System:
         return self._inner
 
     def state_module(self):
-        return self.model
+        """The module a checkpoint takes: the model, or a pipelined model's stages as one (Pipelined.state_module)."""
+        return self.model.state_module() if hasattr(self.model, "state_module") else self.model
 
     def holds(self, name):
-        return True  # (every rank holds the whole model)
+        """Whether this rank holds ``name``: every rank the whole model, a pipeline rank its stages'."""
+        return self.model.holds(name) if hasattr(self.model, "holds") else True
 
 
 def expected_keys(case):

@@ -7,7 +7,8 @@ after another, the gradients divided by their count where ``scale_grads``
 emulation of it with one group per stage (:class:`parityfuzz.systems.pipeline.PipelineMixedPrecisionReference`).  Each rank records the stages it holds and says the
 others are held elsewhere, as the harness does.  Where the run unfreezes
 parameters, the stages and schedule are built anew around the same modules (``Pipelined.rebuild``), as the harness
-does; an evaluation forward is ``schedule.eval``."""
+does; an evaluation forward is ``schedule.eval``.  A checkpoint event saves and loads each rank's stages as one module
+named as the whole model (``Pipelined.state_module``, ``holds``), as the harness does."""
 
 from __future__ import annotations
 
@@ -47,7 +48,19 @@ class Pipelined(nn.Module):
         buffers = {case_name(n) for n, _ in whole.named_buffers()} - {n for n, _ in self.named_buffers()}
         self.elsewhere = {"grad": sorted(params), "param": sorted(params) + ["buffer:" + n for n in sorted(buffers)]}
         self.mine, self.count, self.mesh, self.device = mine, count, mesh, device
+        self.held = [unit for index in mine for unit in STAGE_UNITS[index]]
+        # (not a submodule: each module is in the stage modules once)
+        self.__dict__["state_view"] = Stage(whole, self.held)
         self.rebuild()
+
+    def state_module(self):
+        """This rank's stages as one module named as the whole model is: what a checkpoint saves and loads (the same
+        module objects, so FSDP2's state-dict hooks run), as the harness's PipelineSystem.state_module."""
+        return self.state_view
+
+    def holds(self, name):
+        """Whether this rank's state dict holds the case's parameter or buffer ``name``."""
+        return any(name == unit or name.startswith(unit + ".") for unit in self.held)
 
     def rebuild(self):
         """A PipelineStage around each stage module and the schedule over them (anew once parameters are unfrozen: a
@@ -155,10 +168,7 @@ reference_step_context = reference_loss_context = contextlib.nullcontext
 
 
 def refusal(case: Case) -> str | None:
-    if case.checkpoint:
-        return ("a checkpoint of a pipelined model (each rank saves and checks its own stages), which the export does "
-                "not write out yet")
-    return None
+    return None  # (a checkpoint loaded into another plan, mesh or world size: the export's generic refusal)
 
 
 def constants(case: Case) -> str:
