@@ -49,7 +49,7 @@ def test_the_executor_starts_its_pools_where_the_placement_says(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     monkeypatch.setattr(executor_module, "RankPool",
-                        lambda ws, backend, devices=(): started.append((ws, backend, devices)) or object())
+                        lambda ws, backend, devices=(), start_method="": started.append((ws, backend, devices)) or object())
     ex = Executor()
     ex.pool(2)
     ex.pool(4)

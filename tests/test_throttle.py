@@ -4,9 +4,12 @@ import dataclasses
 
 from parityfuzz.engine.throttle import KEEP_ONE_IN, MET_BEFORE_THROTTLE, Throttle
 from parityfuzz.judge.verdict import Divergence, Verdict
+from parityfuzz.strategies import cases
 from parityfuzz.triage import explain
 from parityfuzz.triage.known import shipped
+from tests.known import record, register
 from tests.test_pipeline import pipeline_case
+from tests.test_round_keeps import fuzzer_over
 
 #: pipeline-scale-grads-over-accumulated-steps: scale_grads over several microbatches and several step() calls.
 BUG = next(b for b in shipped() if b.id == "pipeline-scale-grads-over-accumulated-steps")
@@ -31,3 +34,20 @@ def test_a_known_bug_met_often_runs_one_case_in_eight_of_its_precondition_and_ne
     assert throttle.skipped[BUG.title] == 4 * (KEEP_ONE_IN - 1)
     assert throttle.skip(pipeline_case("gpipe", micro=2).validate()) == ""  # outside the precondition: runs
     assert Throttle().skip(accumulating(99)) == ""  # each target's run counts its own meetings
+
+
+def test_a_fuzz_run_spends_a_small_share_of_its_cases_on_a_known_bug_met_often(tmp_path, monkeypatch):
+    """Real draws, stand-in verdicts: every case with a Scale module fails as a registered known bug does.  Once
+    met three times, its cases run one in eight; the skipped ones count as passing, under the bug, and the others
+    still run (the rule sees them)."""
+    mismatch = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.w", max_abs=1.0, max_rel=1.0))
+    bug, = register(monkeypatch, tmp_path, record("scale-bug", '[{ verdict = "mismatch", check = "value", '
+                                                                'tensor = "grad" }]'))
+    fuzzer, given = fuzzer_over(tmp_path, lambda c: mismatch if "has:scale" in c.features() else Verdict("pass"),
+                                seed=3, max_cases=200)
+    stats = fuzzer.fuzz("fsdp2", cases(world_sizes=(2,), system="fsdp2"), budget_s=300)
+    met, skipped = stats.explained[f"known torch bug, {bug.title}"], stats.throttled[bug.title]
+    assert stats.failures == [] and met == sum(1 for v in given if not v.ok)
+    matched = skipped + met - MET_BEFORE_THROTTLE  # cases with a Scale module drawn once the bug was met often
+    assert skipped > 0 and met - MET_BEFORE_THROTTLE == -(-matched // KEEP_ONE_IN), (met, skipped)
+    assert f"{skipped} cases skipped: {bug.title}" in stats.summary_line()

@@ -115,6 +115,9 @@ def prepare(backend: str, device_index: int):
 #: The key of an answer's traces under which a rank says how many seconds each role's run took (where a case's
 #: time goes: ``python -m parityfuzz.frontends.bench --profile``).
 SECONDS = "seconds"
+#: Its keys beside the roles': the seconds the isolation snapshot took to put the rank back after the roles, and
+#: those releasing the process groups the case made.
+RESTORE, RELEASE = "restore rank state", "release groups"
 
 
 def serve(conn, ctx, log_path: str) -> bool:
@@ -144,7 +147,9 @@ def serve(conn, ctx, log_path: str) -> bool:
                 traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
                                            scratch=job.get("scratch", ""), probe=job.get("probe", False))
                 seconds[role] = time.perf_counter() - began
+                began = time.perf_counter()
                 undone = clean.restore()
+                seconds[RESTORE] = seconds.get(RESTORE, 0.0) + time.perf_counter() - began
                 if undone:
                     print(f"[parityfuzz] {role} left changes behind, undone: {', '.join(undone)}", flush=True)
         except BaseException as e:  # noqa: BLE001 - any failure is a verdict, reported as data
@@ -155,7 +160,9 @@ def serve(conn, ctx, log_path: str) -> bool:
                 error["collectives"] = _collective_state(ctx)
             conn.send(("error", error))
             continue
+        began = time.perf_counter()
         ctx.release_groups()
+        seconds[RELEASE] = time.perf_counter() - began
         traces[SECONDS] = seconds
         conn.send(("ok", traces))
 

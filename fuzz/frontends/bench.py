@@ -42,7 +42,8 @@ every pool replaced after each failing case (as shrinking an error out of step d
 
 ``--profile`` says where a case's time goes, over the fixed case set: per role (the reference, the system under
 test, the noise samples of perturbed references) the ranks' seconds building the model and applying the system,
-training, and recording gradients and parameters (the slowest rank's, per run); the driver's seconds in the oracle;
+training, and recording gradients and parameters (the slowest rank's, per run); runs a rank failed (the expected
+errors of cases torch must refuse among them: no seconds come back to split); the driver's seconds in the oracle;
 the messages between driver and ranks and the waiting for the slowest rank (a run's wall time less its slowest
 rank's busy time); and the driver's other work (expectations, merging traces).  Each as seconds and as a share of
 the total.
@@ -174,7 +175,7 @@ def profile(sizes: list[int], n: int, seed: int) -> dict:
     from collections import Counter
 
     from parityfuzz.executor import Executor
-    from parityfuzz.executor.worker import SECONDS
+    from parityfuzz.executor.worker import RELEASE, RESTORE, SECONDS
     from parityfuzz.judge import verify
 
     phases: Counter = Counter()
@@ -187,11 +188,16 @@ def profile(sizes: list[int], n: int, seed: int) -> dict:
         busy = 0.0
         for outcomes in segments:
             done = [o.result for o in outcomes if o.status == "ok"]
-            if not done:
+            if len(done) < len(outcomes):  # (a rank raised, crashed or hung: no seconds to split it by)
+                phases["runs that failed (expected errors among them)"] += wall / len(segments)
+                busy += wall / len(segments)
                 continue
             per_rank = [sum(r[SECONDS].values()) for r in done]
             busy += max(per_rank)
             for role in done[0][SECONDS]:
+                if role in (RESTORE, RELEASE):
+                    phases[f"ranks: {role}"] += max(r[SECONDS].get(role, 0.0) for r in done)
+                    continue
                 kind = "noise samples" if role.startswith("perturbed_reference") else role
                 slowest = max(done, key=lambda r: r[SECONDS][role])
                 parts = slowest[role].seconds
