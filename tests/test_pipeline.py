@@ -104,6 +104,22 @@ def test_mixed_precision_stages_train_like_the_emulated_policy_bit_for_bit(execu
     assert {"mp=uniform", "precision=bfloat16", "pp:schedule=" + schedule} <= case.features()
 
 
+def test_an_output_dtype_no_later_stage_casts_from_is_refused_and_never_drawn():
+    """FSDP2 casts a module's floating-point inputs to param_dtype only (MixedPrecisionPolicy): without one, a
+    stage's float32 output reaches the next float64 stage uncast and its Linear raises a dtype mismatch in torch
+    and in the reference alike, a plan error.  The 30-minute run of seed 20261126 reported it as an error of the
+    reference before the family refused it (shrunk: two stages of one rank, output_dtype=float32 alone)."""
+    model = ModelSpec(body=Node("seq", children=(Node("linear", out=1), Node("linear", out=1))))
+    case = Case(seed=0, world_size=1, model=model, mesh=MeshSpec((1, 1), ("pp", "dp_shard")),
+                plan=PipelinePlan(schedule="looped_bfs", stages_per_rank=2, cuts=(1,),
+                                  precision=StagePrecision(output_dtype="float32")), train=TrainSpec())
+    with pytest.raises(CaseError, match="casts forward inputs to param_dtype only") as e:
+        case.validate()
+    assert e.value.field == "plan.precision.output_dtype"
+    for policy in (StagePrecision(param_dtype="bfloat16", output_dtype="float32"), StagePrecision(output_dtype="float64")):
+        dataclasses.replace(case, plan=dataclasses.replace(case.plan, precision=policy)).validate()
+
+
 def test_a_low_precision_accumulation_in_the_schedules_own_order_is_within_the_measured_noise(executor):
     """ScheduleLoopedBFS runs a step's microbatch backwards last to first, an order torch does not document: with
     gradients accumulated in bfloat16 (reduce_dtype) the sum rounds one bfloat16 ulp away from the reference's
@@ -275,6 +291,8 @@ def test_drawn_cases_are_valid_and_their_stages_lie_where_the_schedule_puts_them
     assert held == list(range(stages))  # every stage on exactly one rank of the pipeline
     assert all(len(units) >= 1 for units in plan.stage_units(case.model))
     assert case.train.batch % plan.microbatches == 0
+    mp = plan.precision  # (an output dtype a later stage would not cast from is refused: never drawn)
+    assert mp.param_dtype or mp.output_dtype in ("", case.train.dtype)
 
 
 #: fault -> (a hand-written case where it acts, what a shrunk case must still show)

@@ -71,14 +71,16 @@ def checkpoints(draw, model: ModelSpec) -> tuple[ActivationCheckpoint, ...]:
 def stage_precision(draw, model: ModelSpec, train) -> StagePrecision:
     """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard``, or none (the first coin): ``param_dtype`` a
     lower precision than the model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
-    ``output_dtype`` none, float32 or the model's; ``cast_forward_inputs=False`` where the family's validation
+    ``output_dtype`` none, float32 (with a ``param_dtype``) or the model's; ``cast_forward_inputs=False`` where the family's validation
     allows it (the stages receive what they compute in)."""
     if not draw(st.booleans()):
         return StagePrecision()
     master = train.dtype
     param = draw(st.sampled_from(tuple(d for d in LOW if d != master) + ("",)))
     reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
-    output = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master)))))
+    # (without a param_dtype a stage casts no input: an output_dtype other than the model's would reach the next
+    # stage uncast, which the family's validation refuses)
+    output = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master) if param else (master,)))))
     mp = StagePrecision(param_dtype=param, reduce_dtype=reduce, output_dtype=output)
     compute = mp.compute(master)
     must_cast = mp.output(master) != compute or (model.input != "embedding" and compute != master)

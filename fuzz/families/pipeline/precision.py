@@ -62,13 +62,19 @@ def validate_precision(case: Case) -> None:
           "not drawn with tensor parallelism yet (the reference does not emulate the policy over tp shards)")
     check(not case.train.to_float64, "train.to_float64",
           "not combined with mixed precision (the policy's dtypes are relative to the model's)")
-    compute = mp.compute(master)
+    compute, output = mp.compute(master), mp.output(master)
     if case.model.input != "embedding":
         check(mp.cast_forward_inputs or compute == master, "plan.precision.cast_forward_inputs",
               f"the first stage computes in {compute} but receives the model's {master} input: it must cast it")
-    check(mp.cast_forward_inputs or mp.output(master) == compute, "plan.precision.cast_forward_inputs",
-          f"a stage computes in {compute} but receives the stage before's {mp.output(master)} output: it must "
-          "cast it")
+    if case.plan.cuts:  # a later stage receives the stage before's output
+        check(mp.cast_forward_inputs or output == compute, "plan.precision.cast_forward_inputs",
+              f"a stage computes in {compute} but receives the stage before's {output} output: it must cast it")
+        # FSDP2 casts inputs to param_dtype only ("cast_forward_inputs: ... whether FSDP should cast the forward's
+        # floating-point input tensors to param_dtype or not", MixedPrecisionPolicy): without one there is no cast
+        check(bool(mp.param_dtype) or output == compute, "plan.precision.output_dtype",
+              f"a stage computes in {compute} (no param_dtype) but sends the next stage its {output} output, which "
+              "it would not cast (FSDP2 casts forward inputs to param_dtype only): the next stage's layers would "
+              "see two dtypes")
 
 
 def promise(case: Case) -> dtypes.Promise:
