@@ -3,9 +3,7 @@ family or world size) and trains on must train exactly like the uninterrupted re
 
 import pytest
 
-from parityfuzz.strategies.checkpoint import checkpointed_cases
 
-
-@pytest.mark.fuzz_target
+@pytest.mark.fuzz_target("checkpoint")
 def test_checkpoint_round_trip_matches_uninterrupted(fuzz_session):
-    fuzz_session.run_target("checkpoint", lambda world_sizes: checkpointed_cases(world_sizes=world_sizes))
+    fuzz_session.run_target("checkpoint")

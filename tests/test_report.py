@@ -124,3 +124,20 @@ def test_the_page_counts_the_failures_each_explanation_silenced(tmp_path):
     data["targets"]["fsdp2"]["explained"] = stats.to_dict()["explained"]
     page = report.render(data)
     assert f'<td class="l">known torch bug, {report._e(bug.title)}</td><td>3</td>' in page
+
+
+def test_the_page_shows_how_the_schedule_shared_the_budget():
+    from parityfuzz.engine.schedule import Gains, Schedule
+
+    schedule = Schedule(["fsdp2", "zero"], 120)
+    while (choice := schedule.next()) is not None:
+        name, seconds, share = choice
+        schedule.record(name, seconds, Gains(pairs=40 if name == "fsdp2" else 0), share)
+    page = report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],
+                          "schedule": schedule.to_dict()})
+    rows = dict(re.findall(r'<tr><td class="l">(\w+)</td><td>(\d+)</td>', page))
+    assert int(rows["fsdp2"]) > int(rows["zero"]) > 0 and int(rows["fsdp2"]) + int(rows["zero"]) == 120
+    assert "adaptive: after one slice each" in page
+    # a run of one target has no schedule to show
+    assert "<h2>schedule" not in report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],
+                                                "schedule": Schedule(["fsdp2"], 60).to_dict()})

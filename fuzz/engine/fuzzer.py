@@ -17,9 +17,11 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
 - after Hypothesis's shrink, each failure is reduced to a 1-minimal case
   (:mod:`parityfuzz.engine.reduce`: every single simplification tried on the case
   itself) within its own budget, before it is recorded;
-- a target has a wall-clock deadline (:meth:`FuzzOptions.deadline_s`: its generation
-  budget plus one shrink and one reduction): however many failures it finds,
-  shrinking and reducing stop there and what was found is recorded as it is;
+- a slice of a target's run (:class:`TargetRun`; a schedule gives targets slices:
+  :mod:`parityfuzz.engine.schedule`) has a wall-clock deadline
+  (:meth:`FuzzOptions.deadline_s`: its generation seconds plus one shrink and one
+  reduction): however many failures it finds, shrinking and reducing stop there and
+  what was found is recorded as it is;
 - Ctrl-C or SIGTERM during the run still records the smallest failure seen so
   far (marked as interrupted) before the interrupt propagates.
 
@@ -138,53 +140,22 @@ class Fuzzer:
         self.log = log
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
         self.targets: dict[str, TargetStats] = {}
+        #: Where the targets were run by one schedule (:func:`parityfuzz.engine.schedule.run_schedule`): it.
+        self.schedule = None
         self.started = time.monotonic()  # the timeline's zero
         self.database = open_database(options.database) if options.database else None
 
     def fuzz(self, name: str, strategy: st.SearchStrategy[Case], budget_s: float) -> TargetStats:
-        """Fuzz one target for ``budget_s`` seconds of generation.
+        """Fuzz one target for ``budget_s`` seconds of generation, in one slice (:class:`TargetRun`)."""
+        run = self.start(name, strategy)
+        run.run(budget_s)
+        return run.finish()
 
-        A round is one Hypothesis run: it draws up to :data:`ROUND_CASES` cases until a failure is found (then
-        shrinks it) or the generation time is spent.  Another round follows, with a fresh seed derived from the
-        fuzz seed, until the generation time is spent, whatever the Hypothesis profile, unless
-        ``options.stop_after`` distinct failures were found (``-x``: the first).  In later rounds a failing case
-        counts as passing ("already found in this run") when it fails the same way
-        (:meth:`Verdict.bug_signature`) as an earlier shrunk failure and has every feature that failure's case
-        has beyond the simplest case's (its :func:`precondition`, never empty): the same bug seen again, under
-        another tensor name or step.  So each round looks for, and shrinks toward, a failure that needs
-        something else, and one finding (a false alarm among them) never hides the next.
-
-        The target ends by :meth:`FuzzOptions.deadline_s` whatever it finds: shrinks and reductions are cut to what is left of
-        it, and no round starts after it.
-        """
-        deadline = time.monotonic() + self.options.deadline_s(budget_s)
-        stats = self.targets[name] = TargetStats(name)
-        throttle = Throttle()
-        cache: dict[str, Verdict] = {}
-        found_before: list[Found] = []
-        baseline = None  # the simplest case's features, drawn once a failure needs a precondition
-        for number in itertools.count():
-            seed = self.seed if number == 0 else random.Random(f"{self.seed}:{number}").randrange(2**32)
-            if number and found_before:
-                self.log(f"{name}: round {number + 1} (seed {seed}), {budget_s - stats.generate_seconds:.0f}s "
-                         f"of generation left; failures already found count as passing")
-            failures, exhausted = self._round(name, strategy, stats, cache, found_before,
-                                              budget_s - stats.generate_seconds, seed, deadline, throttle)
-            if failures and baseline is None:
-                baseline = simplest_features(strategy)
-            for f in failures:
-                found_before = remember(found_before, Found(precondition(f.case, baseline),
-                                                            f.verdict.bug_signature(), str(f.corpus_path)))
-            more = stats.generate_seconds < budget_s and not _reached(stats.cases, self.options.max_cases)
-            if more and time.monotonic() >= deadline:
-                self.log(f"{name}: the target's deadline ({self.options.deadline_s(budget_s):.0f}s: generation, "
-                         "one shrink and one reduction) is reached: no further round")
-                more = False
-            enough = self.options.stop_after and len(stats.failures) >= self.options.stop_after
-            if not (more and ((failures and not enough) or exhausted)):
-                break
-        self.log(stats.summary_line())
-        return stats
+    def start(self, name: str, strategy: st.SearchStrategy[Case]) -> "TargetRun":
+        """A target's run, to be given slices of generation time (:meth:`TargetRun.run`) by a schedule
+        (:mod:`parityfuzz.engine.schedule`), then :meth:`TargetRun.finish`-ed."""
+        self.targets[name] = TargetStats(name)
+        return TargetRun(self, name, strategy)
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
                found_before: list[Found], budget_s: float, seed: int,
@@ -367,7 +338,7 @@ class Fuzzer:
                 shrink_runs=shrink_runs, shrink_seconds=end - found.get("at", end),
                 duplicate_of=why.corpus_file if duplicate else None, known_issue=why.known_issue,
                 interrupted=interrupted,
-                reduction=r))
+                reduction=r, found_at=found.get("at", end) - self.started))
         stats.failures.extend(recorded)
         return recorded
 
@@ -419,7 +390,91 @@ class Fuzzer:
             "verdicts": dict(verdicts),
             "targets": targets,
             "failures": [f for t in targets.values() for f in t["failures"]],
+            **({"schedule": self.schedule.to_dict()} if self.schedule is not None else {}),
         }
+
+
+class TargetRun:
+    """One target's run, resumable: each :meth:`run` is a slice of generation time.
+
+    A round is one Hypothesis run: it draws up to :data:`ROUND_CASES` cases until a failure is found (then shrinks
+    it) or the slice's generation time is spent.  Another round follows, with a fresh seed derived from the fuzz seed
+    and the round's number, until the slice is spent, unless ``options.stop_after`` distinct failures were found
+    (``-x``: the first); a later slice starts the next round.  In later rounds a failing case counts as passing
+    ("already found in this run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk
+    failure and has every feature that failure's case has beyond the simplest case's (its :func:`precondition`,
+    never empty): the same bug seen again, under another tensor name or step.  So each round looks for, and
+    shrinks toward, a failure that needs something else, and one finding (a false alarm among them) never hides
+    the next.  What the run has met (the verdict cache, failures found, known bugs met often: :class:`Throttle`)
+    carries over from slice to slice.
+
+    The run, in one slice or many, ends by :meth:`FuzzOptions.deadline_s` of its generation seconds whatever it
+    finds (what its slices took beyond generation counts against the one shrink and one reduction): shrinks and
+    reductions are cut to what is left of it, and no round starts after it.
+    """
+
+    def __init__(self, fuzzer: Fuzzer, name: str, strategy: st.SearchStrategy[Case]):
+        self.fuzzer = fuzzer
+        self.name = name
+        self.strategy = strategy
+        self.stats = fuzzer.targets[name]
+        self.throttle = Throttle()
+        self.cache: dict[str, Verdict] = {}
+        self.found_before: list[Found] = []
+        self.baseline = None  # the simplest case's features, drawn once a failure needs a precondition
+        self.rounds = 0
+        #: Seconds the run's slices took beyond their generation (shrinking, reducing, recording).
+        self.beyond_generation = 0.0
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has nothing more to do whatever time it is given: ``--fuzz-max-cases`` reached, or
+        ``stop_after`` distinct failures found."""
+        opts = self.fuzzer.options
+        return _reached(self.stats.cases, opts.max_cases) or bool(
+            opts.stop_after and len(self.stats.failures) >= opts.stop_after)
+
+    def run(self, seconds: float, deadline: float = float("inf")) -> None:
+        """Fuzz for ``seconds`` more of generation.  The slice ends by those seconds plus what is left of the run's
+        one shrink and one reduction (:meth:`FuzzOptions.deadline_s`: a run given its whole budget in one slice, or
+        in many, takes at most as long), or by ``deadline`` (:func:`time.monotonic`) if that comes first."""
+        fuzzer, stats, opts = self.fuzzer, self.stats, self.fuzzer.options
+        began, generated = time.monotonic(), stats.generate_seconds
+        beyond = max(0.0, opts.deadline_s(0.0) - self.beyond_generation)
+        deadline = min(deadline, began + seconds + beyond)
+        try:
+            self._rounds(seconds, deadline)
+        finally:
+            self.beyond_generation += max(0.0, time.monotonic() - began - (stats.generate_seconds - generated))
+
+    def _rounds(self, seconds: float, deadline: float) -> None:
+        fuzzer, stats, opts = self.fuzzer, self.stats, self.fuzzer.options
+        until = stats.generate_seconds + seconds
+        while not self.done:
+            number = self.rounds
+            self.rounds += 1
+            seed = fuzzer.seed if number == 0 else random.Random(f"{fuzzer.seed}:{number}").randrange(2**32)
+            if number and self.found_before:
+                fuzzer.log(f"{self.name}: round {number + 1} (seed {seed}), {until - stats.generate_seconds:.0f}s "
+                           "of generation left; failures already found count as passing")
+            failures, exhausted = fuzzer._round(self.name, self.strategy, stats, self.cache, self.found_before,
+                                                until - stats.generate_seconds, seed, deadline, self.throttle)
+            if failures and self.baseline is None:
+                self.baseline = simplest_features(self.strategy)
+            for f in failures:
+                self.found_before = remember(self.found_before, Found(precondition(f.case, self.baseline),
+                                                                      f.verdict.bug_signature(), str(f.corpus_path)))
+            more = stats.generate_seconds < until
+            if more and time.monotonic() >= deadline:
+                fuzzer.log(f"{self.name}: the run's deadline (its generation, one shrink and one reduction) is "
+                           "reached: no further round")
+                more = False
+            if not (more and (failures or exhausted)):
+                break
+
+    def finish(self) -> TargetStats:
+        self.fuzzer.log(self.stats.summary_line())
+        return self.stats
 
 
 def _with_first(failures: list[CaseFailed], found: dict) -> list[CaseFailed]:

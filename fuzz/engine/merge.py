@@ -21,6 +21,8 @@ def _merge_target(a: dict, b: dict) -> dict:
     for key in ("verdicts", "cut_short", "explained", "explained_seconds", "throttled", "feature_counts",
                 "pair_counts"):
         out[key] = _add(a.get(key, {}), b.get(key, {}))
+    out["distinct_feature_pairs"] = len(out["pair_counts"])
+    out["near_miss_combinations"] = a.get("near_miss_combinations", 0) + b.get("near_miss_combinations", 0)  # at most
     out["timing"] = merge_timing(a.get("timing", {}), b.get("timing", {}))
     slices = Counter()
     for t, kind, *n in a.get("timeline", []) + b.get("timeline", []):

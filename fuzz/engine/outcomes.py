@@ -60,6 +60,8 @@ class Failure:
     interrupted: bool = False
     #: The reduction to a 1-minimal case after the shrink (:mod:`parityfuzz.engine.reduce`); None where turned off.
     reduction: Reduction | None = None
+    #: Seconds into the run (its fuzzer's start) at which the failure was first met.
+    found_at: float = 0.0
 
     def to_dict(self) -> dict:
         d = self.verdict.divergence
@@ -78,6 +80,7 @@ class Failure:
             "interrupted": self.interrupted,
             "cases_to_find": self.cases_to_find,
             "seconds_to_find": round(self.seconds_to_find, 2),
+            "found_at_seconds": round(self.found_at, 2),
             "shrink_runs": self.shrink_runs,
             "shrink_seconds": round(self.shrink_seconds, 2),
             "reduce_runs": self.reduction.runs if self.reduction else 0,

@@ -9,6 +9,7 @@ from itertools import combinations
 from parityfuzz.case import seedgrids
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
+from parityfuzz.engine.schedule import NEAR_MISS
 from parityfuzz.judge.verdict import Verdict
 from parityfuzz.triage import Explanation
 
@@ -48,6 +49,11 @@ class TargetStats:
     run_seconds: Counter = field(default_factory=Counter)
     #: Of the compiled cases' seconds, those their systems spent compiling (:attr:`Verdict.compile_seconds`).
     compile_seconds: float = 0.0
+    #: Feature combinations of the passing cases that came within :data:`NEAR_MISS` of the tolerance.
+    near_miss_combinations: set = field(default_factory=set)
+    #: The time a schedule gave the target (:meth:`parityfuzz.engine.schedule.Schedule.summary`); None where the
+    #: target ran alone.
+    schedule: dict | None = None
 
     def count(self, case: Case, verdict: Verdict, at: float = 0.0, why: Explanation | None = None,
               seconds: float = 0.0) -> None:
@@ -70,6 +76,8 @@ class TargetStats:
         self.features.update(feats)
         self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
         self.combinations[feats] += 1
+        if verdict.ok and verdict.closeness >= NEAR_MISS:
+            self.near_miss_combinations.add(feats)
 
     def shares(self) -> dict[str, float]:
         """The share of cases per world size and mesh, with nothing sharded, and with CPU offload."""
@@ -116,6 +124,9 @@ class TargetStats:
             "explained_seconds": {k: round(v, 1) for k, v in self.explained_seconds.items()},
             "throttled": dict(self.throttled),
             "distinct_feature_combinations": len(self.combinations),
+            "distinct_feature_pairs": len(self.pairs),
+            "near_miss_combinations": len(self.near_miss_combinations),
+            **({"schedule": self.schedule} if self.schedule is not None else {}),
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
             "feature_counts": dict(sorted(self.features.items())),
             "pair_counts": dict(sorted(self.pairs.items())),

@@ -6,6 +6,8 @@
     python -m parityfuzz.frontends.bench --attached [--cases N] [--world-sizes 2] [--json]
     python -m parityfuzz.frontends.bench --pool-starts [--cases N] [--world-sizes 2,4] [--json]
     python -m parityfuzz.frontends.bench --profile [--cases N] [--world-sizes 2,4] [--json]
+    python -m parityfuzz.frontends.bench --schedule [--budget S] [--seeds 1,2] [--world-sizes 1,2,4] [--json]
+        (from the repository: it plants tests/faults.py faults; see parityfuzz.frontends.schedule_bench)
 
 The same generated cases (fixed seed) run twice per world size:
 
@@ -357,7 +359,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool-starts", action="store_true",
                         help="pool start and restart times and cases per minute, ranks spawned against forked")
     parser.add_argument("--profile", action="store_true", help="where a case's time goes, phase by phase")
+    parser.add_argument("--schedule", action="store_true",
+                        help="the even schedule against the adaptive one over every target, faults planted in three")
+    parser.add_argument("--budget", type=float, default=480.0, help="--schedule: seconds per run (default 480)")
+    parser.add_argument("--seeds", default="1,2", help="--schedule: fuzz seeds, both schedules on each (default 1,2)")
     args = parser.parse_args(argv)
+    if args.schedule:
+        from parityfuzz.frontends import schedule_bench
+
+        given = " ".join(argv if argv is not None else sys.argv)
+        sizes = tuple(int(w) for w in args.world_sizes.split(",")) if "--world-sizes" in given else (1, 2, 4)
+        result = schedule_bench.compare([int(s) for s in args.seeds.split(",")], args.budget, sizes,
+                                        log=(lambda m: None) if args.json else print)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            schedule_bench.print_table(result)
+        return 0
     if args.shrink_errors:
         result = shrink_errors(args.seed)
         if args.json:

@@ -2,11 +2,17 @@
 
 Loaded by its ``pytest11`` entry point wherever parityfuzz is installed.  Options (see DESIGN.md's contract):
 ``--fuzz-budget``, ``--shrink-budget``, ``--reduce-budget``, ``--corpus-dir``, ``--world-sizes``,
-``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``, ``--fuzz-db``, ``--fuzz-attach``.
+``--fuzz-seed``, ``--fuzz-report``, ``--case-timeout``, ``--fuzz-max-cases``, ``--fuzz-db``, ``--fuzz-attach``,
+``--fuzz-schedule``.
+
+The selected fuzz targets that name themselves in their ``fuzz_target`` marker share ``--fuzz-budget`` by one
+schedule (:mod:`parityfuzz.engine.schedule`, ``--fuzz-schedule``): it runs them all, in slices, when the first of
+them runs; each test then passes or fails with its own target's findings.
 
 Under pytest-xdist (``pytest -n 4 fuzz/``) each worker fuzzes its share of the targets on its own ranks, every
 target getting the share of ``--fuzz-budget`` it would get if the targets were spread evenly over the workers (the
-budget stays wall-clock); the workers' reports come back to the controller, which prints and writes one.
+budget stays wall-clock; a worker is handed its targets one at a time, so it cannot schedule them); the workers'
+reports come back to the controller, which prints and writes one.
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fuzz-max-failures", metavar="N", default=None,
                 help="stop each target after N distinct failures (default: fuzz on for the whole budget; -x and "
                      "--maxfail=N stop the first target, and pytest, at the first or Nth)")
+    g.addoption("--fuzz-schedule", choices=("adaptive", "even"), default="adaptive",
+                help="how the targets share --fuzz-budget: adaptive (default; slices to the targets finding the "
+                     "most new per second, a floor for each) or even (an equal share each, in turn)")
     g.addoption("--fuzz-max-cases", metavar="N", default=None,
                 help="stop each target after N cases whatever the budget says (with --fuzz-seed: the same run on "
                      "any machine)")
@@ -141,6 +150,11 @@ class FuzzSession:
         self.targets_total = 0
         self.targets_done = 0
         self.budget_used = 0.0
+        #: The fuzz targets one schedule runs together (name -> ``world_sizes -> strategy``): the selected items
+        #: whose ``fuzz_target`` marker names a target (:func:`scheduled_targets`); none under pytest-xdist.
+        self.scheduled: dict = {}
+        # A case count (--fuzz-max-cases) makes a seeded run the same anywhere: slices cut by the clock would not.
+        self.adaptive = fuzz_schedule(config) == "adaptive" and self.options.max_cases is None
 
     @property
     def executor(self):
@@ -171,22 +185,61 @@ class FuzzSession:
             reporter.write_line(f"[parityfuzz] {message}")
 
     def next_budget(self) -> float:
-        """An even share of what is left of the generation budget for the next target (under xdist, of the
-        budget times the workers: they run side by side)."""
+        """An even share of what is left of the generation budget for the next target run on its own (under xdist,
+        of the budget times the workers: they run side by side)."""
         _, workers = fuzzer_share()  # pytest-xdist's workers (1 without xdist)
         if workers > 1:
             return min(self.options.budget_s, self.options.budget_s * workers / max(1, self.targets_total))
         left_targets = max(1, self.targets_total - self.targets_done)
         return max(0.0, (self.options.budget_s - self.budget_used) / left_targets)
 
-    def run_target(self, name: str, make_strategy) -> None:
-        """Fuzz one target with its share of the budget; fail the test with every shrunk failure."""
-        stats = self.fuzzer.fuzz(name, make_strategy(self.options.world_sizes), self.next_budget())
+    def run_target(self, name: str, make_strategy=None) -> None:
+        """Fail the test with every shrunk failure of target ``name``.  A target the run's schedule holds
+        (:attr:`scheduled`) was fuzzed by it, with the others, when the first of them ran; any other (``make_strategy``
+        given: ``world_sizes -> strategy``) is fuzzed now, on its own, for an even share of what is left."""
+        if name in self.scheduled:
+            if self.fuzzer.schedule is None:
+                self._run_schedule()
+            stats = self.fuzzer.targets[name]
+        else:
+            if make_strategy is None:
+                from parityfuzz.frontends import targets
+
+                make_strategy = lambda world_sizes: targets.strategy(name, world_sizes)  # noqa: E731
+            stats = self.fuzzer.fuzz(name, make_strategy(self.options.world_sizes), self.next_budget())
+            self.budget_used += stats.generate_seconds
         self.targets_done += 1
-        self.budget_used += stats.generate_seconds
         # a known torch bug never gets here (it counts as passing, under what explains it): every failure is news
         if stats.failures:
             pytest.fail("\n\n".join(format_failure(f) for f in stats.failures), pytrace=False)
+
+    def _run_schedule(self) -> None:
+        """Fuzz every scheduled target by one schedule over the budget (:mod:`parityfuzz.engine.schedule`)."""
+        import time
+
+        from parityfuzz.engine.schedule import run_schedule
+
+        runs = {name: self.fuzzer.start(name, make(self.options.world_sizes))
+                for name, make in self.scheduled.items()}
+        opts = self.options
+        deadline = time.monotonic() + self.schedule_deadline_s()
+        # (the share of what is left that the scheduled targets would get one by one: unnamed targets keep theirs)
+        left = max(1, self.targets_total - self.targets_done)
+        budget = max(0.0, opts.budget_s - self.budget_used) * min(1.0, len(runs) / left)
+        try:
+            # (-x / --maxfail=N stop the run at the first or Nth failure; --fuzz-max-failures ends each target alone)
+            run_schedule(runs, budget, adaptive=self.adaptive, log=self.log, deadline=deadline,
+                         stop_after=self.config.getoption("maxfail") or 0,
+                         on_schedule=lambda schedule: setattr(self.fuzzer, "schedule", schedule))
+        finally:
+            self.budget_used += sum(r.stats.generate_seconds for r in runs.values())
+
+    def schedule_deadline_s(self) -> float:
+        """Wall-clock seconds the scheduled targets may take together: the budget plus one shrink and one reduction
+        per target (each run keeps to its own: :meth:`TargetRun.run`), and a minute a target for the case running
+        at the end of each slice."""
+        opts = self.options
+        return opts.budget_s + len(self.scheduled) * (opts.deadline_s(0.0) + 60)
 
     def close(self) -> None:
         if self._executor is not None:
@@ -258,7 +311,8 @@ def pytest_configure(config: pytest.Config) -> None:
         for sig, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
             if signal.getsignal(sig) == default:
                 signal.signal(sig, _interrupt)
-    config.addinivalue_line("markers", "fuzz_target: a parityfuzz fuzz target (shares the --fuzz-budget)")
+    config.addinivalue_line("markers", "fuzz_target(name, make_strategy=None): a parityfuzz fuzz target (shares the "
+                                       "--fuzz-budget; named, it is run by the run's schedule)")
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config.stash[_SESSION] = FuzzSession(config)
@@ -274,16 +328,41 @@ def pytest_sessionfinish(session) -> None:
         session.config.workeroutput["parityfuzz_report"] = json.dumps(fuzz.fuzzer.report())
 
 
+def scheduled_targets(items) -> dict:
+    """The targets of ``items`` one schedule can run (name -> ``world_sizes -> strategy``): those whose
+    ``fuzz_target`` marker names one, with its strategy (``fuzz_target(name, make_strategy)``, or a target of
+    :mod:`parityfuzz.frontends.targets`)."""
+    from parityfuzz.frontends import targets
+
+    out = {}
+    for item in items:
+        marker = item.get_closest_marker("fuzz_target")
+        if marker is None or not marker.args:
+            continue
+        name, *rest = marker.args
+        make = rest[0] if rest else marker.kwargs.get("strategy")
+        if make is None and name in targets.names():
+            make = lambda world_sizes, name=name: targets.strategy(name, world_sizes)  # noqa: E731
+        if make is not None:
+            out[name] = make
+    return out
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The budget is split over the fuzz targets that will run: after ``-k``, ``-m`` and every other
     deselection (``pytest_collection_modifyitems`` may see items that a later hook deselects)."""
     fuzz = session.config.stash[_SESSION]
     targets = [i for i in session.items if i.get_closest_marker("fuzz_target")]
     fuzz.targets_total = len(targets)
+    _, workers = fuzzer_share()
+    # Under xdist a worker is handed its items one at a time: it cannot schedule targets it may never get.
+    fuzz.scheduled = scheduled_targets(targets) if workers == 1 else {}
     # A fuzz target ends by its deadline (generation, one shrink, one reduction: the fuzzer cuts later shrinks to
     # fit); a global pytest-timeout must not cut it short, so it waits that long plus a margin for the case running
-    # at the deadline, confirming a hang and locating a mismatch.
+    # at the deadline, confirming a hang and locating a mismatch.  The first scheduled target runs them all.
     limit = fuzz.options.deadline_s(fuzz.options.budget_s) + TIMEOUT_MARGIN_S
+    if fuzz.scheduled:
+        limit = max(limit, fuzz.schedule_deadline_s() + TIMEOUT_MARGIN_S)
     for item in targets:
         item.add_marker(pytest.mark.timeout(limit))
 
@@ -311,8 +390,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tr = terminalreporter
     tr.section("parityfuzz")
     tr.write_line(f"fuzz seed {fuzzer.seed} (rerun with --fuzz-seed={fuzzer.seed})")
+    schedule = fuzzer.schedule
+    if schedule is not None and len(schedule.targets) > 1:
+        tr.write_line(f"schedule: {'adaptive' if schedule.adaptive else 'even'}, {len(schedule.slices)} slices "
+                      f"of up to {schedule.slice_s:.0f}s" + _why_even(config, schedule))
     for stats in fuzzer.targets.values():
         tr.write_line(stats.summary_line())
+        if stats.schedule is not None and schedule is not None and len(schedule.targets) > 1:
+            t = stats.schedule
+            tr.write_line(f"  time: {t['seconds']:.0f}s of generation ({t['share']:.0%} of the run) in {t['slices']} "
+                          f"slice{'s' if t['slices'] != 1 else ''}; yield estimate {t['yield_per_s']:.2f}/s "
+                          "(weighted new pairs, near misses and failures a second)")
         shares = ", ".join(f"{k} {v:.0%}" for k, v in stats.shares().items())
         if shares:
             tr.write_line(f"  shares of cases: {shares}")
@@ -336,6 +424,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         Path(report_path).parent.mkdir(parents=True, exist_ok=True)
         Path(report_path).write_text(json.dumps(fuzzer.report(), indent=2) + "\n")
         tr.write_line(f"report written to {report_path}")
+
+
+def fuzz_schedule(config) -> str:
+    return config.getoption("fuzz_schedule", "adaptive")
+
+
+def _why_even(config, schedule) -> str:
+    if schedule.adaptive or fuzz_schedule(config) == "even":
+        return ""
+    if config.getoption("fuzz_max_cases") is not None:
+        return " (--fuzz-max-cases fixes the run: the schedule is even)"
+    return " (too small a budget to adapt)"
 
 
 def _summarize_workers(tr, config, reports: dict) -> None:

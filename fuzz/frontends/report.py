@@ -187,6 +187,22 @@ def _rates(timing: dict) -> str:
             + (f" ({share:.0%})" if share is not None else "") + "</td>")
 
 
+def schedule_html(schedule: dict | None) -> str:
+    """How the run's schedule (:mod:`parityfuzz.engine.schedule`) shared the budget: each target's seconds, share,
+    slices and last yield estimate, and why."""
+    if not schedule or len(schedule.get("targets", {})) < 2:
+        return ""
+    how = ("adaptive: after one slice each, the next slice to the target finding the most new per second (new "
+           "feature pairs, near misses x5, failures x200), a quarter of the budget spread evenly"
+           if schedule.get("adaptive") else "even: an equal share each, in turn")
+    rows = "".join(f'<tr><td class="l">{_e(n)}</td><td>{t["seconds"]:.0f}</td><td>{t["share"]:.0%}</td>'
+                   f'<td>{t["slices"]}</td><td>{t["yield_per_s"]:.2f}</td></tr>'
+                   for n, t in schedule["targets"].items())
+    return (f'<h2>schedule</h2><p class="muted">{_e(how)}; {len(schedule.get("slices", []))} slices of up to '
+            f'{schedule.get("slice_seconds", 0):.0f} s</p><table><tr><th class="l">target</th><th>s generating</th>'
+            "<th>share</th><th>slices</th><th>yield estimate /s</th></tr>" + rows + "</table>")
+
+
 def render(report: dict, title: str = "parityfuzz run") -> str:
     """The page for ``report`` (a ``--fuzz-report`` JSON object)."""
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(report["verdicts"].items())) or "none"
@@ -214,7 +230,7 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
             + "<h3>pairwise feature coverage</h3>" + heatmap_svg(t.get("feature_counts", {}), t.get("pair_counts", {})))
     findings = "".join(finding_html(f) for f in report["failures"]) or '<p class="muted">no findings</p>'
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-            f"<style>{CSS}</style></head><body>{head}{table}<h2>findings</h2>{findings}{''.join(sections)}"
+            f"<style>{CSS}</style></head><body>{head}{table}{schedule_html(report.get('schedule'))}<h2>findings</h2>{findings}{''.join(sections)}"
             "</body></html>\n")
 
 

@@ -1,0 +1,138 @@
+"""The schedule that shares one budget over several targets (parityfuzz.engine.schedule): on stand-in targets
+whose yields are known, then on real ones through pytest."""
+
+import json
+import re
+import textwrap
+
+import pytest
+
+from parityfuzz.engine.schedule import FLOOR, MIN_SLICE_S, Gains, Schedule, run_schedule
+from tests.test_cli import pytest_run
+
+
+def simulate(schedule: Schedule, gains_per_s) -> Schedule:
+    """Run ``schedule`` to its end on stand-ins: a slice of target ``t`` at second ``at`` of the target's own time
+    finds ``gains_per_s(t, at)`` weighted gains a second (as new pairs)."""
+    while (choice := schedule.next()) is not None:
+        name, seconds, share = choice
+        rate = gains_per_s(name, schedule.spent[name])
+        schedule.record(name, seconds, Gains(pairs=int(rate * seconds)), share)
+    return schedule
+
+
+def test_the_even_schedule_gives_each_target_one_equal_slice_in_turn():
+    s = simulate(Schedule(["a", "b", "c"], 300, adaptive=False), lambda t, at: 10)
+    assert [(x.target, x.seconds) for x in s.slices] == [("a", 100), ("b", 100), ("c", 100)]
+
+
+def test_time_goes_where_new_behaviour_is_found_and_no_target_starves():
+    # "rich" keeps finding; "dry" finds nothing after its first slice; "late" finds nothing for 60 s, then a lot
+    rates = {"rich": lambda at: 20, "dry": lambda at: 5 if at == 0 else 0, "late": lambda at: 0 if at < 60 else 40}
+    s = simulate(Schedule(["rich", "dry", "late"], 1800), lambda t, at: rates[t](at))
+    assert s.adaptive and sum(s.spent.values()) == pytest.approx(1800)
+    assert s.spent["rich"] > 3 * s.spent["dry"]
+    # the floor: whatever a target yields, it keeps its share of FLOOR, spread evenly (less one slice of slack)
+    assert s.spent["dry"] >= FLOOR / 3 * 1800 - s.slice_s
+    # a target that starts yielding late wins time back from the one that has
+    assert s.spent["late"] > s.spent["rich"] / 2 and s.spent["late"] > 2 * s.spent["dry"]
+    # every target was explored first, one slice each
+    assert [x.target for x in s.slices[:3]] == ["rich", "dry", "late"]
+
+
+def test_a_target_that_stops_yielding_loses_its_share_within_a_few_slices():
+    s = simulate(Schedule(["fading", "steady"], 1200), lambda t, at: 10 if t == "steady" or at < 90 else 0)
+    late = [x.target for x in s.slices if x.at > 600]
+    assert late.count("steady") > 2 * late.count("fading") >= 1
+
+
+def test_a_small_budget_is_the_even_schedule_and_nothing_is_left_over():
+    s = simulate(Schedule(["a", "b", "c", "d"], 4 * 2 * MIN_SLICE_S), lambda t, at: 1)
+    assert not s.adaptive and [x.target for x in s.slices] == ["a", "b", "c", "d"]
+    s = simulate(Schedule(["a", "b"], 100), lambda t, at: 1)
+    assert sum(s.spent.values()) == pytest.approx(100) and min(x.seconds for x in s.slices) >= MIN_SLICE_S
+
+
+def test_a_finished_target_gets_no_more_slices():
+    s = Schedule(["a", "b"], 600)
+    while (choice := s.next()) is not None:
+        name, seconds, share = choice
+        s.record(name, seconds, Gains(pairs=100), share, done=name == "a")
+    assert [x.target for x in s.slices].count("a") == 1 and s.spent["b"] == pytest.approx(600 - s.spent["a"])
+
+
+class _StandIn:
+    """A target run whose slices find what it is told, in the generation seconds they are given."""
+
+    def __init__(self, name, rate, failures_at=()):
+        from parityfuzz.engine.stats import TargetStats
+
+        self.name, self.rate, self.failures_at = name, rate, failures_at
+        self.stats = TargetStats(name)
+        self.done = False
+
+    def run(self, seconds, deadline=float("inf")):
+        for i in range(int(self.rate * seconds)):
+            self.stats.pairs[f"{self.name}-{self.stats.generate_seconds}-{i}"] += 1
+        if any(self.stats.generate_seconds <= at < self.stats.generate_seconds + seconds for at in self.failures_at):
+            self.stats.failures.append(object())
+        self.stats.generate_seconds += seconds
+
+    def finish(self):
+        return self.stats
+
+
+def test_run_schedule_stops_at_the_failure_limit_and_files_each_targets_time():
+    runs = {"a": _StandIn("a", 1, failures_at=(40,)), "b": _StandIn("b", 3)}
+    logs = []
+    schedule = run_schedule(runs, 600, log=logs.append, stop_after=1)
+    assert sum(len(r.stats.failures) for r in runs.values()) == 1
+    assert sum(schedule.spent.values()) < 600  # -x: no slice after the first failure
+    assert runs["a"].stats.schedule["slices"] >= 1 and runs["b"].stats.schedule["seconds"] > 0
+    assert any("new pairs" in line for line in logs)
+
+
+SCHEDULED = textwrap.dedent("""
+    import pytest
+    from parityfuzz.strategies import cases
+
+    @pytest.mark.fuzz_target("odd", lambda ws: cases(world_sizes=ws, system="tests.faults:OddLinearGradDrop"))
+    def test_odd(fuzz_session):
+        fuzz_session.run_target("odd")
+
+    @pytest.mark.fuzz_target("plain", lambda ws: cases(world_sizes=ws))
+    def test_plain(fuzz_session):
+        fuzz_session.run_target("plain")
+""")
+
+
+def test_named_targets_share_one_adaptive_schedule_and_the_report_says_how(tmp_path):
+    """Two named targets through pytest: one schedule runs both when the first runs, each test fails or passes
+    with its own target's findings, and the summary and the report show each target's time, slices and yield."""
+    (tmp_path / "test_scheduled.py").write_text(SCHEDULED)
+    report = tmp_path / "report.json"
+    result = pytest_run(str(tmp_path / "test_scheduled.py"), "--fuzz-budget=32", "--world-sizes=2", "--fuzz-seed=2",
+                        f"--corpus-dir={tmp_path}", "--shrink-budget=5", "--reduce-budget=0", "--fuzz-max-failures=1",
+                        f"--fuzz-report={report}", f"--rootdir={tmp_path}", "-rA")
+    out = result.stdout
+    assert result.returncode == 1 and "1 failed, 1 passed" in out, out[-3000:]
+    assert re.search(r"FAILED \S*test_scheduled.py::test_odd", out) and "schedule: adaptive" in out
+    data = json.loads(report.read_text())
+    sched = data["schedule"]
+    assert sched["adaptive"] and set(sched["targets"]) == {"odd", "plain"}
+    # the budget is spent in full: one target's findings and their shrinking take none of the other's generation
+    # (the odd target ends at its first finding: --fuzz-max-failures=1; the plain one gets the rest)
+    assert sum(t["seconds"] for t in sched["targets"].values()) == pytest.approx(32, abs=4)
+    assert data["targets"]["plain"]["generate_seconds"] >= 32 / 2
+    assert len(sched["slices"]) >= 2 and {s["target"] for s in sched["slices"][:2]} == {"odd", "plain"}
+    assert data["targets"]["odd"]["schedule"]["slices"] >= 1 and data["failures"]
+    assert "of the run) in" in out
+
+
+def test_a_lone_target_gets_the_whole_budget_in_one_slice():
+    s = simulate(Schedule(["a"], 1800), lambda t, at: 1)
+    assert [(x.target, x.seconds) for x in s.slices] == [("a", 1800)]
+    s = Schedule(["a", "b"], 600)
+    name, seconds, share = s.next()
+    s.record(name, seconds, Gains(), share, done=True)
+    assert s.next() == ("b", 600 - seconds, 1.0)
