@@ -72,12 +72,12 @@ def eval_with_adjacent_stages_on_one_rank(case: Case) -> bool:
                                                          and case.mesh.axis_size("pp") == 1))
 
 
-def stages_rebuilt_over_fsdp_with_gradients_held(case: Case) -> bool:
-    """Stages ``fully_shard``-ed over ``dp_shard`` that the system builds anew mid-training (a thaw: a stage input may
-    start to require grad) while their parameters hold gradients (``zero_grad`` zeroes them in place instead of
-    dropping them): the new stage's first step clears them."""
-    return ("dp_shard" in case.mesh.names and any(f.until for f in case.train.frozen)
-            and case.train.zero_grad in ("zeros", "alternate"))
+def metadata_inference_over_fsdp_with_gradients_held(case: Case) -> bool:
+    """Stages ``fully_shard``-ed over ``dp_shard`` whose parameters hold gradients (``zero_grad`` zeroes them in place
+    instead of dropping them) when the schedule infers metadata again: stages the system builds anew mid-training (a
+    thaw: a stage input may start to require grad), or a switch between ``schedule.eval`` and ``schedule.step``."""
+    return ("dp_shard" in case.mesh.names and case.train.zero_grad in ("zeros", "alternate")
+            and (any(f.until for f in case.train.frozen) or case.train.eval))
 
 
 def flattened_load_into_an_empty_parameter_group(case: Case) -> bool:
@@ -108,3 +108,4 @@ def zero_bubble_fsdp_accumulates_in_param_dtype(case: Case) -> bool:
     mp = plan.precision
     return (plan.schedule in SPLIT_BACKWARD and "dp_shard" in case.mesh.names and plan.microbatches > 1
             and bool(mp.reduce_dtype) and mp.reduce_dtype != mp.compute(model_dtype(case)))
+
