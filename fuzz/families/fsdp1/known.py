@@ -142,11 +142,15 @@ def dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -
     return any(chunk_leaves_a_rank_empty(p.shape[0], shards) for p in build_model(r).parameters() if p.dim())
 
 
-def checkpoint_with_shard_groups_of_one_rank(case: Case) -> bool:
-    """FSDP1 sharding over groups of one rank while the world has more: HYBRID_SHARD over (n, 1), or FSDP1 on the
-    dp sub-mesh of a (1, tp) tensor-parallel mesh."""
+def checkpoint_with_shard_groups_lacking_rank_0(case: Case) -> bool:
+    """FSDP1 sharding over groups that leave global rank 0 out on some ranks: groups of one rank while the world has
+    more (HYBRID_SHARD over (n, 1), or the dp sub-mesh of a (1, tp) tensor-parallel mesh), or, with
+    use_orig_params=False (whose optimizer state dict broadcasts its keys from global rank 0), the dp sub-mesh of any
+    mesh with tp > 1."""
     one = case.mesh.axis_size("dp_shard") == 1 and case.world_size > 1
-    return one and ((case.family == "fsdp1" and case.plan.sharding in HYBRID) or case.family == "fsdp1_tp")
+    if one and ((case.family == "fsdp1" and case.plan.sharding in HYBRID) or case.family == "fsdp1_tp"):
+        return True
+    return case.family == "fsdp1_tp" and case.mesh.axis_size("tp") > 1 and not case.plan.use_orig_params
 
 
 def hybrid_sharded_recipe(case: Case) -> bool:

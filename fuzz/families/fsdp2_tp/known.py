@@ -91,8 +91,11 @@ def a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
 
 
 def init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
+    """A checkpoint load through ``set_state_dict`` into a fresh foreach optimizer over tensor-parallel parameters
+    beside plain ones: the fsdp2_tp family's, or a pipeline's stages over a ``tp`` axis."""
     r = case.resumed()
-    return r.family == "fsdp2_tp" and case.train.foreach and case.checkpoint.load_way in ("dcp", "full")
+    return ((r.family == "fsdp2_tp" or (r.family == "pipeline" and "tp" in r.mesh.names)) and case.train.foreach
+            and case.checkpoint.load_way in ("dcp", "full"))
 
 
 def grad_scaler_over_a_partly_tensor_parallel_model(case: Case) -> bool:
