@@ -4,7 +4,8 @@ inside torch in three families (:data:`FAULTS`).
 
 For each fuzz seed both schedules run (in alternating order, so that a machine growing slower or faster does not
 favour one); each run reports, per target, its seconds of generation, cases and distinct feature pairs, and per
-planted fault the seconds into the run at which it was first met (None: not within the budget).  Run-to-run noise
+planted fault the seconds into the run at which it was first met (None: not within the budget), and the failures
+of the targets with no planted fault (unmodified torch: findings to triage; their corpus directories are kept).  Run-to-run noise
 is the spread of the same schedule over the seeds.  Shrinking, reduction and locating are off: they cost the same
 under both schedules and would only blur the times."""
 
@@ -33,27 +34,31 @@ def one_run(executor, mode: str, seed: int, budget_s: float, world_sizes: tuple[
     from parityfuzz.engine.schedule import run_schedule
     from parityfuzz.frontends import targets
 
-    with tempfile.TemporaryDirectory() as tmp:
-        options = FuzzOptions(corpus_dir=Path(tmp), seed=seed, world_sizes=world_sizes, shrink_budget_s=0.0,
-                              reduce_budget_s=0.0, locate=False)
-        fuzzer = Fuzzer(options, executor, log=lambda m: None)
-        runs = {name: fuzzer.start(name, targets.strategy(name, world_sizes, system=FAULTS.get(name, "")))
-                for name in targets.names()}
-        began = time.monotonic()
-        schedule = run_schedule(runs, budget_s, adaptive=mode == "adaptive", log=lambda m: None,
-                                on_slice=lambda s: log(f"  {mode} seed {seed}: {s.target} {s.seconds:.0f}s, "
-                                                       f"{s.gains.pairs} new pairs, {s.gains.failures} new failures"))
-        out = {"mode": mode, "seed": seed, "seconds": round(time.monotonic() - began, 1), "slices": len(schedule.slices),
-               "targets": {}, "faults": {}}
-        for name, run in runs.items():
-            s = run.stats
-            out["targets"][name] = {"seconds": round(s.generate_seconds, 1), "cases": s.cases,
-                                    "pairs": len(s.pairs), "failures": len(s.failures)}
-        for family in FAULTS:
-            found = [f.found_at for f in runs[family].stats.failures]
-            out["faults"][family] = round(min(found), 1) if found else None
-        out["pairs"] = sum(t["pairs"] for t in out["targets"].values())
-        return out
+    # (a corpus kept after the run: a failure of a target with no planted fault is a finding on unmodified torch,
+    # to be triaged like any other; the JSON and the table name each one)
+    tmp = tempfile.mkdtemp(prefix=f"parityfuzz-schedule-bench-{mode}-{seed}-")
+    options = FuzzOptions(corpus_dir=Path(tmp), seed=seed, world_sizes=world_sizes, shrink_budget_s=0.0,
+                          reduce_budget_s=0.0, locate=False)
+    fuzzer = Fuzzer(options, executor, log=lambda m: None)
+    runs = {name: fuzzer.start(name, targets.strategy(name, world_sizes, system=FAULTS.get(name, "")))
+            for name in targets.names()}
+    began = time.monotonic()
+    schedule = run_schedule(runs, budget_s, adaptive=mode == "adaptive", log=lambda m: None,
+                            on_slice=lambda s: log(f"  {mode} seed {seed}: {s.target} {s.seconds:.0f}s, "
+                                                   f"{s.gains.pairs} new pairs, {s.gains.failures} new failures"))
+    out = {"mode": mode, "seed": seed, "seconds": round(time.monotonic() - began, 1), "slices": len(schedule.slices),
+           "targets": {}, "faults": {}}
+    for name, run in runs.items():
+        s = run.stats
+        out["targets"][name] = {"seconds": round(s.generate_seconds, 1), "cases": s.cases,
+                                "pairs": len(s.pairs), "failures": len(s.failures)}
+    for family in FAULTS:
+        found = [f.found_at for f in runs[family].stats.failures]
+        out["faults"][family] = round(min(found), 1) if found else None
+    out["pairs"] = sum(t["pairs"] for t in out["targets"].values())
+    out["unplanted_failures"] = [f"{f.target}: {f.verdict.describe()[:200]} ({f.corpus_path})"
+                                 for run in runs.values() if run.name not in FAULTS for f in run.stats.failures]
+    return out
 
 
 def compare(seeds: list[int], budget_s: float, world_sizes: tuple[int, ...], log: Callable[[str], None] = print) -> dict:
@@ -107,3 +112,8 @@ def print_table(result: dict) -> None:
         print(f"{name:>22} {cells[0]:>24} {cells[1]:>24}")
     cells = [f"{s[m]['pairs_mean']:.0f} (spread {s[m]['pairs_spread']})" for m in MODES]
     print(f"{'pairs, all targets':>22} {cells[0]:>24} {cells[1]:>24}")
+    found = [(r["mode"], r["seed"], f) for r in result["runs"] for f in r.get("unplanted_failures", [])]
+    if found:
+        print("failures of targets with no planted fault (unmodified torch: triage them):")
+        for mode, seed, f in found:
+            print(f"  {mode} seed {seed}: {f}")
