@@ -117,11 +117,9 @@ class Schedule:
         if not live or self.left <= 0:
             return None
         if not self.adaptive:
-            target = next((t for t in live if not any(s.target == t for s in self.slices)), None)
-            if target is None:
-                return None
-            unrun = sum(1 for t in live if not any(s.target == t for s in self.slices))
-            return target, self.left / unrun, 1 / len(live)
+            ran = {s.target for s in self.slices}
+            unrun = [t for t in live if t not in ran]
+            return (unrun[0], self.left / len(unrun), 1 / len(live)) if unrun else None
         shares = self.shares()
         if len(live) == 1:  # nothing to share with: the rest in one slice (a round is never cut for nothing)
             return live[0], self.left, 1.0

@@ -205,7 +205,7 @@ class FuzzSession:
             if make_strategy is None:
                 from parityfuzz.frontends import targets
 
-                make_strategy = lambda world_sizes: targets.strategy(name, world_sizes)  # noqa: E731
+                make_strategy = targets.maker(name)
             stats = self.fuzzer.fuzz(name, make_strategy(self.options.world_sizes), self.next_budget())
             self.budget_used += stats.generate_seconds
         self.targets_done += 1
@@ -340,9 +340,9 @@ def scheduled_targets(items) -> dict:
         if marker is None or not marker.args:
             continue
         name, *rest = marker.args
-        make = rest[0] if rest else marker.kwargs.get("strategy")
+        make = rest[0] if rest else marker.kwargs.get("make_strategy")
         if make is None and name in targets.names():
-            make = lambda world_sizes, name=name: targets.strategy(name, world_sizes)  # noqa: E731
+            make = targets.maker(name)
         if make is not None:
             out[name] = make
     return out

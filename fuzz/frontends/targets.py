@@ -17,6 +17,11 @@ def names() -> list[str]:
     return [f.name for f in families.records()] + [CHECKPOINT]
 
 
+def maker(name: str):
+    """``world_sizes -> strategy`` of target ``name`` (what a ``fuzz_target`` marker or ``run_target`` takes)."""
+    return lambda world_sizes: strategy(name, world_sizes)
+
+
 def strategy(name: str, world_sizes: tuple[int, ...], system: str = "") -> st.SearchStrategy[Case]:
     """The cases of target ``name`` on ``world_sizes`` ranks (``system``: a system under test of the family's own,
     e.g. a test fault)."""
