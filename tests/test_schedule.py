@@ -78,6 +78,9 @@ class _StandIn:
             self.stats.failures.append(object())
         self.stats.generate_seconds += seconds
 
+    def close(self):
+        pass
+
     def finish(self):
         return self.stats
 

@@ -16,6 +16,13 @@ full of constants is loaded, so an upgrade that moves the pool fails there, not 
 from __future__ import annotations
 
 import contextlib
+import threading
+
+#: How many rounds are inside :func:`without_local_constants` now (several where rounds wait in threads of their
+#: own: :mod:`parityfuzz.engine.resumable`), and the pool's getter they replaced: the first to enter empties the
+#: pool, the last to leave restores it, in whatever order they leave.
+_state = {"depth": 0, "original": None}
+_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -29,11 +36,18 @@ def without_local_constants():
     except (ImportError, AttributeError):  # a Hypothesis without local constants: generation is the seed's
         yield
         return
-    empty = Constants()
-    cache.clear()  # drawn constants are cached per choice kind; the cache may hold the loaded modules' ones
-    providers._get_local_constants = lambda: empty
+    with _lock:
+        _state["depth"] += 1
+        if _state["depth"] == 1:
+            _state["original"] = original
+            empty = Constants()
+            cache.clear()  # drawn constants are cached per choice kind; the cache may hold the loaded modules' ones
+            providers._get_local_constants = lambda: empty
     try:
         yield
     finally:
-        providers._get_local_constants = original
-        cache.clear()
+        with _lock:
+            _state["depth"] -= 1
+            if _state["depth"] == 0:
+                providers._get_local_constants = _state["original"]
+                cache.clear()

@@ -21,7 +21,9 @@ Hypothesis has no wall-clock budget, so the property itself keeps time:
   :mod:`parityfuzz.engine.schedule`) has a wall-clock deadline
   (:meth:`FuzzOptions.deadline_s`: its generation seconds plus one shrink and one
   reduction): however many failures it finds, shrinking and reducing stop there and
-  what was found is recorded as it is;
+  what was found is recorded as it is; under an adaptive schedule a round cut by
+  the end of a slice waits for the target's next one instead of ending
+  (:mod:`parityfuzz.engine.resumable`);
 - Ctrl-C or SIGTERM during the run still records the smallest failure seen so
   far (marked as interrupted) before the interrupt propagates.
 
@@ -48,6 +50,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.engine.constants import without_local_constants
+from parityfuzz.engine import resumable
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
 from parityfuzz.engine.reduce import Reduction, reduce_failure
@@ -136,7 +139,8 @@ class Fuzzer:
 
     def __init__(self, options: FuzzOptions, executor: Executor, log: Callable[[str], None] = print):
         self.options = options
-        self.executor = executor
+        #: (a round paused between slices runs in a thread of its own; its executor calls run on the driver)
+        self.executor = resumable.OnDriver(executor)
         self.log = log
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
         self.targets: dict[str, TargetStats] = {}
@@ -167,7 +171,7 @@ class Fuzzer:
         throttle = throttle if throttle is not None else Throttle()
         opts = self.options
         start = time.monotonic()
-        gen_deadline = min(start + budget_s, deadline)
+        clock = _Clock(start, min(start + budget_s, deadline), deadline, start)
         found: dict = {}  # "at": first failure time, "cases": cases this round ran until then, "kind"
         best: dict = {}  # the latest (so smallest) failing case, kept if the run is interrupted
         cases_before, shrink_runs_before = stats.cases, stats.shrink_runs
@@ -181,9 +185,9 @@ class Fuzzer:
             verdict = cache.get(key)
             if verdict is None:
                 now = time.monotonic()
-                if not found and (now >= gen_deadline or _reached(stats.cases, opts.max_cases)):
-                    event("not run: budget spent")
-                    raise _BudgetSpent()
+                if not found and (now >= clock.gen_deadline or _reached(stats.cases, opts.max_cases)):
+                    self._pause_or_stop(clock, stats, _reached(stats.cases, opts.max_cases))
+                    now = time.monotonic()
                 if found and (now >= found["shrink_until"]
                               or _reached(stats.shrink_runs - shrink_runs_before, opts.max_shrink_runs)):
                     return  # shrink budget spent: untried cases count as passing
@@ -208,12 +212,13 @@ class Fuzzer:
                 if not verdict.ok and not found:
                     at = time.monotonic()
                     found.update(at=at, cases=stats.cases - cases_before, kind=verdict.kind,
-                                 first=CaseFailed(case, verdict), shrink_until=min(at + opts.shrink_budget_s, deadline))
+                                 first=CaseFailed(case, verdict),
+                                 shrink_until=min(at + opts.shrink_budget_s, clock.deadline))
                     self.log(f"{name}: {verdict.kind} found after {found['cases']} cases "
-                             f"({found['at'] - start:.1f}s); shrinking (up to {found['shrink_until'] - at:.0f}s)")
+                             f"({clock.since_start(at):.1f}s); shrinking (up to {found['shrink_until'] - at:.0f}s)")
                 if time.monotonic() - last_progress[0] >= opts.progress_every_s:
                     last_progress[0] = time.monotonic()
-                    phase = "shrinking" if found else f"{max(0.0, gen_deadline - last_progress[0]):.0f}s left"
+                    phase = "shrinking" if found else f"{max(0.0, clock.gen_deadline - last_progress[0]):.0f}s left"
                     self.log(f"{name}: {stats.cases} cases, {dict(stats.verdicts)} ({phase})")
             else:  # cached: the verdict of an earlier round may be a failure found since
                 verdict, _ = self._explained(case, verdict, found_before)
@@ -238,7 +243,7 @@ class Fuzzer:
         except _BudgetSpent:
             pass
         except KeyboardInterrupt:
-            self._record(name, stats, start, found, stats.shrink_runs - shrink_runs_before, seed,
+            self._record(name, stats, clock, found, stats.shrink_runs - shrink_runs_before, seed,
                          _with_first([CaseFailed(best["case"], best["verdict"])] if best else [], found),
                          interrupted=True)
             self.log(stats.summary_line() + " (interrupted)")
@@ -255,15 +260,40 @@ class Fuzzer:
             timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0]) if f.verdict.kind == "hang" \
                 else opts.case_timeout_s  # a hang's candidates get the short timeout, as while it shrank
             reductions.append(self._reduce(name, f, stats, cache, found_before, timeout,
-                                           min(opts.reduce_budget_s, deadline - time.monotonic())))
+                                           min(opts.reduce_budget_s, clock.deadline - time.monotonic())))
             if reductions[-1] is not None and reductions[-1].interrupted:
                 break  # what was reduced so far is recorded, then the interrupt goes on
-        recorded = self._record(name, stats, start, found, shrink_runs, seed, failures, reductions=reductions,
+        recorded = self._record(name, stats, clock, found, shrink_runs, seed, failures, reductions=reductions,
                                 shrunk=shrunk)
         if any(r is not None and r.interrupted for r in reductions):
             self.log(stats.summary_line() + " (interrupted)")
             raise KeyboardInterrupt("interrupted while reducing")
         return recorded, exhausted
+
+    @staticmethod
+    def _pause_or_stop(clock: "_Clock", stats: TargetStats, reached_max_cases: bool) -> None:
+        """The round's generation time is spent: stop it (:class:`_BudgetSpent`), or, where it runs in a thread a
+        schedule resumes (:mod:`parityfuzz.engine.resumable`), wait there for the target's next slice; the seconds
+        generated so far are charged to the target first, the seconds waited never."""
+        thread = resumable.current()
+        if thread is None or reached_max_cases:
+            event("not run: budget spent")
+            raise _BudgetSpent()
+        paused = time.monotonic()
+        stats.generate_seconds += paused - clock.segment
+        clock.segment = paused
+        try:
+            seconds, clock.deadline = thread.pause()
+        except resumable.RoundEnded:
+            clock.segment = time.monotonic()
+            event("not run: budget spent")
+            raise _BudgetSpent() from None
+        resumed = time.monotonic()
+        clock.paused += resumed - paused
+        clock.segment = resumed
+        clock.gen_deadline = min(resumed + seconds, clock.deadline)
+        if interrupt_requested.is_set():
+            raise KeyboardInterrupt("interrupted while the round waited for its next slice")
 
     def _reduce(self, name: str, failure: CaseFailed, stats: TargetStats, cache: dict[str, Verdict],
                 found_before: list[Found], timeout: float | None, budget_s: float) -> Reduction | None:
@@ -308,16 +338,16 @@ class Fuzzer:
         why = explain(case, verdict, found_before)
         return (Verdict(PASS) if why.silences else verdict), why
 
-    def _record(self, name: str, stats: TargetStats, start: float, found: dict, shrink_runs: int, seed: int,
+    def _record(self, name: str, stats: TargetStats, clock: "_Clock", found: dict, shrink_runs: int, seed: int,
                 failures: list[CaseFailed], interrupted: bool = False, reductions: list[Reduction | None] = (),
                 shrunk: float | None = None) -> list[Failure]:
         """Account a round's time and write its failures (reduced, where they were) to the corpus."""
         end = shrunk if shrunk is not None else time.monotonic()
         if found:
-            stats.generate_seconds += found["at"] - start
+            stats.generate_seconds += found["at"] - clock.segment
             stats.shrink_seconds += end - found["at"]
         else:
-            stats.generate_seconds += end - start
+            stats.generate_seconds += end - clock.segment
         note = f"found by parityfuzz (target {name}, fuzz seed {self.seed}, round seed {seed}); triage me"
         if interrupted:
             note += "; the run was interrupted while shrinking, so this case may not be minimal"
@@ -334,7 +364,7 @@ class Fuzzer:
                                                                    expect="fail", note=note)
             recorded.append(Failure(
                 target=name, case=f.case, verdict=f.verdict, corpus_path=path,
-                cases_to_find=found.get("cases", 0), seconds_to_find=found.get("at", end) - start,
+                cases_to_find=found.get("cases", 0), seconds_to_find=clock.since_start(found.get("at", end)),
                 shrink_runs=shrink_runs, shrink_seconds=end - found.get("at", end),
                 duplicate_of=why.corpus_file if duplicate else None, known_issue=why.known_issue,
                 interrupted=interrupted,
@@ -398,9 +428,9 @@ class TargetRun:
     """One target's run, resumable: each :meth:`run` is a slice of generation time.
 
     A round is one Hypothesis run: it draws up to :data:`ROUND_CASES` cases until a failure is found (then shrinks
-    it) or the slice's generation time is spent.  Another round follows, with a fresh seed derived from the fuzz seed
+    it) or its generation time is spent.  Another round follows, with a fresh seed derived from the fuzz seed
     and the round's number, until the slice is spent, unless ``options.stop_after`` distinct failures were found
-    (``-x``: the first); a later slice starts the next round.  In later rounds a failing case counts as passing
+    (``-x``: the first).  In later rounds a failing case counts as passing
     ("already found in this run") when it fails the same way (:meth:`Verdict.bug_signature`) as an earlier shrunk
     failure and has every feature that failure's case has beyond the simplest case's (its :func:`precondition`,
     never empty): the same bug seen again, under another tensor name or step.  So each round looks for, and
@@ -408,15 +438,21 @@ class TargetRun:
     the next.  What the run has met (the verdict cache, failures found, known bugs met often: :class:`Throttle`)
     carries over from slice to slice.
 
+    With ``pausable`` (a schedule that gives the target many slices), a round cut by the end of a slice waits, in
+    a thread of its own (:mod:`parityfuzz.engine.resumable`), and the next slice goes on with it where it stopped:
+    slicing then costs the search nothing (a fresh round would start again from small examples, and a round
+    cut at every slice would never reach its targeting phase).  Without, a later slice starts the next round.
+
     The run, in one slice or many, ends by :meth:`FuzzOptions.deadline_s` of its generation seconds whatever it
     finds (what its slices took beyond generation counts against the one shrink and one reduction): shrinks and
-    reductions are cut to what is left of it, and no round starts after it.
+    reductions are cut to what is left of it, and no round starts after it.  :meth:`finish` ends a paused round.
     """
 
-    def __init__(self, fuzzer: Fuzzer, name: str, strategy: st.SearchStrategy[Case]):
+    def __init__(self, fuzzer: Fuzzer, name: str, strategy: st.SearchStrategy[Case], pausable: bool = False):
         self.fuzzer = fuzzer
         self.name = name
         self.strategy = strategy
+        self.pausable = pausable
         self.stats = fuzzer.targets[name]
         self.throttle = Throttle()
         self.cache: dict[str, Verdict] = {}
@@ -425,6 +461,8 @@ class TargetRun:
         self.rounds = 0
         #: Seconds the run's slices took beyond their generation (shrinking, reducing, recording).
         self.beyond_generation = 0.0
+        #: The round waiting for the next slice, if any.
+        self.paused: resumable.RoundThread | None = None
 
     @property
     def done(self) -> bool:
@@ -438,7 +476,7 @@ class TargetRun:
         """Fuzz for ``seconds`` more of generation.  The slice ends by those seconds plus what is left of the run's
         one shrink and one reduction (:meth:`FuzzOptions.deadline_s`: a run given its whole budget in one slice, or
         in many, takes at most as long), or by ``deadline`` (:func:`time.monotonic`) if that comes first."""
-        fuzzer, stats, opts = self.fuzzer, self.stats, self.fuzzer.options
+        stats, opts = self.stats, self.fuzzer.options
         began, generated = time.monotonic(), stats.generate_seconds
         beyond = max(0.0, opts.deadline_s(0.0) - self.beyond_generation)
         deadline = min(deadline, began + seconds + beyond)
@@ -448,17 +486,16 @@ class TargetRun:
             self.beyond_generation += max(0.0, time.monotonic() - began - (stats.generate_seconds - generated))
 
     def _rounds(self, seconds: float, deadline: float) -> None:
-        fuzzer, stats, opts = self.fuzzer, self.stats, self.fuzzer.options
+        fuzzer, stats = self.fuzzer, self.stats
         until = stats.generate_seconds + seconds
         while not self.done:
-            number = self.rounds
-            self.rounds += 1
-            seed = fuzzer.seed if number == 0 else random.Random(f"{fuzzer.seed}:{number}").randrange(2**32)
-            if number and self.found_before:
-                fuzzer.log(f"{self.name}: round {number + 1} (seed {seed}), {until - stats.generate_seconds:.0f}s "
-                           "of generation left; failures already found count as passing")
-            failures, exhausted = fuzzer._round(self.name, self.strategy, stats, self.cache, self.found_before,
-                                                until - stats.generate_seconds, seed, deadline, self.throttle)
+            if self.paused is not None:
+                outcome = self._go_on(self.paused.resume, (until - stats.generate_seconds, deadline))
+            else:
+                outcome = self._new_round(until - stats.generate_seconds, deadline)
+            if outcome is None:
+                return  # paused at the end of the slice: the next slice goes on with it
+            failures, exhausted = outcome
             if failures and self.baseline is None:
                 self.baseline = simplest_features(self.strategy)
             for f in failures:
@@ -472,9 +509,68 @@ class TargetRun:
             if not (more and (failures or exhausted)):
                 break
 
+    def _new_round(self, budget_s: float, deadline: float) -> tuple[list[Failure], bool] | None:
+        """Start the next round with ``budget_s`` of generation: its failures and whether it drew all its cases,
+        or None where it paused."""
+        fuzzer = self.fuzzer
+        number = self.rounds
+        self.rounds += 1
+        seed = fuzzer.seed if number == 0 else random.Random(f"{fuzzer.seed}:{number}").randrange(2**32)
+        if number and self.found_before:
+            fuzzer.log(f"{self.name}: round {number + 1} (seed {seed}), {budget_s:.0f}s of generation left; "
+                       "failures already found count as passing")
+
+        def body():
+            return fuzzer._round(self.name, self.strategy, self.stats, self.cache, self.found_before, budget_s, seed,
+                                 deadline, self.throttle)
+
+        if not self.pausable:
+            return body()
+        thread = resumable.RoundThread(body, self.name, on_interrupt=interrupt_requested.set)
+        return self._go_on(thread.resume, None, thread)
+
+    def _go_on(self, resume, value, thread: resumable.RoundThread | None = None):
+        """Let a round thread run (``resume(value)``) until it pauses (None: it is kept for the next slice) or
+        ends (its outcome)."""
+        thread = thread or self.paused
+        self.paused = None
+        kind, outcome = resume(value)
+        if kind == "paused":
+            self.paused = thread
+            return None
+        return outcome
+
+    def close(self) -> None:
+        """End a paused round (its generation time was charged already; it found nothing, or it would not have
+        paused)."""
+        if self.paused is not None:
+            thread = self.paused
+            self._go_on(lambda _: thread.end(), None, thread)
+
     def finish(self) -> TargetStats:
+        """End the run (:meth:`close`) and log its summary."""
+        self.close()
         self.fuzzer.log(self.stats.summary_line())
         return self.stats
+
+
+@dataclass
+class _Clock:
+    """A round's time.  Its generation seconds are charged to its target as they pass (at each pause, and when it
+    ends: :meth:`Fuzzer._record`); the seconds it waits paused between slices are charged to nothing."""
+
+    start: float
+    #: When generation stops (or pauses), and when the target's run must end (its slice's deadline).
+    gen_deadline: float
+    deadline: float
+    #: When the stretch of running since the round's start or its last pause began.
+    segment: float
+    #: Seconds waited paused so far.
+    paused: float = 0.0
+
+    def since_start(self, t: float) -> float:
+        """Seconds the round ran from its start to ``t`` (pauses left out)."""
+        return t - self.start - self.paused
 
 
 def _with_first(failures: list[CaseFailed], found: dict) -> list[CaseFailed]:

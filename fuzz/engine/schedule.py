@@ -174,6 +174,22 @@ def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callab
         log(f"schedule: {budget_s:.0f}s over {len(runs)} targets, "
             + (f"adaptive in slices of up to {schedule.slice_s:.0f}s" if schedule.adaptive
                else "an even share each, in turn"))
+    for run in runs.values():  # (many slices each: a round cut by a slice's end waits for the next)
+        run.pausable = schedule.adaptive and len(runs) > 1
+    try:
+        _slices(schedule, runs, log, deadline, stop_after, on_slice)
+    finally:
+        for run in runs.values():
+            run.close()
+    summary = schedule.summary()
+    for run in runs.values():
+        run.stats.schedule = summary[run.name]
+        run.finish()
+    return schedule
+
+
+def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline: float, stop_after: int,
+            on_slice: Callable[[Slice], None] | None) -> None:
     while (choice := schedule.next()) is not None:
         if time.monotonic() >= deadline:
             log(f"schedule: the run's deadline is reached with {schedule.left:.0f}s of generation left: no further "
@@ -194,11 +210,6 @@ def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callab
             log(f"schedule: {name} {s.seconds:.0f}s (share {share:.0%}): {s.gains.pairs} new pairs, "
                 f"{s.gains.near_misses} new near misses, {s.gains.failures} new failures; "
                 f"{schedule.left:.0f}s left")
-    summary = schedule.summary()
-    for run in runs.values():
-        run.stats.schedule = summary[run.name]
-        run.finish()
-    return schedule
 
 
 def gains_of(stats) -> Gains:
