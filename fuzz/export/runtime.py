@@ -363,7 +363,8 @@ def train(role, dp, device, mesh):
                   "local": {**local, **(reference_local(model) if role != "system" else {})}}
         local.clear()
         if role.startswith("perturbed"):
-            perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1))
+            perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1),
+                              compiled_eps=EPS[COMPILED_DTYPE] if COMPILED_DTYPE else 0.0)
         if role == "system":
             sleep("before_step")
         skipped = False

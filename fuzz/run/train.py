@@ -10,6 +10,8 @@ import numpy as np
 import torch
 
 from parityfuzz.case import Case
+from parityfuzz.case.dtypes import EPS, compiled_floor_dtype
+from parityfuzz.judge.tolerance import COMPILED_ULPS
 from parityfuzz.run.activations import Probe
 from parityfuzz.run.build import ForwardClock, batch_for, build_model, target_for
 from parityfuzz.run.collectives import CollectiveCounter
@@ -28,11 +30,19 @@ def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
             p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
 
 
-def perturb_gradients(named_params, seed: int, ulps: float = 2.0) -> None:
+def perturb_gradients(named_params, seed: int, ulps: float = 2.0, compiled_eps: float = 0.0) -> None:
     """Move every element of every gradient by ``+- ulps * eps`` at its module's scale (the largest gradient
     magnitude among the module's parameters): what another order of summation does.  Unlike the weight
     perturbation it reaches the rounding residue of cancelled elements (an analytically zero gradient, a
     near-zero one), which Adam's ``eps`` term can amplify to a sizable update.
+
+    ``compiled_eps``: the machine epsilon of the lowest dtype a compiled system under test computes in (0: none;
+    :func:`parityfuzz.case.dtypes.compiled_floor_dtype`).  The oracle lets such a system's gradients differ by
+    ``COMPILED_ULPS`` of it at their scale (:mod:`parityfuzz.judge.tolerance`), so the perturbation moves them that
+    far too, and the noise measured downstream is what such a difference does: Adam turns a near-zero gradient
+    element whose sign the compiled rounding flips into an update of twice the learning rate (a 10-minute run
+    met it: FSDP1 under bf16, compiled by aot_eager, one of 25 weight elements 2 x lr off after step 0, every
+    gradient within the floor).
 
     A DTensor gradient (a tensor-parallel reference's) is perturbed as the whole tensor it stands for: the signs
     are drawn for its global shape, alike on every rank, and each rank adds its own placement's part."""
@@ -51,7 +61,8 @@ def perturb_gradients(named_params, seed: int, ulps: float = 2.0) -> None:
     with torch.no_grad():
         for name, grad in grads:
             sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
-            step = sign * (ulps * torch.finfo(grad.dtype).eps) * scales[module_of(name)].to(grad.dtype).cpu()
+            size = ulps * torch.finfo(grad.dtype).eps + COMPILED_ULPS * compiled_eps
+            step = sign * size * scales[module_of(name)].to(grad.dtype).cpu()
             if isinstance(grad, DTensor):
                 grad.add_(distribute_tensor(step.to(grad.device), grad.device_mesh, grad.placements))
             else:
@@ -229,7 +240,8 @@ class _Run:
             trace.grads.append(self._record("grad", system.gradients()) if trains else {})
         if trains and self.role == "perturbed_reference":
             perturb_gradients(system.named_parameters(),
-                              gradient_perturbation_key(case.seed, self.sample, len(trace.passes)))
+                              gradient_perturbation_key(case.seed, self.sample, len(trace.passes)),
+                              compiled_eps=EPS.get(compiled_floor_dtype(case), 0.0))
         skipped = system.optimizer_step() if trains else False
         if self.record:
             if scaled:
