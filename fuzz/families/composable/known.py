@@ -22,14 +22,20 @@ def fully_shard_between_fsdp_replicates(case: Case) -> bool:
 
 def fully_shard_below_a_replicate_root_unused_in_a_later_backward(case: Case) -> bool:
     """A replicate_with_fsdp root over a fully_shard module that keeps its parameters unsharded after forward (or
-    any, with gradient sync off on the non-last microbatches) and sits out some forwards (a gate at, above or
-    below it), with a gradient for the skipping backward to drop: several microbatches a step, or the zeros of
-    zero_grad(set_to_none=False)."""
+    any, with gradient sync off on the non-last microbatches, or with the composable checkpoint on a module above
+    it) and sits out some forwards (a gate at, above or below it), with a gradient for the skipping backward to
+    drop: several microbatches a step, or the zeros of zero_grad(set_to_none=False)."""
     applies = case.plan.applies
     gates = case.model.gates()
+    checkpointed = [c.path for c in applies if c.api == "checkpoint"]
+
+    def trigger(c) -> bool:
+        return (c.reshard_after_forward is not True or case.plan.no_sync
+                or any(p != c.path and under(c.path, (p,)) for p in checkpointed))
+
     return ((case.train.microbatches > 1 or case.train.zero_grad != "none")
             and any(c.path == "" and c.api == "replicate_fsdp" for c in applies)
-            and any(c.api == "fully_shard" and c.path and (c.reshard_after_forward is not True or case.plan.no_sync)
+            and any(c.api == "fully_shard" and c.path and trigger(c)
                     and any(under(c.path, (g,)) or under(g, (c.path,)) for g in gates) for c in applies))
 
 

@@ -5,6 +5,8 @@ can show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import Case
+from parityfuzz.case.model import under
+from parityfuzz.families.fsdp1 import units
 from parityfuzz.families.fsdp1.known import runs_unsharded
 from parityfuzz.families.fsdp1_tp import split_sizes
 
@@ -48,3 +50,27 @@ def full_state_dict(case: Case) -> bool:
 
 def local_state_dict(case: Case) -> bool:
     return case.family == "fsdp1_tp" and case.checkpoint.save == "fsdp1_local"
+
+
+def compiled_tensor_parallel_unit_after_another_shape(case: Case) -> bool:
+    """The model compiled, and a tensor-parallel block (attention or MLP) that is an FSDP1 instance of its own
+    (FSDP1's forward is a graph break: the block's forward is a frame of its own) after a block of the same kind
+    whose size or tensor-parallel styles differ: Dynamo compiles the kind's forward a second time with other
+    shapes, marks them dynamic (automatic dynamic shapes), and the later block's DTensor ops hash SymInt sizes.
+    The shrunk case needed all of it: eager, FSDP1 at the root alone, the blocks the other way round, or both
+    blocks parallelized alike, train."""
+    if not case.compile:
+        return False
+    found = units(case)
+    blocks = [(path, node) for path, node in case.model.body.walk("body") if node.kind in ("attention", "mlp")]
+
+    def shape(path, node) -> tuple:
+        styles = sorted((p.path[len(path):], p.style) for p in case.plan.tp if under(p.path, (path,)))
+        return node.heads, node.hidden, tuple(styles)
+
+    for i, (path, node) in enumerate(blocks):
+        parallel = any(under(p.path, (path,)) for p in case.plan.tp)
+        if parallel and (found is None or path in found) and any(
+                other.kind == node.kind and shape(q, other) != shape(path, node) for q, other in blocks[:i]):
+            return True
+    return False
