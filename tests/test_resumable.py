@@ -169,3 +169,18 @@ def test_a_target_run_not_paused_is_what_it_was(tmp_path, drawn):
     assert isinstance(run, TargetRun) and not run.pausable
     run.run(600)
     assert not round_threads() and run.paused is None and len(drawn) == 30
+
+
+@pytest.mark.parametrize("pausable", [True, False])
+def test_a_slice_runs_its_minimum_of_cases_whatever_its_seconds(tmp_path, drawn, pausable):
+    """A schedule's first slice of a target runs a few cases however short its seconds (one slow first case is no
+    estimate of a yield); later slices keep to their seconds."""
+    fuzzer = Fuzzer(FuzzOptions(corpus_dir=tmp_path, seed=5), _Pools(), log=lambda *_: None)
+    run = fuzzer.start("fsdp2", cases(world_sizes=(2,)))
+    run.pausable = pausable
+    run.run(0.001, min_cases=5)
+    assert len(drawn) == 5 and run.stats.cases == 5
+    run.run(0.001)
+    assert len(drawn) <= 7
+    run.finish()
+    assert not round_threads()

@@ -71,7 +71,7 @@ class _StandIn:
         self.stats = TargetStats(name)
         self.done = False
 
-    def run(self, seconds, deadline=float("inf")):
+    def run(self, seconds, deadline=float("inf"), min_cases=0):
         for i in range(int(self.rate * seconds)):
             self.stats.pairs[f"{self.name}-{self.stats.generate_seconds}-{i}"] += 1
         if any(self.stats.generate_seconds <= at < self.stats.generate_seconds + seconds for at in self.failures_at):

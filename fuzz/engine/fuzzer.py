@@ -163,15 +163,17 @@ class Fuzzer:
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],
                found_before: list[Found], budget_s: float, seed: int,
-               deadline: float = float("inf"), throttle: Throttle | None = None) -> tuple[list[Failure], bool]:
+               deadline: float = float("inf"), throttle: Throttle | None = None,
+               cases_floor: int = 0) -> tuple[list[Failure], bool]:
         """One Hypothesis run; returns the failures it found and recorded, and whether it ended by drawing all
-        its cases.  Nothing new starts after ``deadline`` (the target's, :meth:`FuzzOptions.deadline_s`).  Until a
+        its cases.  Nothing new starts after ``deadline`` (the target's, :meth:`FuzzOptions.deadline_s`); generation
+        goes on past ``budget_s`` until the target has run ``cases_floor`` cases in all.  Until a
         failure is found, a case meeting the precondition of a known bug ``throttle`` has seen often may be skipped
         (:mod:`parityfuzz.engine.throttle`)."""
         throttle = throttle if throttle is not None else Throttle()
         opts = self.options
         start = time.monotonic()
-        clock = _Clock(start, min(start + budget_s, deadline), deadline, start)
+        clock = _Clock(start, min(start + budget_s, deadline), deadline, start, cases_floor=cases_floor)
         found: dict = {}  # "at": first failure time, "cases": cases this round ran until then, "kind"
         best: dict = {}  # the latest (so smallest) failing case, kept if the run is interrupted
         cases_before, shrink_runs_before = stats.cases, stats.shrink_runs
@@ -185,7 +187,9 @@ class Fuzzer:
             verdict = cache.get(key)
             if verdict is None:
                 now = time.monotonic()
-                if not found and (now >= clock.gen_deadline or _reached(stats.cases, opts.max_cases)):
+                if not found and ((now >= clock.gen_deadline and (stats.cases >= clock.cases_floor
+                                                                  or now >= clock.deadline))
+                                  or _reached(stats.cases, opts.max_cases)):
                     self._pause_or_stop(clock, stats, _reached(stats.cases, opts.max_cases))
                     now = time.monotonic()
                 if found and (now >= found["shrink_until"]
@@ -283,7 +287,7 @@ class Fuzzer:
         stats.generate_seconds += paused - clock.segment
         clock.segment = paused
         try:
-            seconds, clock.deadline = thread.pause()
+            seconds, clock.deadline, clock.cases_floor = thread.pause()
         except resumable.RoundEnded:
             clock.segment = time.monotonic()
             event("not run: budget spent")
@@ -472,27 +476,29 @@ class TargetRun:
         return _reached(self.stats.cases, opts.max_cases) or bool(
             opts.stop_after and len(self.stats.failures) >= opts.stop_after)
 
-    def run(self, seconds: float, deadline: float = float("inf")) -> None:
-        """Fuzz for ``seconds`` more of generation.  The slice ends by those seconds plus what is left of the run's
-        one shrink and one reduction (:meth:`FuzzOptions.deadline_s`: a run given its whole budget in one slice, or
-        in many, takes at most as long), or by ``deadline`` (:func:`time.monotonic`) if that comes first."""
+    def run(self, seconds: float, deadline: float = float("inf"), min_cases: int = 0) -> None:
+        """Fuzz for ``seconds`` more of generation, and for at least ``min_cases`` more cases (a schedule's first
+        slice of a target: its yield estimate needs a few).  The slice ends by those seconds plus what is left of
+        the run's one shrink and one reduction (:meth:`FuzzOptions.deadline_s`: a run given its whole budget in one
+        slice, or in many, takes at most as long), or by ``deadline`` (:func:`time.monotonic`) if that comes
+        first."""
         stats, opts = self.stats, self.fuzzer.options
         began, generated = time.monotonic(), stats.generate_seconds
         beyond = max(0.0, opts.deadline_s(0.0) - self.beyond_generation)
         deadline = min(deadline, began + seconds + beyond)
         try:
-            self._rounds(seconds, deadline)
+            self._rounds(seconds, deadline, stats.cases + min_cases)
         finally:
             self.beyond_generation += max(0.0, time.monotonic() - began - (stats.generate_seconds - generated))
 
-    def _rounds(self, seconds: float, deadline: float) -> None:
+    def _rounds(self, seconds: float, deadline: float, cases_floor: int) -> None:
         fuzzer, stats = self.fuzzer, self.stats
         until = stats.generate_seconds + seconds
         while not self.done:
             if self.paused is not None:
-                outcome = self._go_on(self.paused.resume, (until - stats.generate_seconds, deadline))
+                outcome = self._go_on(self.paused.resume, (until - stats.generate_seconds, deadline, cases_floor))
             else:
-                outcome = self._new_round(until - stats.generate_seconds, deadline)
+                outcome = self._new_round(until - stats.generate_seconds, deadline, cases_floor)
             if outcome is None:
                 return  # paused at the end of the slice: the next slice goes on with it
             failures, exhausted = outcome
@@ -501,7 +507,7 @@ class TargetRun:
             for f in failures:
                 self.found_before = remember(self.found_before, Found(precondition(f.case, self.baseline),
                                                                       f.verdict.bug_signature(), str(f.corpus_path)))
-            more = stats.generate_seconds < until
+            more = stats.generate_seconds < until or stats.cases < cases_floor
             if more and time.monotonic() >= deadline:
                 fuzzer.log(f"{self.name}: the run's deadline (its generation, one shrink and one reduction) is "
                            "reached: no further round")
@@ -509,7 +515,7 @@ class TargetRun:
             if not (more and (failures or exhausted)):
                 break
 
-    def _new_round(self, budget_s: float, deadline: float) -> tuple[list[Failure], bool] | None:
+    def _new_round(self, budget_s: float, deadline: float, cases_floor: int) -> tuple[list[Failure], bool] | None:
         """Start the next round with ``budget_s`` of generation: its failures and whether it drew all its cases,
         or None where it paused."""
         fuzzer = self.fuzzer
@@ -522,7 +528,7 @@ class TargetRun:
 
         def body():
             return fuzzer._round(self.name, self.strategy, self.stats, self.cache, self.found_before, budget_s, seed,
-                                 deadline, self.throttle)
+                                 deadline, self.throttle, cases_floor)
 
         if not self.pausable:
             return body()
@@ -567,6 +573,8 @@ class _Clock:
     segment: float
     #: Seconds waited paused so far.
     paused: float = 0.0
+    #: Generation goes on past ``gen_deadline`` (not past ``deadline``) until the target has run this many cases.
+    cases_floor: int = 0
 
     def since_start(self, t: float) -> float:
         """Seconds the round ran from its start to ``t`` (pauses left out)."""

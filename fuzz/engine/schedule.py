@@ -37,6 +37,9 @@ SLICE_S = 30.0
 MIN_SLICE_S = 5.0
 #: Slices a target must be able to get for the schedule to adapt at all.
 MIN_SLICES = 3
+#: Cases a target's first slice runs at least, whatever its seconds: one slow first case (a pool starting, a
+#: compile) is no estimate of a target's yield.
+FIRST_SLICE_CASES = 3
 
 
 @dataclass
@@ -200,7 +203,8 @@ def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline
         name, seconds, share = choice
         run = runs[name]
         before, spent = gains_of(run.stats), run.stats.generate_seconds
-        run.run(seconds, deadline)
+        run.run(seconds, deadline, min_cases=FIRST_SLICE_CASES if schedule.adaptive and name not in schedule.estimate
+                else 0)
         # (charged at least a tenth of a second: a slice cut by its deadline before generating still costs)
         s = schedule.record(name, max(0.1, run.stats.generate_seconds - spent), gains_of(run.stats).minus(before),
                             share, done=run.done)
