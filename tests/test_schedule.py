@@ -142,3 +142,30 @@ def test_a_lone_target_gets_the_whole_budget_in_one_slice():
     name, seconds, share = s.next()
     s.record(name, seconds, Gains(), share, done=True)
     assert s.next() == ("b", 600 - seconds, 1.0)
+
+
+FOUR_NAMED = "import pytest\nfrom parityfuzz.strategies import cases\n" + "".join(textwrap.dedent(f"""
+
+    @pytest.mark.fuzz_target("{name}", lambda ws: cases(world_sizes=ws))
+    def test_{name}(fuzz_session):
+        fuzz_session.run_target("{name}")
+""") for name in "abcd")
+
+
+def test_under_xdist_each_worker_schedules_the_group_of_targets_it_was_dealt(tmp_path):
+    """Four named targets, two workers (``-n`` alone: load scheduling): the plugin deals them into one group per
+    worker and the controller sends each group whole to one worker, which runs one schedule over it; the merged
+    report has each worker's schedule."""
+    (tmp_path / "test_four.py").write_text(FOUR_NAMED)
+    report = tmp_path / "report.json"
+    result = pytest_run(str(tmp_path / "test_four.py"), "-n", "2", "--fuzz-max-cases=2", "--world-sizes=1",
+                        "--fuzz-seed=1", f"--corpus-dir={tmp_path}", f"--fuzz-report={report}",
+                        f"--rootdir={tmp_path}", "-rA")
+    out = result.stdout
+    assert result.returncode == 0 and "4 passed" in out, out[-3000:]
+    data = json.loads(report.read_text())
+    schedules = data["schedules"]
+    assert set(schedules) == {"gw0", "gw1"}, schedules
+    groups = [set(s["targets"]) for s in schedules.values()]
+    assert sorted(map(len, groups)) == [2, 2] and set().union(*groups) == {"a", "b", "c", "d"}
+    assert all(data["targets"][t]["cases"] == 2 for t in "abcd")

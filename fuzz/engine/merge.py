@@ -61,4 +61,6 @@ def merge_reports(reports: dict[str, dict]) -> dict:
         "verdicts": dict(sum((Counter(r["verdicts"]) for r in reports.values()), Counter())),
         "targets": targets,
         "failures": [f for t in targets.values() for f in t["failures"]],
+        # (each worker's schedule over the group of targets it was dealt: its slices and each target's share)
+        "schedules": {worker: r["schedule"] for worker, r in sorted(reports.items()) if r.get("schedule")},
     }

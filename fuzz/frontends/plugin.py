@@ -11,8 +11,10 @@ them runs; each test then passes or fails with its own target's findings.
 
 Under pytest-xdist (``pytest -n 4 fuzz/``) each worker fuzzes its share of the targets on its own ranks, every
 target getting the share of ``--fuzz-budget`` it would get if the targets were spread evenly over the workers (the
-budget stays wall-clock; a worker is handed its targets one at a time, so it cannot schedule them); the workers'
-reports come back to the controller, which prints and writes one.
+budget stays wall-clock).  Under ``--dist load`` (the default of ``-n``) the named targets are dealt into one
+group per worker and each group is sent whole to one worker (:mod:`parityfuzz.frontends.xdist_groups`), which runs
+one schedule over it, as a run without xdist does over every target; the workers' reports come back to the
+controller, which prints and writes one, each worker's schedule in it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from parityfuzz import engine
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.engine import Fuzzer, FuzzOptions
 from parityfuzz.executor.devices import fuzzer_share
+from parityfuzz.frontends import xdist_groups
 
 DEFAULT_BUDGET_S = 30.0
 #: Seconds a fuzz target's pytest-timeout allows beyond its deadline (:meth:`FuzzOptions.deadline_s`).
@@ -150,9 +153,14 @@ class FuzzSession:
         self.targets_total = 0
         self.targets_done = 0
         self.budget_used = 0.0
-        #: The fuzz targets one schedule runs together (name -> ``world_sizes -> strategy``): the selected items
-        #: whose ``fuzz_target`` marker names a target (:func:`scheduled_targets`); none under pytest-xdist.
-        self.scheduled: dict = {}
+        #: The fuzz targets schedules run together: group -> (name -> ``world_sizes -> strategy``), the selected
+        #: items whose ``fuzz_target`` marker names a target (:func:`scheduled_targets`), in one group ("") or,
+        #: under pytest-xdist, in the group each was dealt to (:func:`pytest_collection_modifyitems`).
+        self.scheduled: dict[str, dict] = {}
+        #: The groups whose schedule has run.
+        self.groups_run: set[str] = set()
+        #: Every selected named target's strategy maker, scheduled or not (name -> ``world_sizes -> strategy``).
+        self.makers: dict = {}
         # A case count (--fuzz-max-cases) makes a seeded run the same anywhere: slices cut by the clock would not.
         self.adaptive = fuzz_schedule(config) == "adaptive" and self.options.max_cases is None
 
@@ -197,15 +205,16 @@ class FuzzSession:
         """Fail the test with every shrunk failure of target ``name``.  A target the run's schedule holds
         (:attr:`scheduled`) was fuzzed by it, with the others, when the first of them ran; any other (``make_strategy``
         given: ``world_sizes -> strategy``) is fuzzed now, on its own, for an even share of what is left."""
-        if name in self.scheduled:
-            if self.fuzzer.schedule is None:
-                self._run_schedule()
+        group = next((g for g, members in self.scheduled.items() if name in members), None)
+        if group is not None:
+            if group not in self.groups_run:
+                self._run_schedule(group)
             stats = self.fuzzer.targets[name]
         else:
             if make_strategy is None:
                 from parityfuzz.frontends import targets
 
-                make_strategy = targets.maker(name)
+                make_strategy = self.makers.get(name) or targets.maker(name)
             stats = self.fuzzer.fuzz(name, make_strategy(self.options.world_sizes), self.next_budget())
             self.budget_used += stats.generate_seconds
         self.targets_done += 1
@@ -213,19 +222,23 @@ class FuzzSession:
         if stats.failures:
             pytest.fail("\n\n".join(format_failure(f) for f in stats.failures), pytrace=False)
 
-    def _run_schedule(self) -> None:
-        """Fuzz every scheduled target by one schedule over the budget (:mod:`parityfuzz.engine.schedule`)."""
+    def _run_schedule(self, group: str) -> None:
+        """Fuzz the targets of ``group`` by one schedule over their budget (:mod:`parityfuzz.engine.schedule`)."""
         import time
 
         from parityfuzz.engine.schedule import run_schedule
 
+        self.groups_run.add(group)
         runs = {name: self.fuzzer.start(name, make(self.options.world_sizes))
-                for name, make in self.scheduled.items()}
+                for name, make in self.scheduled[group].items()}
         opts = self.options
-        deadline = time.monotonic() + self.schedule_deadline_s()
-        # (the share of what is left that the scheduled targets would get one by one: unnamed targets keep theirs)
-        left = max(1, self.targets_total - self.targets_done)
-        budget = max(0.0, opts.budget_s - self.budget_used) * min(1.0, len(runs) / left)
+        deadline = time.monotonic() + self.schedule_deadline_s(len(runs))
+        _, workers = fuzzer_share()
+        if workers > 1:  # each target its share of the budget spread over the workers, as one on its own
+            budget = self.next_budget() * len(runs)
+        else:  # the share of what is left the scheduled targets would get one by one: unnamed targets keep theirs
+            left = max(1, self.targets_total - self.targets_done)
+            budget = max(0.0, opts.budget_s - self.budget_used) * min(1.0, len(runs) / left)
         try:
             # (-x / --maxfail=N stop the run at the first or Nth failure; --fuzz-max-failures ends each target alone)
             run_schedule(runs, budget, adaptive=self.adaptive, log=self.log, deadline=deadline,
@@ -234,12 +247,12 @@ class FuzzSession:
         finally:
             self.budget_used += sum(r.stats.generate_seconds for r in runs.values())
 
-    def schedule_deadline_s(self) -> float:
-        """Wall-clock seconds the scheduled targets may take together: the budget plus one shrink and one reduction
-        per target (each run keeps to its own: :meth:`TargetRun.run`), and a minute a target for the case running
-        at the end of each slice."""
+    def schedule_deadline_s(self, targets: int) -> float:
+        """Wall-clock seconds ``targets`` scheduled targets may take together: the budget plus one shrink and one
+        reduction per target (each run keeps to its own: :meth:`TargetRun.run`), and a minute a target for the case
+        running at the end of each slice."""
         opts = self.options
-        return opts.budget_s + len(self.scheduled) * (opts.deadline_s(0.0) + 60)
+        return opts.budget_s + targets * (opts.deadline_s(0.0) + 60)
 
     def close(self) -> None:
         if self._executor is not None:
@@ -283,6 +296,8 @@ def format_failure(f) -> str:
 _SESSION = pytest.StashKey[FuzzSession]()
 #: Under xdist, on the controller: each worker's run report, by worker id.
 _WORKER_REPORTS = pytest.StashKey[dict]()
+#: Under xdist with load scheduling, on the controller: the directory of the workers' groups of named targets.
+_GROUPS_DIR = pytest.StashKey[str]()
 
 
 class _XdistController:
@@ -290,6 +305,17 @@ class _XdistController:
 
     def __init__(self, reports: dict):
         self.reports = reports
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        groups = node.config.stash.get(_GROUPS_DIR, None)
+        if groups is not None:  # (where the worker writes its groups of named targets)
+            node.workerinput[xdist_groups.KEY] = groups
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        groups = config.stash.get(_GROUPS_DIR, None)
+        return None if groups is None else xdist_groups.make_scheduler(config, log, groups)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -317,6 +343,10 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config.stash[_SESSION] = FuzzSession(config)
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        if getattr(config.option, "dist", "no") == "load":  # (load scheduling, each group of named targets whole)
+            import tempfile
+
+            config.stash[_GROUPS_DIR] = tempfile.mkdtemp(prefix="parityfuzz-xdist-groups-")
         config.stash[_WORKER_REPORTS] = {}
         config.pluginmanager.register(_XdistController(config.stash[_WORKER_REPORTS]), "parityfuzz-xdist")
 
@@ -348,21 +378,35 @@ def scheduled_targets(items) -> dict:
     return out
 
 
+@pytest.hookimpl(tryfirst=True)  # an xdist worker's groups are written before it reports its collection
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The budget is split over the fuzz targets that will run: after ``-k``, ``-m`` and every other
     deselection (``pytest_collection_modifyitems`` may see items that a later hook deselects)."""
     fuzz = session.config.stash[_SESSION]
     targets = [i for i in session.items if i.get_closest_marker("fuzz_target")]
     fuzz.targets_total = len(targets)
+    fuzz.makers = scheduled_targets(targets)
+    named = [i for i in targets if i.get_closest_marker("fuzz_target").args]
     _, workers = fuzzer_share()
-    # Under xdist a worker is handed its items one at a time: it cannot schedule targets it may never get.
-    fuzz.scheduled = scheduled_targets(targets) if workers == 1 else {}
+    if workers == 1:
+        fuzz.scheduled = {"": scheduled_targets(named)}
+    elif xdist_groups.KEY in getattr(session.config, "workerinput", {}):
+        # (a worker is handed its items one at a time: it schedules a group the controller sends it whole)
+        groups = xdist_groups.deal([i.nodeid for i in named], workers)
+        xdist_groups.write(session.config.workerinput[xdist_groups.KEY], session.config.workerinput["workerid"],
+                           groups)
+        fuzz.scheduled = {}
+        for item in named:
+            fuzz.scheduled.setdefault(groups[item.nodeid], {}).update(scheduled_targets([item]))
+    else:  # another --dist: each target an even share
+        fuzz.scheduled = {}
+    fuzz.scheduled = {g: members for g, members in fuzz.scheduled.items() if members}
     # A fuzz target ends by its deadline (generation, one shrink, one reduction: the fuzzer cuts later shrinks to
     # fit); a global pytest-timeout must not cut it short, so it waits that long plus a margin for the case running
     # at the deadline, confirming a hang and locating a mismatch.  The first scheduled target runs them all.
     limit = fuzz.options.deadline_s(fuzz.options.budget_s) + TIMEOUT_MARGIN_S
     if fuzz.scheduled:
-        limit = max(limit, fuzz.schedule_deadline_s() + TIMEOUT_MARGIN_S)
+        limit = max(limit, fuzz.schedule_deadline_s(max(map(len, fuzz.scheduled.values()))) + TIMEOUT_MARGIN_S)
     for item in targets:
         item.add_marker(pytest.mark.timeout(limit))
 
@@ -371,6 +415,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_SESSION, None)
     if session is not None:
         session.close()
+    groups = config.stash.get(_GROUPS_DIR, None)
+    if groups is not None:
+        import shutil
+
+        shutil.rmtree(groups, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -187,7 +187,13 @@ def _rates(timing: dict) -> str:
             + (f" ({share:.0%})" if share is not None else "") + "</td>")
 
 
-def schedule_html(schedule: dict | None) -> str:
+def schedules_html(report: dict) -> str:
+    """The run's schedule, or under pytest-xdist each worker's (over the group of targets it was dealt)."""
+    return schedule_html(report.get("schedule")) + "".join(
+        schedule_html(s, f" on worker {worker}") for worker, s in report.get("schedules", {}).items())
+
+
+def schedule_html(schedule: dict | None, where: str = "") -> str:
     """How the run's schedule (:mod:`parityfuzz.engine.schedule`) shared the budget: each target's seconds, share,
     slices and last yield estimate, and why."""
     if not schedule or len(schedule.get("targets", {})) < 2:
@@ -198,7 +204,7 @@ def schedule_html(schedule: dict | None) -> str:
     rows = "".join(f'<tr><td class="l">{_e(n)}</td><td>{t["seconds"]:.0f}</td><td>{t["share"]:.0%}</td>'
                    f'<td>{t["slices"]}</td><td>{t["yield_per_s"]:.2f}</td></tr>'
                    for n, t in schedule["targets"].items())
-    return (f'<h2>schedule</h2><p class="muted">{_e(how)}; {len(schedule.get("slices", []))} slices of up to '
+    return (f'<h2>schedule{_e(where)}</h2><p class="muted">{_e(how)}; {len(schedule.get("slices", []))} slices of up to '
             f'{schedule.get("slice_seconds", 0):.0f} s</p><table><tr><th class="l">target</th><th>s generating</th>'
             "<th>share</th><th>slices</th><th>yield estimate /s</th></tr>" + rows + "</table>")
 
@@ -230,7 +236,7 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
             + "<h3>pairwise feature coverage</h3>" + heatmap_svg(t.get("feature_counts", {}), t.get("pair_counts", {})))
     findings = "".join(finding_html(f) for f in report["failures"]) or '<p class="muted">no findings</p>'
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-            f"<style>{CSS}</style></head><body>{head}{table}{schedule_html(report.get('schedule'))}<h2>findings</h2>{findings}{''.join(sections)}"
+            f"<style>{CSS}</style></head><body>{head}{table}{schedules_html(report)}<h2>findings</h2>{findings}{''.join(sections)}"
             "</body></html>\n")
 
 
