@@ -1,6 +1,6 @@
-"""The harness's own test options: the long forms CI leaves out for time (CI runs the README's test command in
-about 29 minutes on a 2-core machine, under its 30-minute limit; the long forms' figures are in their comments and
-the issue notes)."""
+"""The harness's own test options: the long forms CI leaves out for time (CI runs the README's test command, two
+pytest-xdist processes, on a 2-core machine under its 30-minute limit; the long forms' figures are in their comments
+and the issue notes)."""
 
 import pytest
 

@@ -100,7 +100,6 @@ FAULT_TARGET = textwrap.dedent("""
 """)
 
 
-@pytest.mark.long  # 12 s; CI: the attached executor's verdicts (above) and --fuzz-attach's checks (below)
 def test_a_fuzz_run_on_attached_ranks_finds_and_shrinks_a_fault(tmp_path):
     (tmp_path / "test_odd.py").write_text(FAULT_TARGET)
     driver = f"127.0.0.1:{free_port()}"

@@ -96,8 +96,7 @@ def wait_for(proc, needle, timeout=120):
     raise AssertionError(f"never saw {needle!r}:\n{''.join(seen)}")
 
 
-# SIGTERM with --long (29 s on a clean clone): the plugin handles both signals with one handler
-@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_path, sig):
     proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET)
     try:

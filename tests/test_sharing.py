@@ -60,7 +60,6 @@ def test_a_failure_one_fuzzer_found_replays_first_in_another(tmp_path):
     assert shared["case_id"] == first["case_id"]
 
 
-@pytest.mark.long  # 32 s on a clean clone (CI time): the test above shares one corpus and database in turn
 def test_two_fuzzers_at_once_share_one_corpus_and_database(tmp_path):
     where = project(tmp_path, odd="OddLinearGradDrop")
     shared = tmp_path / "corpus"
@@ -76,7 +75,6 @@ def test_two_fuzzers_at_once_share_one_corpus_and_database(tmp_path):
     assert any((tmp_path / "db").iterdir())
 
 
-@pytest.mark.long  # 30 s; CI: two fuzzers at once share a corpus and database (above)
 def test_xdist_workers_fuzz_their_targets_and_the_controller_merges_their_reports(tmp_path):
     where = project(tmp_path, odd="OddLinearGradDrop", twice="TwiceGradDrop")
     result = subprocess.run(command(where, 5, tmp_path / "corpus", tmp_path / "run.json", "-n", "2"), cwd=where,

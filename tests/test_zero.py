@@ -94,7 +94,6 @@ def test_overlap_warm_up_is_modelled(executor, monkeypatch, static_graph):
     assert not verify_case(dataclasses.replace(case, reference="ddp"), executor).ok
 
 
-@pytest.mark.long  # 14 s
 @settings(max_examples=3000, deadline=None, database=None)
 @given(cases(family="zero", world_sizes=(1, 2, 3, 4)))
 def test_every_drawn_zero_case_is_valid(case):
