@@ -141,3 +141,19 @@ def test_the_page_shows_how_the_schedule_shared_the_budget():
     # a run of one target has no schedule to show
     assert "<h2>schedule" not in report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],
                                                 "schedule": Schedule(["fsdp2"], 60).to_dict()})
+
+
+def test_a_merged_xdist_report_shows_each_workers_schedule():
+    from parityfuzz.engine.schedule import Gains, Schedule
+
+    def ran(targets):
+        schedule = Schedule(targets, 60)
+        while (choice := schedule.next()) is not None:
+            name, seconds, share = choice
+            schedule.record(name, seconds, Gains(pairs=10), share)
+        return schedule.to_dict()
+
+    page = report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],
+                          "schedules": {"gw0": ran(["fsdp2", "zero"]), "gw1": ran(["fsdp1", "pipeline"])}})
+    assert "<h2>schedule on worker gw0</h2>" in page and "<h2>schedule on worker gw1</h2>" in page
+    assert {"fsdp2", "zero", "fsdp1", "pipeline"} <= set(re.findall(r'<tr><td class="l">(\w+)</td><td>\d+</td>', page))
