@@ -5,6 +5,7 @@ show in it.  Torch-free."""
 from __future__ import annotations
 
 from parityfuzz.case import Case, under
+from parityfuzz.case.model import PARAM_KINDS
 
 
 def _composable_checkpoints(case: Case) -> list[str]:
@@ -41,3 +42,20 @@ def tp_local_output_into_a_compiled_block(case: Case) -> bool:
             case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate")
 
     return any(handed_on(p) and p.use_local_output and not under(p.path, c.paths) for p in getattr(case.plan, "tp", ()))
+
+
+def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
+    """The model compiled, and an activation checkpoint (any API) on a module that holds a dropout and no parameter:
+    where its compiled graph takes only inputs that need no gradient (the model's input, a graph break before it),
+    AOTAutograd compiles it for inference, whose activation-checkpoint pass refuses RNG ops."""
+    if not case.compile:
+        return False
+    plan = case.plan
+    paths = [c.path for c in getattr(plan, "checkpoints", ())] + [
+        a.path for a in getattr(plan, "applies", ()) if getattr(a, "api", "") == "checkpoint"]
+    nodes = list(case.model.body.walk("body"))
+
+    def holds(path: str, kinds) -> bool:
+        return any(node.kind in kinds for q, node in nodes if under(q, (path,)))
+
+    return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention")) for p in paths)
