@@ -246,9 +246,13 @@ def test_a_fault_in_the_state_dict_code_is_undone_before_the_next_case(executor)
     assert verify_case(case, executor).ok
 
 
-#: Seed 2 with --long (CI time: 60 s).
-@pytest.mark.parametrize("fault, seed", [(f, 1) for f in FAULTS] + [pytest.param(f, 2, marks=pytest.mark.long)
-                                                                    for f in FAULTS])
+#: Seed 2 with --long (CI time: 60 s), and seed 1 of these two (46 s and 36 s on a clean clone: their hand-written
+#: cases run in CI; OptimizerStateOfRenamedParamSwapped's short run stands for the three there).
+LONG_SEED_1 = ("ShortShardLoadedAtWrongOffset", "FlattenedLoadStepBehind")
+
+
+@pytest.mark.parametrize("fault, seed", [pytest.param(f, 1, marks=[pytest.mark.long] if f in LONG_SEED_1 else [])
+                                         for f in FAULTS] + [pytest.param(f, 2, marks=pytest.mark.long) for f in FAULTS])
 def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_path, fault, seed):
     system = f"tests.faults:{fault}"
     strategy = checkpointed_cases(world_sizes=(2,), max_steps=4, max_depth=1, families=(FAULTS[fault][0].family,),

@@ -60,6 +60,7 @@ def test_a_failure_one_fuzzer_found_replays_first_in_another(tmp_path):
     assert shared["case_id"] == first["case_id"]
 
 
+@pytest.mark.long  # 32 s on a clean clone (CI time): the test above shares one corpus and database in turn
 def test_two_fuzzers_at_once_share_one_corpus_and_database(tmp_path):
     where = project(tmp_path, odd="OddLinearGradDrop")
     shared = tmp_path / "corpus"

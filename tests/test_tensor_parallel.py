@@ -203,7 +203,9 @@ def test_faults_inside_tensor_parallelism_are_caught(executor, fault, styles, ki
 
 
 @pytest.mark.parametrize("fault, shows", [
-    ("SequenceParallelGradNotReduced", lambda c: "sequence_parallel" in c.features()),
+    # with --long (26 s on a clean clone, CI time): its hand-written case runs in CI
+    pytest.param("SequenceParallelGradNotReduced", lambda c: "sequence_parallel" in c.features(),
+                 marks=pytest.mark.long),
     ("RowwiseOutputNotReduced", lambda c: "tp:rowwise" in c.features()),
 ])
 @pytest.mark.parametrize("seed", [1])  # seed 2 green too (kept out of CI for time)
