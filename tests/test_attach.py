@@ -21,10 +21,11 @@ from parityfuzz.executor import Executor
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.triage import corpus
 from tests.test_case import simple
+from tests import subprocess_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 # torch 2.13's restarts hang with the rendezvous store shared with the ranks (see parityfuzz.executor.attach)
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ENV = subprocess_environ(PYTHONPATH=str(ROOT), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
 
 
 def free_port() -> int:

@@ -13,9 +13,10 @@ from parityfuzz.case import MeshSpec
 from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.triage import corpus
 from tests.test_case import simple
+from tests import subprocess_environ
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV = subprocess_environ(PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 #: The fsdp2 family's fuzz target.
 FSDP2_TARGET = "fuzz/test_families.py::test_family_trains_like_its_reference[fsdp2]"
 

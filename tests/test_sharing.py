@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from parityfuzz.triage import corpus
+from tests import subprocess_environ
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = subprocess_environ(PYTHONPATH=str(ROOT))
 
 TARGET = textwrap.dedent("""
     import pytest
