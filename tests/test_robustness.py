@@ -96,8 +96,8 @@ def wait_for(proc, needle, timeout=120):
     raise AssertionError(f"never saw {needle!r}:\n{''.join(seen)}")
 
 
-# SIGTERM with --long: the plugin handles both signals with one handler (under CI's two processes it stopped in 17 s
-# of the 15 s this test allows: the machine's load, not the handler; SIGINT's run stays in CI)
+# SIGTERM with --long: the plugin handles both signals with one handler.  The driver records the failure first (and
+# locates its mismatch: a probed re-run), which took up to 17 s under CI's two test processes on 2 cores (7 s alone).
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_path, sig):
     proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET)
@@ -113,7 +113,7 @@ def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_pat
         proc.kill()
     print(f"{signal.Signals(sig).name}: driver gone {stopped:.1f}s after the signal")
     assert proc.returncode != 0
-    assert stopped < 15
+    assert stopped < 25
     time.sleep(1)
     assert not [p for p in ranks if alive(p)], "rank processes outlived the driver"
     files = corpus.discover(tmp_path / "corpus")
