@@ -97,7 +97,7 @@ def wait_for(proc, needle, timeout=120):
 
 
 # SIGTERM with --long: the plugin handles both signals with one handler.  The driver records the failure first (and
-# locates its mismatch: a probed re-run), which took up to 17 s under CI's two test processes on 2 cores (7 s alone).
+# locates its mismatch: a probed re-run), which took 17 s under CI's two test processes on 2 cores.
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_interrupt_while_shrinking_keeps_the_failure_and_stops_the_ranks(tmp_path, sig):
     proc = start_fuzz(tmp_path, SLOW_FAULT_TARGET)
