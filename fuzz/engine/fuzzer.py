@@ -452,11 +452,12 @@ class TargetRun:
     reductions are cut to what is left of it, and no round starts after it.  :meth:`finish` ends a paused round.
     """
 
-    def __init__(self, fuzzer: Fuzzer, name: str, strategy: st.SearchStrategy[Case], pausable: bool = False):
+    def __init__(self, fuzzer: Fuzzer, name: str, strategy: st.SearchStrategy[Case]):
         self.fuzzer = fuzzer
         self.name = name
         self.strategy = strategy
-        self.pausable = pausable
+        #: Whether a round cut by a slice's end waits for the next slice (set by the schedule).
+        self.pausable = False
         self.stats = fuzzer.targets[name]
         self.throttle = Throttle()
         self.cache: dict[str, Verdict] = {}
@@ -496,7 +497,7 @@ class TargetRun:
         until = stats.generate_seconds + seconds
         while not self.done:
             if self.paused is not None:
-                outcome = self._go_on(self.paused.resume, (until - stats.generate_seconds, deadline, cases_floor))
+                outcome = self._go_on(self.paused, (until - stats.generate_seconds, deadline, cases_floor))
             else:
                 outcome = self._new_round(until - stats.generate_seconds, deadline, cases_floor)
             if outcome is None:
@@ -532,15 +533,13 @@ class TargetRun:
 
         if not self.pausable:
             return body()
-        thread = resumable.RoundThread(body, self.name, on_interrupt=interrupt_requested.set)
-        return self._go_on(thread.resume, None, thread)
+        return self._go_on(resumable.RoundThread(body, self.name, on_interrupt=interrupt_requested.set))
 
-    def _go_on(self, resume, value, thread: resumable.RoundThread | None = None):
-        """Let a round thread run (``resume(value)``) until it pauses (None: it is kept for the next slice) or
-        ends (its outcome)."""
-        thread = thread or self.paused
+    def _go_on(self, thread: resumable.RoundThread, value=None, end: bool = False):
+        """Let a round thread run (resumed with ``value``, or ended: ``end``) until it pauses (None: it is kept
+        for the next slice) or ends (its outcome)."""
         self.paused = None
-        kind, outcome = resume(value)
+        kind, outcome = thread.end() if end else thread.resume(value)
         if kind == "paused":
             self.paused = thread
             return None
@@ -550,8 +549,7 @@ class TargetRun:
         """End a paused round (its generation time was charged already; it found nothing, or it would not have
         paused)."""
         if self.paused is not None:
-            thread = self.paused
-            self._go_on(lambda _: thread.end(), None, thread)
+            self._go_on(self.paused, end=True)
 
     def finish(self) -> TargetStats:
         """End the run (:meth:`close`) and log its summary."""

@@ -59,17 +59,18 @@ class RoundThread:
         if not self.started:
             self.started = True
             self._thread.start()
-        else:
-            assert self.paused
-            self._answer(("ok", value))
-        self.paused = False
-        return self._serve()
+            return self._serve()
+        return self._go_on(("ok", value))
 
     def end(self) -> tuple[str, Any]:
         """End a paused round: its :meth:`pause` raises :class:`RoundEnded`; returns as :meth:`resume` does."""
+        return self._go_on(("raise", RoundEnded()))
+
+    def _go_on(self, reply: tuple) -> tuple[str, Any]:
+        """Answer the paused round's :meth:`pause` with ``reply`` and serve it until it pauses again or ends."""
         assert self.paused
-        self._answer(("raise", RoundEnded()))
         self.paused = False
+        self._answer(reply)
         return self._serve()
 
     def _serve(self) -> tuple[str, Any]:

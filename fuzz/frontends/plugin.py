@@ -386,21 +386,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     targets = [i for i in session.items if i.get_closest_marker("fuzz_target")]
     fuzz.targets_total = len(targets)
     fuzz.makers = scheduled_targets(targets)
-    named = [i for i in targets if i.get_closest_marker("fuzz_target").args]
+    named = {i.nodeid: i.get_closest_marker("fuzz_target").args[0] for i in targets
+             if i.get_closest_marker("fuzz_target").args}
     _, workers = fuzzer_share()
     if workers == 1:
-        fuzz.scheduled = {"": scheduled_targets(named)}
+        group_of = dict.fromkeys(named.values(), "")
     elif xdist_groups.KEY in getattr(session.config, "workerinput", {}):
         # (a worker is handed its items one at a time: it schedules a group the controller sends it whole)
-        groups = xdist_groups.deal([i.nodeid for i in named], workers)
+        groups = xdist_groups.deal(list(named), workers)
         xdist_groups.write(session.config.workerinput[xdist_groups.KEY], session.config.workerinput["workerid"],
                            groups)
-        fuzz.scheduled = {}
-        for item in named:
-            fuzz.scheduled.setdefault(groups[item.nodeid], {}).update(scheduled_targets([item]))
+        group_of = {name: groups[nodeid] for nodeid, name in named.items()}
     else:  # another --dist: each target an even share
-        fuzz.scheduled = {}
-    fuzz.scheduled = {g: members for g, members in fuzz.scheduled.items() if members}
+        group_of = {}
+    fuzz.scheduled = {}
+    for name, group in group_of.items():
+        if name in fuzz.makers:
+            fuzz.scheduled.setdefault(group, {})[name] = fuzz.makers[name]
     # A fuzz target ends by its deadline (generation, one shrink, one reduction: the fuzzer cuts later shrinks to
     # fit); a global pytest-timeout must not cut it short, so it waits that long plus a margin for the case running
     # at the deadline, confirming a hang and locating a mismatch.  The first scheduled target runs them all.

@@ -8,18 +8,20 @@ from parityfuzz.case import Case, under
 from parityfuzz.case.model import PARAM_KINDS
 
 
-def _composable_checkpoints(case: Case) -> list[str]:
-    """The paths ``torch.distributed._composable.checkpoint`` is applied to, whatever the plan calls it: an FSDP2
-    plan's ``checkpoints`` with the composable API, a composable plan's ``applies`` of ``checkpoint``."""
+def _checkpoints(case: Case, composable_only: bool = False) -> list[str]:
+    """The paths an activation checkpoint is applied to, whatever the plan calls it: a plan's ``checkpoints`` (only
+    those with ``torch.distributed._composable.checkpoint`` where ``composable_only``), a composable plan's
+    ``applies`` of ``checkpoint``."""
     plan = case.plan
-    paths = [c.path for c in getattr(plan, "checkpoints", ()) if getattr(c, "api", "") == "composable"]
+    paths = [c.path for c in getattr(plan, "checkpoints", ())
+             if not composable_only or getattr(c, "api", "") == "composable"]
     return paths + [a.path for a in getattr(plan, "applies", ()) if getattr(a, "api", "") == "checkpoint"]
 
 
 def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
     """The composable ``checkpoint`` on a module that a compiled region holds strictly inside it: the whole model
     compiled, or a compiled block above the module (compiling the checkpointed module itself trains)."""
-    c, paths = case.compile, _composable_checkpoints(case)
+    c, paths = case.compile, _checkpoints(case, composable_only=True)
     if not c or not paths:
         return False
     if c.form == "model":
@@ -50,12 +52,9 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     AOTAutograd compiles it for inference, whose activation-checkpoint pass refuses RNG ops."""
     if not case.compile:
         return False
-    plan = case.plan
-    paths = [c.path for c in getattr(plan, "checkpoints", ())] + [
-        a.path for a in getattr(plan, "applies", ()) if getattr(a, "api", "") == "checkpoint"]
     nodes = list(case.model.body.walk("body"))
 
     def holds(path: str, kinds) -> bool:
         return any(node.kind in kinds for q, node in nodes if under(q, (path,)))
 
-    return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention")) for p in paths)
+    return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention")) for p in _checkpoints(case))
