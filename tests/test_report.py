@@ -131,13 +131,14 @@ def test_the_page_shows_how_the_schedule_shared_the_budget():
 
     schedule = Schedule(["fsdp2", "zero"], 120)
     while (choice := schedule.next()) is not None:
-        name, seconds, share = choice
-        schedule.record(name, seconds, Gains(pairs=40 if name == "fsdp2" else 0), share)
+        name, seconds, reason = choice
+        schedule.record(name, seconds, Gains(pairs=40 if name == "fsdp2" else 0, cases=4,
+                                             singletons=40 if name == "fsdp2" else 0), reason)
     page = report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],
                           "schedule": schedule.to_dict()})
     rows = dict(re.findall(r'<tr><td class="l">(\w+)</td><td>(\d+)</td>', page))
     assert int(rows["fsdp2"]) > int(rows["zero"]) > 0 and int(rows["fsdp2"]) + int(rows["zero"]) == 120
-    assert "adaptive: after one slice each" in page
+    assert "adaptive: after one slice each" in page and "best, " in page
     # a run of one target has no schedule to show
     assert "<h2>schedule" not in report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],
                                                 "schedule": Schedule(["fsdp2"], 60).to_dict()})
@@ -149,8 +150,8 @@ def test_a_merged_xdist_report_shows_each_workers_schedule():
     def ran(targets):
         schedule = Schedule(targets, 60)
         while (choice := schedule.next()) is not None:
-            name, seconds, share = choice
-            schedule.record(name, seconds, Gains(pairs=10), share)
+            name, seconds, reason = choice
+            schedule.record(name, seconds, Gains(pairs=10, cases=2, singletons=10), reason)
         return schedule.to_dict()
 
     page = report.render({"cases_run": 0, "verdicts": {}, "targets": {}, "failures": [],

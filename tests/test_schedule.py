@@ -12,13 +12,22 @@ from tests.test_cli import pytest_run
 
 
 def simulate(schedule: Schedule, gains_per_s) -> Schedule:
-    """Run ``schedule`` to its end on stand-ins: a slice of target ``t`` at second ``at`` of the target's own time
-    finds ``gains_per_s(t, at)`` weighted gains a second (as new pairs)."""
+    """Run ``schedule`` to its end on stand-ins whose cases take a second each: at second ``at`` of a target's own
+    time, its cases find ``gains_per_s(t, at)`` new pairs each (as new pairs, and as the Good-Turing count of pairs
+    met once that predicts as much for the next case)."""
     while (choice := schedule.next()) is not None:
-        name, seconds, share = choice
-        rate = gains_per_s(name, schedule.spent[name])
-        schedule.record(name, seconds, Gains(pairs=int(rate * seconds)), share)
+        name, seconds, reason = choice
+        at = schedule.spent[name]
+        cases = max(1, round(seconds))
+        new = sum(gains_per_s(name, at + i) for i in range(cases)) * seconds / cases
+        schedule.record(name, seconds, Gains(pairs=round(new), cases=cases,
+                                             singletons=round(gains_per_s(name, at + seconds) * (at + seconds))),
+                        reason)
     return schedule
+
+
+def pairs_found(schedule: Schedule) -> int:
+    return sum(s.gains.pairs for s in schedule.slices)
 
 
 def test_the_even_schedule_gives_each_target_one_equal_slice_in_turn():
@@ -27,17 +36,36 @@ def test_the_even_schedule_gives_each_target_one_equal_slice_in_turn():
 
 
 def test_time_goes_where_new_behaviour_is_found_and_no_target_starves():
-    # "rich" keeps finding; "dry" finds nothing after its first slice; "late" finds nothing for 60 s, then a lot
-    rates = {"rich": lambda at: 20, "dry": lambda at: 5 if at == 0 else 0, "late": lambda at: 0 if at < 60 else 40}
+    # "rich" keeps finding; "dry" finds nothing after its first slice; "late" finds nothing for 60 s, then more
+    rates = {"rich": lambda at: 20, "dry": lambda at: 5 if at < 30 else 0, "late": lambda at: 0 if at < 60 else 40}
     s = simulate(Schedule(["rich", "dry", "late"], 1800), lambda t, at: rates[t](at))
     assert s.adaptive and sum(s.spent.values()) == pytest.approx(1800)
-    assert s.spent["rich"] > 3 * s.spent["dry"]
-    # the floor: whatever a target yields, it keeps its share of FLOOR, spread evenly (less one slice of slack)
-    assert s.spent["dry"] >= FLOOR / 3 * 1800 - s.slice_s
-    # a target that starts yielding late wins time back from the one that has
-    assert s.spent["late"] > s.spent["rich"] / 2 and s.spent["late"] > 2 * s.spent["dry"]
     # every target was explored first, one slice each
-    assert [x.target for x in s.slices[:3]] == ["rich", "dry", "late"]
+    assert [(x.target, x.reason) for x in s.slices[:3]] == [("rich", "first"), ("dry", "first"), ("late", "first")]
+    # the floor: whatever a target yields, it keeps its share of FLOOR, spread evenly (less one slice of slack), and
+    # a dry target gets no more than that
+    floor = FLOOR / 3 * 1800
+    assert floor - s.slice_s <= s.spent["dry"] <= floor + s.slice_s
+    assert {x.reason for x in s.slices if x.target == "dry"} == {"first", "floor"}
+    # a target that starts yielding late wins the time from the one that yields less
+    assert s.spent["late"] > 2 * s.spent["rich"] and s.spent["rich"] >= floor - s.slice_s
+    assert s.summary()["late"]["best"] > s.summary()["rich"]["best"]
+
+
+def test_with_diminishing_returns_the_marginal_rates_even_out_and_more_is_found_than_evenly():
+    # two targets whose new pairs a case fall off with the time they got, one three times richer
+    rates = {"a": lambda at: 30 / (1 + at / 100), "b": lambda at: 10 / (1 + at / 100)}
+    s = simulate(Schedule(["a", "b"], 1800), lambda t, at: rates[t](at))
+    even = simulate(Schedule(["a", "b"], 1800, adaptive=False), lambda t, at: rates[t](at))
+    # the optimum evens the marginal rates: 30 / (1 + a/100) = 10 / (1 + b/100) with a + b = 1800 gives b = 400,
+    # below b's floor (450): b gets its floor and a the rest
+    assert s.spent["b"] == pytest.approx(FLOOR / 2 * 1800, abs=s.slice_s)
+    assert pairs_found(s) > 1.05 * pairs_found(even)
+    # three targets of which none needs the floor: the final marginal rates are within one slice of each other
+    rates3 = {"a": lambda at: 30 / (1 + at / 100), "b": lambda at: 20 / (1 + at / 100), "c": lambda at: 12 / (1 + at / 100)}
+    s = simulate(Schedule(list(rates3), 1800, slice_s=10), lambda t, at: rates3[t](at))
+    final = [rates3[t](s.spent[t]) for t in rates3]
+    assert max(final) / min(final) < 1.25, (s.spent, final)
 
 
 def test_a_target_that_stops_yielding_loses_its_share_within_a_few_slices():
@@ -56,8 +84,8 @@ def test_a_small_budget_is_the_even_schedule_and_nothing_is_left_over():
 def test_a_finished_target_gets_no_more_slices():
     s = Schedule(["a", "b"], 600)
     while (choice := s.next()) is not None:
-        name, seconds, share = choice
-        s.record(name, seconds, Gains(pairs=100), share, done=name == "a")
+        name, seconds, reason = choice
+        s.record(name, seconds, Gains(pairs=100, cases=3), reason, done=name == "a")
     assert [x.target for x in s.slices].count("a") == 1 and s.spent["b"] == pytest.approx(600 - s.spent["a"])
 
 
@@ -74,6 +102,7 @@ class _StandIn:
     def run(self, seconds, deadline=float("inf"), min_cases=0):
         for i in range(int(self.rate * seconds)):
             self.stats.pairs[f"{self.name}-{self.stats.generate_seconds}-{i}"] += 1
+        self.stats.cases += max(1, int(seconds))
         if any(self.stats.generate_seconds <= at < self.stats.generate_seconds + seconds for at in self.failures_at):
             self.stats.failures.append(object())
         self.stats.generate_seconds += seconds
@@ -140,9 +169,9 @@ def test_a_lone_target_gets_the_whole_budget_in_one_slice():
     s = simulate(Schedule(["a"], 1800), lambda t, at: 1)
     assert [(x.target, x.seconds) for x in s.slices] == [("a", 1800)]
     s = Schedule(["a", "b"], 600)
-    name, seconds, share = s.next()
-    s.record(name, seconds, Gains(), share, done=True)
-    assert s.next() == ("b", 600 - seconds, 1.0)
+    name, seconds, reason = s.next()
+    s.record(name, seconds, Gains(), reason, done=True)
+    assert s.next() == ("b", 600 - seconds, "alone")
 
 
 FOUR_NAMED = "import pytest\nfrom parityfuzz.strategies import cases\n" + "".join(textwrap.dedent(f"""

@@ -1,17 +1,25 @@
-"""Spending one wall-clock budget over several targets: in slices, each to the target whose recent slices paid best.
+"""Spending one wall-clock budget over several targets: in slices, each to the target that will find the most new
+in the next second.
 
-A target's *yield* is what its slice added per second of generation: new feature pairs (two features met in one
-case for the first time in the run), new near misses (a passing case within :data:`NEAR_MISS` of the tolerance, in
-a feature combination no earlier near miss had) and new distinct failures, weighted (:data:`WEIGHTS`) so that one
-finding outweighs a slice's worth of coverage.  Each target's estimate is an exponentially weighted mean of its
-slices' yields (:data:`SMOOTHING`), so a target that stops finding anything new loses its share within a few
-slices and one that starts again wins it back.
+A target's *outlook* is what its next second of generation is expected to add: new feature pairs (two features met
+in one case for the first time in the run), new near misses (a passing case within :data:`NEAR_MISS` of the
+tolerance, in a feature combination no earlier near miss had) and new distinct failures, weighted
+(:data:`WEIGHTS`) so that one finding outweighs a slice's worth of coverage.
 
-Every target first gets one slice (its estimate needs one); then time goes in proportion to the estimates, with a
-floor (:data:`FLOOR`: that share of the budget is spread evenly) so that no target starves: a quiet target still
-sees a new finding, late.  The next slice goes to the target furthest behind its share of the time spent so far
-(deficit round robin), so shares hold over the run whatever the slices' lengths.  Where the budget is too small for
-that (less than :data:`MIN_SLICES` slices a target), each target gets one even slice: that is the even schedule.
+New pairs are estimated the way species are in ecology (Good-Turing, as HypoFuzz estimates a test's chance of new
+coverage): the expected number of pairs the next case meets for the first time is the number of pairs met in
+exactly one case so far over the number of cases (``singletons / cases``), divided by the seconds a case of the
+target takes (a running mean over its slices).  Unlike the pairs a slice happened to find, this counts every case
+the target ever ran, so it does not jump with one lucky slice, and it is a *marginal* rate: a family whose space
+is small says so as soon as its pairs repeat, however many it found at first.  Near misses and failures are too
+rare for that: their rate is an exponentially weighted mean of the slices' (:data:`SMOOTHING`).
+
+Every target first gets one slice (its estimate needs one); then each slice goes to the target with the best
+outlook (greedy: the marginal rates even out, which is what maximizes what the run finds when each target's
+returns diminish), except that a target whose time has fallen below its floor (:data:`FLOOR` of the time spent so
+far, spread evenly) is served first: no target starves, so a quiet target still sees a finding, late.  Where the
+budget is too small for that (less than :data:`MIN_SLICES` slices a target), each target gets one even slice:
+that is the even schedule.
 
 The schedule only chooses; running a slice is :meth:`parityfuzz.engine.fuzzer.TargetRun.run`.  The budget stays
 wall-clock seconds of generation, as ``--fuzz-budget`` says: shrinking a finding is not charged to it.
@@ -28,10 +36,10 @@ from typing import Callable
 NEAR_MISS = 0.5
 #: What a slice's gains count for: one new feature pair, one new near-miss combination, one new distinct failure.
 WEIGHTS = {"pairs": 1.0, "near_misses": 5.0, "failures": 200.0}
-#: The weight of a slice's yield in its target's estimate (the rest is the estimate before it).
+#: The weight of a slice in its target's running means (seconds a case, near misses and failures a second).
 SMOOTHING = 0.5
-#: The share of the budget spread evenly over the targets whatever their yields.
-FLOOR = 0.25
+#: The share of the time spent so far that is spread evenly over the targets whatever their outlooks.
+FLOOR = 0.5
 #: Seconds a slice lasts (shorter when the budget is small): long enough for a few cases of the slowest target.
 SLICE_S = 30.0
 MIN_SLICE_S = 5.0
@@ -44,17 +52,49 @@ FIRST_SLICE_CASES = 3
 
 @dataclass
 class Gains:
-    """What a target's run has found so far (the counts yields are differences of)."""
+    """What a target's run has found so far (the counts yields are differences of), and how far its pairs repeat."""
 
     pairs: int = 0
     near_misses: int = 0
     failures: int = 0
+    cases: int = 0
+    #: Pairs met in exactly one case (a level, not a count that only grows: :meth:`minus` keeps the later one).
+    singletons: int = 0
 
     def minus(self, other: "Gains") -> "Gains":
-        return Gains(self.pairs - other.pairs, self.near_misses - other.near_misses, self.failures - other.failures)
+        return Gains(self.pairs - other.pairs, self.near_misses - other.near_misses, self.failures - other.failures,
+                     self.cases - other.cases, self.singletons)
 
     def score(self) -> float:
         return sum(WEIGHTS[k] * getattr(self, k) for k in WEIGHTS)
+
+    def events(self) -> float:
+        """The weighted near misses and failures (the rare gains, estimated from slices)."""
+        return WEIGHTS["near_misses"] * self.near_misses + WEIGHTS["failures"] * self.failures
+
+
+@dataclass
+class Outlook:
+    """One target's running means and its expected gains a second (:meth:`per_s`)."""
+
+    #: Seconds a case takes, near misses and failures (weighted) a second: running means over the slices.
+    case_s: float | None = None
+    events_per_s: float = 0.0
+    #: Expected new pairs in the next case (Good-Turing: singletons / cases).
+    unseen: float = 0.0
+
+    def update(self, seconds: float, gains: Gains, total_cases: int) -> None:
+        # (a slice that finished no case says a case takes at least its seconds)
+        case_s = seconds / gains.cases if gains.cases else max(seconds, self.case_s or 0.0)
+        first = self.case_s is None
+        self.case_s = case_s if first else SMOOTHING * case_s + (1 - SMOOTHING) * self.case_s
+        events = gains.events() / seconds if seconds > 0 else 0.0
+        self.events_per_s = events if first else SMOOTHING * events + (1 - SMOOTHING) * self.events_per_s
+        self.unseen = gains.singletons / total_cases if total_cases else 0.0
+
+    def per_s(self) -> float:
+        """Weighted gains expected from the target's next second."""
+        return WEIGHTS["pairs"] * self.unseen / max(self.case_s or 0.0, 1e-3) + self.events_per_s
 
 
 @dataclass
@@ -64,8 +104,11 @@ class Slice:
     at: float
     seconds: float
     gains: Gains
-    #: The target's share of the time when the slice was chosen.
-    share: float
+    #: Why the target got it: ``first`` (its estimate needs one), ``floor`` (it had fallen below its floor),
+    #: ``best`` (the best outlook), ``even`` (the even schedule) or ``alone`` (no other target left).
+    reason: str
+    #: The target's outlook after the slice (weighted gains a second).
+    outlook: float = 0.0
 
     @property
     def yield_per_s(self) -> float:
@@ -73,9 +116,9 @@ class Slice:
 
     def to_dict(self) -> dict:
         return {"target": self.target, "at": round(self.at, 1), "seconds": round(self.seconds, 1),
-                "new_pairs": self.gains.pairs, "new_near_misses": self.gains.near_misses,
-                "new_failures": self.gains.failures, "yield_per_s": round(self.yield_per_s, 3),
-                "share": round(self.share, 3)}
+                "reason": self.reason, "cases": self.gains.cases, "new_pairs": self.gains.pairs,
+                "new_near_misses": self.gains.near_misses, "new_failures": self.gains.failures,
+                "yield_per_s": round(self.yield_per_s, 3), "outlook_per_s": round(self.outlook, 3)}
 
 
 @dataclass
@@ -89,7 +132,7 @@ class Schedule:
     adaptive: bool = True
     slice_s: float = SLICE_S
     spent: dict[str, float] = field(default_factory=dict)
-    estimate: dict[str, float] = field(default_factory=dict)
+    outlooks: dict[str, Outlook] = field(default_factory=dict)
     slices: list[Slice] = field(default_factory=list)
     finished: set = field(default_factory=set)
 
@@ -104,47 +147,46 @@ class Schedule:
     def left(self) -> float:
         return self.budget_s - sum(self.spent.values())
 
-    def shares(self) -> dict[str, float]:
-        """Each live target's share of the time: the floor spread evenly, the rest in proportion to the estimates
-        (evenly while they are all zero)."""
-        live = [t for t in self.targets if t not in self.finished]
-        if not live:
-            return {}
-        total = sum(self.estimate.get(t, 0.0) for t in live)
-        return {t: FLOOR / len(live) + (1 - FLOOR) * (self.estimate.get(t, 0.0) / total if total > 0 else 1 / len(live))
-                for t in live}
+    def outlook(self, target: str) -> float:
+        o = self.outlooks.get(target)
+        return o.per_s() if o is not None else 0.0
 
-    def next(self) -> tuple[str, float, float] | None:
-        """``(target, seconds, share)`` of the next slice; None when the budget is spent or every target finished."""
+    def next(self) -> tuple[str, float, str] | None:
+        """``(target, seconds, reason)`` of the next slice (reasons: :attr:`Slice.reason`); None when the budget is
+        spent or every target finished."""
         live = [t for t in self.targets if t not in self.finished]
         if not live or self.left <= 0:
             return None
         if not self.adaptive:
             ran = {s.target for s in self.slices}
             unrun = [t for t in live if t not in ran]
-            return (unrun[0], self.left / len(unrun), 1 / len(live)) if unrun else None
-        shares = self.shares()
+            return (unrun[0], self.left / len(unrun), "even") if unrun else None
         if len(live) == 1:  # nothing to share with: the rest in one slice (a round is never cut for nothing)
-            return live[0], self.left, 1.0
-        unexplored = [t for t in live if t not in self.estimate]
-        if unexplored:
-            target = unexplored[0]
-        else:
-            spent = sum(self.spent[t] for t in live)
-            target = max(live, key=lambda t: shares[t] * (spent + self.slice_s) - self.spent[t])
+            return live[0], self.left, "alone"
         seconds = min(self.slice_s, self.left)
         if self.left - seconds < MIN_SLICE_S:
             seconds = self.left  # no sliver left over
-        return target, seconds, shares[target]
+        unexplored = [t for t in live if t not in self.outlooks]
+        if unexplored:
+            return unexplored[0], seconds, "first"
+        floor = FLOOR / len(live) * (sum(self.spent[t] for t in live) + seconds)
+        behind = [t for t in live if self.spent[t] < floor]
+        if behind:
+            return min(behind, key=lambda t: self.spent[t]), seconds, "floor"
+        return max(live, key=self.outlook), seconds, "best"
 
-    def record(self, target: str, seconds: float, gains: Gains, share: float, done: bool = False) -> Slice:
-        """A slice of ``target`` took ``seconds`` of generation and found ``gains``; ``done``: the target has
-        nothing more to do (its case limit, or its failure limit, reached)."""
-        s = Slice(target, sum(self.spent.values()), seconds, gains, share)
+    def record(self, target: str, seconds: float, gains: Gains, reason: str, done: bool = False,
+               total_cases: int | None = None) -> Slice:
+        """A slice of ``target`` took ``seconds`` of generation and found ``gains`` (``total_cases``: the cases the
+        target has run in all, its slices so far summed when not given); ``done``: the target has nothing more to
+        do (its case limit, or its failure limit, reached)."""
+        if total_cases is None:
+            total_cases = sum(s.gains.cases for s in self.slices if s.target == target) + gains.cases
+        outlook = self.outlooks.setdefault(target, Outlook())
+        outlook.update(seconds, gains, total_cases)
+        s = Slice(target, sum(self.spent.values()), seconds, gains, reason, outlook.per_s())
         self.slices.append(s)
         self.spent[target] += seconds
-        old = self.estimate.get(target)
-        self.estimate[target] = s.yield_per_s if old is None else SMOOTHING * s.yield_per_s + (1 - SMOOTHING) * old
         if done:
             self.finished.add(target)
         return s
@@ -154,11 +196,16 @@ class Schedule:
                 "targets": self.summary(), "slices": [s.to_dict() for s in self.slices]}
 
     def summary(self) -> dict[str, dict]:
-        """Per target: the seconds it got, its share of the run, its slices, its last yield estimate."""
+        """Per target: the seconds it got, its share of the run, its slices (and how many it got for its outlook,
+        how many for its floor), its last outlook."""
         total = sum(self.spent.values()) or 1.0
-        return {t: {"seconds": round(self.spent[t], 1), "share": round(self.spent[t] / total, 3),
-                    "slices": sum(1 for s in self.slices if s.target == t),
-                    "yield_per_s": round(self.estimate.get(t, 0.0), 3)} for t in self.targets}
+        out = {}
+        for t in self.targets:
+            mine = [s for s in self.slices if s.target == t]
+            out[t] = {"seconds": round(self.spent[t], 1), "share": round(self.spent[t] / total, 3),
+                      "slices": len(mine), "best": sum(s.reason == "best" for s in mine),
+                      "floor": sum(s.reason == "floor" for s in mine), "yield_per_s": round(self.outlook(t), 3)}
+        return out
 
 
 def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callable[[str], None] = print,
@@ -200,22 +247,22 @@ def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline
             break
         if stop_after and sum(len(r.stats.failures) for r in runs.values()) >= stop_after:
             break
-        name, seconds, share = choice
+        name, seconds, reason = choice
         run = runs[name]
         before, spent = gains_of(run.stats), run.stats.generate_seconds
-        run.run(seconds, deadline, min_cases=FIRST_SLICE_CASES if schedule.adaptive and name not in schedule.estimate
-                else 0)
+        run.run(seconds, deadline, min_cases=FIRST_SLICE_CASES if reason == "first" else 0)
         # (charged at least a tenth of a second: a slice cut by its deadline before generating still costs)
         s = schedule.record(name, max(0.1, run.stats.generate_seconds - spent), gains_of(run.stats).minus(before),
-                            share, done=run.done)
+                            reason, done=run.done, total_cases=run.stats.cases)
         if on_slice is not None:
             on_slice(s)
         if schedule.adaptive and len(runs) > 1:
-            log(f"schedule: {name} {s.seconds:.0f}s (share {share:.0%}): {s.gains.pairs} new pairs, "
-                f"{s.gains.near_misses} new near misses, {s.gains.failures} new failures; "
-                f"{schedule.left:.0f}s left")
+            log(f"schedule: {name} {s.seconds:.0f}s ({reason}): {s.gains.pairs} new pairs, "
+                f"{s.gains.near_misses} new near misses, {s.gains.failures} new failures; outlook "
+                f"{s.outlook:.1f}/s; {schedule.left:.0f}s left")
 
 
 def gains_of(stats) -> Gains:
     """What a :class:`parityfuzz.engine.stats.TargetStats` has found so far."""
-    return Gains(len(stats.pairs), len(stats.near_miss_combinations), len(stats.failures))
+    return Gains(len(stats.pairs), len(stats.near_miss_combinations), len(stats.failures), stats.cases,
+                 sum(1 for n in stats.pairs.values() if n == 1))

@@ -450,8 +450,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         if stats.schedule is not None and schedule is not None and len(schedule.targets) > 1:
             t = stats.schedule
             tr.write_line(f"  time: {t['seconds']:.0f}s of generation ({t['share']:.0%} of the run) in {t['slices']} "
-                          f"slice{'s' if t['slices'] != 1 else ''}; yield estimate {t['yield_per_s']:.2f}/s "
-                          "(weighted new pairs, near misses and failures a second)")
+                          f"slice{'s' if t['slices'] != 1 else ''} ({t.get('best', 0)} for its outlook, "
+                          f"{t.get('floor', 0)} for its floor); outlook {t['yield_per_s']:.2f}/s "
+                          "(weighted new pairs, near misses and failures expected a second)")
         shares = ", ".join(f"{k} {v:.0%}" for k, v in stats.shares().items())
         if shares:
             tr.write_line(f"  shares of cases: {shares}")

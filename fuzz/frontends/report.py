@@ -198,15 +198,16 @@ def schedule_html(schedule: dict | None, where: str = "") -> str:
     slices and last yield estimate, and why."""
     if not schedule or len(schedule.get("targets", {})) < 2:
         return ""
-    how = ("adaptive: after one slice each, the next slice to the target finding the most new per second (new "
-           "feature pairs, near misses x5, failures x200), a quarter of the budget spread evenly"
+    how = ("adaptive: after one slice each, the next slice to the target expected to find the most new per second "
+           "(new feature pairs by Good-Turing, near misses x5, failures x200), half the time spent evenly (the floor)"
            if schedule.get("adaptive") else "even: an equal share each, in turn")
     rows = "".join(f'<tr><td class="l">{_e(n)}</td><td>{t["seconds"]:.0f}</td><td>{t["share"]:.0%}</td>'
-                   f'<td>{t["slices"]}</td><td>{t["yield_per_s"]:.2f}</td></tr>'
+                   f'<td>{t["slices"]} ({t.get("best", 0)} best, {t.get("floor", 0)} floor)</td>'
+                   f'<td>{t["yield_per_s"]:.2f}</td></tr>'
                    for n, t in schedule["targets"].items())
     return (f'<h2>schedule{_e(where)}</h2><p class="muted">{_e(how)}; {len(schedule.get("slices", []))} slices of up to '
             f'{schedule.get("slice_seconds", 0):.0f} s</p><table><tr><th class="l">target</th><th>s generating</th>'
-            "<th>share</th><th>slices</th><th>yield estimate /s</th></tr>" + rows + "</table>")
+            "<th>share</th><th>slices (for outlook, for floor)</th><th>outlook /s</th></tr>" + rows + "</table>")
 
 
 def render(report: dict, title: str = "parityfuzz run") -> str:

@@ -47,7 +47,7 @@ def one_run(executor, mode: str, seed: int, budget_s: float, world_sizes: tuple[
                             on_slice=lambda s: log(f"  {mode} seed {seed}: {s.target} {s.seconds:.0f}s, "
                                                    f"{s.gains.pairs} new pairs, {s.gains.failures} new failures"))
     out = {"mode": mode, "seed": seed, "seconds": round(time.monotonic() - began, 1), "slices": len(schedule.slices),
-           "targets": {}, "faults": {}}
+           "schedule": [sl.to_dict() for sl in schedule.slices], "targets": {}, "faults": {}}
     for name, run in runs.items():
         s = run.stats
         out["targets"][name] = {"seconds": round(s.generate_seconds, 1), "cases": s.cases,
