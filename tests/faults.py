@@ -1000,6 +1000,28 @@ class ScalerKeepsItsScaleOnRankOne(_Injected, FSDP2System):
         _patch_once(ShardedGradScaler, "update", make)
 
 
+class ScalerSkipsTheStepAfterAnOverflow(_Injected, FSDP2System):
+    """``ShardedGradScaler.unscale_`` keeps a stale inf flag: the step after one it skipped for an overflow is
+    skipped too, on every rank alike (its gradients finite), so the parameters lag the reference's by a step.  Only
+    loss scaling with an overflowing step before the last reaches it."""
+
+    def inject(self):
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        def make(original):
+            def stale(scaler, optimizer):
+                original(scaler, optimizer)
+                found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+                if getattr(scaler, "_overflowed_before", False):
+                    for flag in found.values():
+                        flag.fill_(1.0)
+                scaler._overflowed_before = sum(v.item() for v in found.values()) > 0 and not getattr(
+                    scaler, "_overflowed_before", False)
+            return stale
+
+        _patch_once(ShardedGradScaler, "unscale_", make)
+
+
 class LiveLoadKeepsOptimizerState(FSDP2System):
     """A checkpoint loaded into the live optimizer keeps the state it already holds (momentum, Adam's moments and
     step) for every parameter that has one, instead of the checkpoint's: ``load_state_dict`` merging rather than

@@ -298,6 +298,42 @@ def test_comparison_stops_only_where_the_reference_is_non_finite():
     assert v.ok and "non-finite at step 1" in v.note
 
 
+def skipping(t: Trace, step: int, ranks=None) -> Trace:
+    """``t`` with the GradScaler of ``ranks`` (every rank: None) skipping step ``step``: no gradients recorded
+    there, the parameters those of the step before."""
+    for r, rt in enumerate(t.ranks):
+        rt.skipped = [s == step and (ranks is None or r in ranks) for s in range(len(rt.passes))]
+        if rt.skipped[step]:
+            rt.grads[step] = {}
+    return t
+
+
+def test_a_step_one_system_skipped_alone_is_reported_as_a_skipped_step():
+    v = compare(trace(steps=3), skipping(trace(steps=3), 1), PROMISE, TOL)
+    d = v.divergence
+    assert (d.check, d.what, d.step, d.ranks) == ("skipped_step", "step", 1, (0, 1)), v.describe()
+    assert "system under test the GradScaler of ranks 0, 1 skipped" in d.detail
+    v = compare(skipping(trace(steps=3), 2), trace(steps=3), PROMISE, TOL)
+    assert (v.divergence.check, v.divergence.step) == ("skipped_step", 2)
+    assert "in the reference the GradScaler of ranks 0, 1 skipped" in v.divergence.detail
+    # one rank skipping where the others step: the ranks named are the ones that differ
+    v = compare(trace(steps=3), skipping(trace(steps=3), 1, ranks={1}), PROMISE, TOL)
+    assert (v.divergence.check, v.divergence.ranks) == ("skipped_step", (1,))
+    # both skipping alike: a pass
+    assert compare(skipping(trace(steps=3), 1), skipping(trace(steps=3), 1), PROMISE, TOL).ok
+
+
+def test_a_skip_that_rounding_decides_stops_the_comparison_before_it():
+    # a perturbed reference stepped where the reference skipped: whether step 1 overflows is decided by rounding,
+    # so the system's stepping there (and its parameters after) is not a finding; step 0 is still compared
+    ref, noise, sut = skipping(trace(steps=3), 1), trace(steps=3), trace(steps=3)
+    set_value(sut, "param", 2, None, 0, 7.0)
+    v = compare(ref, sut, PROMISE, TOL, noise=noise)
+    assert v.ok and "skip of the step at step 1 is decided by rounding" in v.note, v.note
+    set_value(sut, "param", 0, None, 0, 7.0)
+    assert compare(ref, sut, PROMISE, TOL, noise=noise).divergence.step == 0
+
+
 def test_system_blowing_up_alone_is_a_mismatch():
     sut = trace()
     set_value(sut, "grad", 0, None, 0, 1e9)

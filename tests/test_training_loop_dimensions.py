@@ -294,6 +294,19 @@ def test_every_rank_skips_the_overflowing_step_as_the_reference_does(executor, c
         assert all(abs(local[0][k] - v) <= 1e-6 * v for k, v in expected[0].items()), (local[0], expected[0])
 
 
+def test_a_step_skipped_by_one_system_alone_is_reported_as_such(executor):
+    """A stale inf flag in FSDP2's ShardedGradScaler skips the step after the overflowing one as well: the oracle
+    names the skipped step (check ``skipped_step``), not the gradients the skip left unrecorded; the same case
+    without the fault passes (above)."""
+    case = dataclasses.replace(SCALED, train=dataclasses.replace(SCALED.train, steps=4),
+                               system="tests.faults:ScalerSkipsTheStepAfterAnOverflow").validate()
+    verdict = verify_case(case, executor)
+    d = verdict.divergence
+    assert verdict.kind == "mismatch" and (d.check, d.what, d.step) == ("skipped_step", "step", 2), verdict.describe()
+    assert "in the system under test the GradScaler of ranks 0, 1 skipped the optimizer step" in d.detail, d.detail
+    assert "in the reference no rank's GradScaler skipped" in d.detail
+
+
 def test_post_optim_event_on_cpu_is_the_stub_event_torch_documents_and_trains_like_ddp(executor):
     """What torch does on CPU: seed 000's way of making the event (``current_stream().record_event()``) gives None
     there (FSDP2 then waits on the current stream, its default), ``torch.Event("cpu").record()`` refuses, and the device
@@ -399,6 +412,8 @@ DIMENSION_FAULTS = [
     ("ReentrantRecomputeWithLaterRng", "reentrant", lambda c: any(x.reentrant for x in c.plan.checkpoints), "fsdp2"),
     ("LossParallelBackwardCountsPadding", "padding", lambda c: c.plan.loss_parallel and c.train.pad > 0, "fsdp2_tp"),
     ("ScalerKeepsItsScaleOnRankOne", "loss_scale", lambda c: c.train.overflow_at > 0, "fsdp2"),
+    ("ScalerSkipsTheStepAfterAnOverflow", "loss_scale",
+     lambda c: 0 < c.train.overflow_at < c.train.steps - 1, "fsdp2"),
 ]
 #: Seed 2 of every fault (95 s) and seed 1 of these two (60 s and 36 s on a clean clone; their hand-written cases run
 #: in CI) with --long, for CI time.

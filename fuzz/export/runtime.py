@@ -82,7 +82,8 @@ def _oracle() -> str:
     pieces = (*functions, verdict.pass_name, verdict.Divergence, dtypes.Promise,
               trace.ShardInfo, trace.Rec, trace.assemble, trace.module_of, trace.replica_groups, trace.RankTrace,
               trace.Trace, oracle.Tolerance, oracle._Mismatch, oracle._Pass, oracle.module_scales, oracle.compare,
-              oracle._compare_pass, oracle._compare_tensor, oracle._first_non_finite)
+              oracle._compare_pass, oracle._compare_tensor, oracle._first_noise_sensitive_skip,
+              oracle._first_non_finite)
     return "\n".join([*(f"{name} = {pprint.pformat(value, width=116)}" for name, value in constants.items()),
                       *(f"{name} = {value}" for name, value in aliases.items())]) + "\n\n\n" + "\n\n".join(
         inspect.getsource(p) for p in pieces)
@@ -384,6 +385,7 @@ def train(role, dp, device, mesh):
                 scaler.update()
         if scaler is not None and not skipped:  # recorded as the optimizer used them; a skipped step's are not
             record["grad"] = grads()
+        record["skipped"] = skipped
         if role != "system":
             reference_stepped(model)
         if scheduler is not None:
@@ -487,6 +489,7 @@ def as_trace(per_rank):
                                for name, r in record["grad"].items()})
             rank.params.append({name: r if r == ELSEWHERE else Rec(*r) for name, r in record["param"].items()})
             rank.local_grad_scales.append(record["local"])
+            rank.skipped.append(record.get("skipped", False))
             rank.violations += [(i, *violation) for violation in record.get("violations", ())]
         ranks.append(rank)
     return Trace(ranks)

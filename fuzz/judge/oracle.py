@@ -9,6 +9,11 @@ under test (:mod:`parityfuzz.checkpoint.invariants`; check ``checkpoint``), then
    unless per-rank gates make data-parallel ranks differ): SPMD training runs the same collectives on each;
 1. every rank's loss: its dtype is the one the case promises for that pass's output, its value matches
    the reference's;
+1b. under fp16 loss scaling, the same ranks' GradScaler skipped the optimizer step in both (an inf or NaN in
+   the unscaled gradients; check ``skipped_step``): a step one system skipped and the other took is a finding of
+   its own, not a gradient the one did not record.  Where a perturbed reference decides otherwise than the
+   reference, the skip is decided by rounding (an overflow at the edge of fp16's range): the comparison stops
+   before that pass, as it does before the reference's first non-finite value, and the verdict says so;
 2. every gradient (taken before the optimizer step), then every parameter and buffer (after it), by name:
    - present on every rank of both systems (a tensor missing on some rank is a finding), or, where a system records
      by ownership (a pipeline stage's parameters), on the ranks that hold it, which some rank must;
@@ -204,6 +209,9 @@ def compare(ref: Trace, sut: Trace, promise: Promise, tol: Tolerance,
                     detail=f"{name} rank {rank} ran {[pass_name(*p) for p in rt.passes]}, reference rank 0 "
                            f"{[pass_name(*p) for p in passes]}"))
     stop = _first_non_finite(ref)
+    undecided = _first_noise_sensitive_skip(ref, noises)
+    if undecided is not None and (stop is None or undecided < stop):
+        stop = undecided
     closeness, loosest, pooled = 0.0, (0.0, ""), {}
     for i in range(len(passes) if stop is None else stop):
         p = _Pass(passes[i], i, ref, sut, noises, tol, pooled)
@@ -214,7 +222,10 @@ def compare(ref: Trace, sut: Trace, promise: Promise, tol: Tolerance,
         closeness = max(closeness, p.closeness)
         loosest = max(loosest, p.loosest)
     notes = []
-    if stop is not None:
+    if stop is not None and stop == undecided:
+        notes.append(f"the GradScaler's skip of the step at {pass_name(*passes[stop])} is decided by rounding (a "
+                     "perturbed reference decided otherwise): compared the passes before it")
+    elif stop is not None:
         notes.append(f"reference went non-finite at {pass_name(*passes[stop])}: compared the passes before it")
     if loosest[0] > LOOSE_SHARE:
         notes.append(f"loosely checked: the measured noise allowed {loosest[0]:.2g} of the tensor's scale at "
@@ -250,6 +261,15 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
         if b.dtype != expected:
             p.fail("loss", f"loss[rank {rank}]", "dtype", f"{b.dtype}, promised {expected}", ranks=(rank,))
         p.value("loss", f"loss[rank {rank}]", a.value, b.value, [n[rank].value for n in noises])
+    skipped = {"system under test": p.sut.skipped(p.i), "reference": p.ref.skipped(p.i)}
+    if skipped["system under test"] != skipped["reference"]:
+        said = [f"in the {role} " + ("no rank's GradScaler skipped the optimizer step" if not ranks else
+                                     f"the GradScaler of rank{'s' if len(ranks) > 1 else ''} "
+                                     f"{', '.join(map(str, ranks))} skipped the optimizer step")
+                for role, ranks in skipped.items()]
+        p.fail("step", "optimizer step", "skipped_step",
+               "; ".join(said) + " (a skip: an inf or NaN in the unscaled gradients)",
+               ranks=tuple(sorted(set(skipped["system under test"]) ^ set(skipped["reference"]))))
     for what in KINDS:
         scales = module_scales(p.ref, p.i, what, p.tol)
         for name in p.ref.names(p.i, what) + [n for n in p.sut.names(p.i, what) if n not in p.ref.names(p.i, what)]:
@@ -313,6 +333,15 @@ def measure(ref: Trace, sut: Trace, noise: Trace, tol: Tolerance):
                 continue
             scale = max(magnitude(a.value), scale_of(scales.get(what, {}), tol.group(name)))
             yield at, what, name, largest(difference(a.value, b.value)), largest(difference(a.value, n.value)), scale
+
+
+def _first_noise_sensitive_skip(ref: Trace, noises: Sequence[Trace]) -> int | None:
+    """The first pass at which a perturbed reference's GradScaler decided otherwise than the reference's whether
+    to skip the step, if any."""
+    for i in range(len(ref.passes)):
+        if any(n.skipped(i) != ref.skipped(i) for n in noises):
+            return i
+    return None
 
 
 def _first_non_finite(ref: Trace) -> int | None:

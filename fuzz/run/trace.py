@@ -131,6 +131,9 @@ class RankTrace:
     #: Per pass, the largest magnitude of each parameter's gradient as computed on this rank before any
     #: reduction across ranks (``{name: float}``), for reference systems; empty otherwise.
     local_grad_scales: list[dict] = field(default_factory=list)
+    #: Per pass, whether the GradScaler skipped its optimizer step (an inf or NaN in the unscaled gradients);
+    #: False where there is no scaler, or no step.
+    skipped: list[bool] = field(default_factory=list)
     #: What a checkpoint event's save or load broke (:mod:`parityfuzz.checkpoint.invariants`): ``(pass index, kind,
     #: tensor, message, max_abs)``, at the last pass before the save or the pass right after the load.
     violations: list[tuple] = field(default_factory=list)
@@ -209,6 +212,10 @@ class Trace:
             for name, value in scales.items():
                 out[name] = max(out.get(name, 0.0), value)
         return out
+
+    def skipped(self, i: int) -> tuple[int, ...]:
+        """The ranks whose GradScaler skipped the optimizer step of pass ``i``."""
+        return tuple(r for r, rt in enumerate(self.ranks) if i < len(rt.skipped) and rt.skipped[i])
 
     @classmethod
     def merge(cls, per_rank: list[RankTrace]) -> Trace:

@@ -204,6 +204,7 @@ class _Run:
         if self.record:
             self.trace.grads.append({})
             self.trace.local_grad_scales.append({})
+            self.trace.skipped.append(False)
             self.trace.params.append(self._params())
         self.trace.collectives.append({})
         self.trace.activations.append({})
@@ -247,6 +248,7 @@ class _Run:
             if scaled:
                 trace.grads.append({} if skipped else self._record("grad", system.gradients()))
             trace.local_grad_scales.append({} if skipped else local)
+            trace.skipped.append(bool(skipped))
             trace.params.append(self._params() if trains else {})
 
     def counting(self):
