@@ -4,10 +4,11 @@ whose yields are known, then on real ones through pytest."""
 import json
 import re
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
-from parityfuzz.engine.schedule import FLOOR, MIN_SLICE_S, Gains, Schedule, run_schedule
+from parityfuzz.engine.schedule import FLOOR, MIN_SLICE_S, Gains, Schedule, gains_of, run_schedule
 from tests.test_cli import pytest_run
 
 
@@ -104,7 +105,7 @@ class _StandIn:
             self.stats.pairs[f"{self.name}-{self.stats.generate_seconds}-{i}"] += 1
         self.stats.cases += max(1, int(seconds))
         if any(self.stats.generate_seconds <= at < self.stats.generate_seconds + seconds for at in self.failures_at):
-            self.stats.failures.append(object())
+            self.stats.failures.append(failure(f"mismatch:value:grad:{self.stats.generate_seconds}"))
         self.stats.generate_seconds += seconds
 
     def close(self):
@@ -112,6 +113,22 @@ class _StandIn:
 
     def finish(self):
         return self.stats
+
+
+def failure(signature: str, known_issue=None):
+    return SimpleNamespace(verdict=SimpleNamespace(bug_signature=lambda: signature), known_issue=known_issue)
+
+
+def test_failures_count_once_per_kind_that_no_known_bug_explains():
+    from parityfuzz.engine.stats import TargetStats
+
+    stats = TargetStats("t")
+    stats.failures += [failure("mismatch:value:grad"), failure("mismatch:value:grad"),
+                       failure("error:system:RuntimeError:x.py:f"), failure("mismatch:replica:param", "known-bug")]
+    stats.cases = 4
+    stats.pairs.update(["a & b", "a & b", "a & c"])
+    g = gains_of(stats)
+    assert (g.failures, g.pairs, g.singletons, g.cases) == (2, 2, 1, 4)
 
 
 def test_run_schedule_stops_at_the_failure_limit_and_files_each_targets_time():

@@ -3,7 +3,7 @@ in the next second.
 
 A target's *outlook* is what its next second of generation is expected to add: new feature pairs (two features met
 in one case for the first time in the run), new near misses (a passing case within :data:`NEAR_MISS` of the
-tolerance, in a feature combination no earlier near miss had) and new distinct failures, weighted
+tolerance, in a feature combination no earlier near miss had) and new kinds of failure (:func:`gains_of`), weighted
 (:data:`WEIGHTS`) so that one finding outweighs a slice's worth of coverage.
 
 New pairs are estimated the way species are in ecology (Good-Turing, as HypoFuzz estimates a test's chance of new
@@ -34,7 +34,7 @@ from typing import Callable
 #: A passing case at least this close to the tolerance (:attr:`parityfuzz.judge.verdict.Verdict.closeness`) is a
 #: near miss.
 NEAR_MISS = 0.5
-#: What a slice's gains count for: one new feature pair, one new near-miss combination, one new distinct failure.
+#: What a slice's gains count for: one new feature pair, one new near-miss combination, one new kind of failure.
 WEIGHTS = {"pairs": 1.0, "near_misses": 5.0, "failures": 200.0}
 #: The weight of a slice in its target's running means (seconds a case, near misses and failures a second).
 SMOOTHING = 0.5
@@ -263,6 +263,9 @@ def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline
 
 
 def gains_of(stats) -> Gains:
-    """What a :class:`parityfuzz.engine.stats.TargetStats` has found so far."""
-    return Gains(len(stats.pairs), len(stats.near_miss_combinations), len(stats.failures), stats.cases,
+    """What a :class:`parityfuzz.engine.stats.TargetStats` has found so far.  Its failures count once per kind of
+    failure (:meth:`Verdict.bug_signature`) that no known bug explains: one bug met again in ever other cases (which
+    each count as a failure of their own until a shrink gives them a small precondition) is no news to schedule by."""
+    kinds = {f.verdict.bug_signature() for f in stats.failures if f.known_issue is None}
+    return Gains(len(stats.pairs), len(stats.near_miss_combinations), len(kinds), stats.cases,
                  sum(1 for n in stats.pairs.values() if n == 1))
