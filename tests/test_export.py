@@ -277,6 +277,18 @@ def test_a_fault_inside_torch_shows_in_the_exported_script(executor, tmp_path, f
     script_shows_the_fault(tmp_path, fault, f.case, f.verdict, clean_too=False)
 
 
+def test_a_step_skipped_by_the_system_alone_shows_in_the_exported_script(executor, tmp_path):
+    """Loss scaling with an overflow at step 1 and a stale inf flag in ShardedGradScaler (it skips step 2 too): the
+    script's copy of the oracle names the skipped step as the fuzzer does; without the fault it passes (both
+    systems skip step 1 alike)."""
+    from tests.test_training_loop_dimensions import SCALED
+
+    case = dataclasses.replace(SCALED, train=dataclasses.replace(SCALED.train, steps=4)).validate()
+    verdict = verify_case(dataclasses.replace(case, system="tests.faults:ScalerSkipsTheStepAfterAnOverflow"), executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.check == "skipped_step", verdict.describe()
+    script_shows_the_fault(tmp_path, "ScalerSkipsTheStepAfterAnOverflow", case, verdict)
+
+
 def script_shows_the_fault(tmp_path, fault: str, case, verdict, clean_too: bool = True) -> None:
     """The case's script, with ``fault`` injected, fails as ``verdict`` says; without (``clean_too``; CI runs that
     control on one case), it passes."""

@@ -311,7 +311,8 @@ def skipping(t: Trace, step: int, ranks=None) -> Trace:
 def test_a_step_one_system_skipped_alone_is_reported_as_a_skipped_step():
     v = compare(trace(steps=3), skipping(trace(steps=3), 1), PROMISE, TOL)
     d = v.divergence
-    assert (d.check, d.what, d.step, d.ranks) == ("skipped_step", "step", 1, (0, 1)), v.describe()
+    assert (d.check, d.what, d.step, d.ranks) == ("skipped_step", "optimizer", 1, (0, 1)), v.describe()
+    assert v.describe().startswith("mismatch: step 1 optimizer step on ranks [0, 1]: "), v.describe()
     assert "system under test the GradScaler of ranks 0, 1 skipped" in d.detail
     v = compare(skipping(trace(steps=3), 2), trace(steps=3), PROMISE, TOL)
     assert (v.divergence.check, v.divergence.step) == ("skipped_step", 2)

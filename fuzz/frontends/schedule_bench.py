@@ -56,6 +56,9 @@ def one_run(executor, mode: str, seed: int, budget_s: float, world_sizes: tuple[
         found = [f.found_at for f in runs[family].stats.failures]
         out["faults"][family] = round(min(found), 1) if found else None
     out["pairs"] = sum(t["pairs"] for t in out["targets"].values())
+    # (a slice ends after the case running at its end: the budget is overshot by that case, more often the more
+    # slices there are, so pairs are also given per second of generation)
+    out["generate_seconds"] = round(sum(t["seconds"] for t in out["targets"].values()), 1)
     out["unplanted_failures"] = [f"{f.target}: {f.verdict.describe()[:200]} ({f.corpus_path})"
                                  for run in runs.values() if run.name not in FAULTS for f in run.stats.failures]
     return out
@@ -87,8 +90,11 @@ def compare(seeds: list[int], budget_s: float, world_sizes: tuple[int, ...], log
         pairs = [r["pairs"] for r in mine]
         per_target = {name: round(statistics.mean(r["targets"][name]["pairs"] for r in mine), 1)
                       for name in mine[0]["targets"]}
+        generated = [r["generate_seconds"] for r in mine]
         summary[mode] = {"faults": faults, "pairs_mean": round(statistics.mean(pairs), 1),
                          "pairs_spread": max(pairs) - min(pairs), "pairs_per_target": per_target,
+                         "generate_seconds_mean": round(statistics.mean(generated), 1),
+                         "pairs_per_generate_second": round(sum(pairs) / sum(generated), 1),
                          "seconds_per_target": {name: round(statistics.mean(r["targets"][name]["seconds"] for r in mine), 1)
                                                 for name in mine[0]["targets"]}}
     return {"seeds": seeds, "budget_seconds": budget_s, "world_sizes": list(world_sizes), "runs": runs,
@@ -112,6 +118,11 @@ def print_table(result: dict) -> None:
         print(f"{name:>22} {cells[0]:>24} {cells[1]:>24}")
     cells = [f"{s[m]['pairs_mean']:.0f} (spread {s[m]['pairs_spread']})" for m in MODES]
     print(f"{'pairs, all targets':>22} {cells[0]:>24} {cells[1]:>24}")
+    cells = [f"{s[m]['generate_seconds_mean']:.0f}s, {s[m]['pairs_per_generate_second']:.1f} pairs/s" for m in MODES]
+    print(f"{'generation, pairs/s':>22} {cells[0]:>24} {cells[1]:>24}")
+    by_seed = {(r["mode"], r["seed"]): r["pairs"] for r in result["runs"]}
+    paired = [by_seed["adaptive", seed] - by_seed["even", seed] for seed in result["seeds"]]
+    print(f"{'paired (adaptive-even)':>22} {'':>24} {', '.join(f'{d:+d}' for d in paired):>24}")
     found = [(r["mode"], r["seed"], f) for r in result["runs"] for f in r.get("unplanted_failures", [])]
     if found:
         print("failures of targets with no planted fault (unmodified torch: triage them):")

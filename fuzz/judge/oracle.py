@@ -267,7 +267,7 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
                                      f"the GradScaler of rank{'s' if len(ranks) > 1 else ''} "
                                      f"{', '.join(map(str, ranks))} skipped the optimizer step")
                 for role, ranks in skipped.items()]
-        p.fail("step", "optimizer step", "skipped_step",
+        p.fail("optimizer", "step", "skipped_step",
                "; ".join(said) + " (a skip: an inf or NaN in the unscaled gradients)",
                ranks=tuple(sorted(set(skipped["system under test"]) ^ set(skipped["reference"]))))
     for what in KINDS:

@@ -85,7 +85,7 @@ def at_divergence(ref: Trace, sut: Trace, divergence: Divergence) -> Origin:
     d = divergence
     i = ref.index(d.step, d.phase)
     rank = d.ranks[0] if d.ranks else 0
-    module = "" if d.what in ("loss", "step") else module_of(d.tensor.removeprefix("buffer:")) or "model"
+    module = "" if d.what in ("loss", "optimizer") else module_of(d.tensor.removeprefix("buffer:")) or "model"
     return Origin(step=d.step, phase=d.phase, module=module, what=d.what, tensor=d.tensor, ranks=d.ranks,
                   max_abs=d.max_abs, allowed=d.allowed, **({} if i is None else _collectives(ref, sut, i, rank)))
 

@@ -37,7 +37,7 @@ class Divergence:
     """The first place the system under test left the reference."""
 
     step: int
-    what: str  # "loss", "grad", "param", "collectives" or "step" (the optimizer step: skipped_step)
+    what: str  # "loss", "grad", "param", "collectives" or "optimizer" (its step: skipped_step)
     tensor: str  # parameter name, or "loss[rank r]"
     max_abs: float
     max_rel: float
@@ -104,11 +104,11 @@ class Origin:
         else:
             module = f" (module {self.module})" if self.module and self.module != "model" else ""
             tensor = {"grad": f"the gradient of {self.tensor}", "param": f"{self.tensor} after the optimizer step",
-                      "step": "the GradScaler's decision to skip the optimizer step"
+                      "optimizer": "the GradScaler's decision to skip the optimizer step"
                       }.get(self.what, f"{self.what} {self.tensor}")
             cause = {"grad": ", so in that gradient's own computation or its reduction across ranks",
                      "param": ", so in the optimizer step or the update",
-                     "step": ", so in the gradients' reduction or unscaling (one system's hold an inf or NaN)"
+                     "optimizer": ", so in the gradients' reduction or unscaling (one system's hold an inf or NaN)"
                      }.get(self.what, "")
             head = (f"begins at {where} in {tensor}{module}{ranks}: every module's output and output gradient "
                     f"agree up to there{cause}")
