@@ -53,7 +53,9 @@ def test_hang_is_found_and_shrunk_with_short_timeouts(executor, tmp_path):
           f"/ {f.shrink_seconds:.1f}s ({stats.verdicts['hang']} hangs)")
     assert f.verdict.kind == "hang"
     assert any(n.kind == "layernorm" for _, n in f.case.model.body.walk("body"))
-    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 4  # within 16 shrink runs
+    # within 16 shrink runs: 4 body modules or fewer in earlier CI runs, 5 once under CI's two test processes on 2
+    # cores (which candidates hang within the 3 s shrink timeout depends on the machine's load)
+    assert sum(1 for _ in f.case.model.body.walk("body")) - 1 <= 5
     # Every hang after the first cost the short timeout (1 s, then a pool restart of up to 8 s here), not the
     # 10 s one (15 s or more with the restart).
     assert f.shrink_seconds < 10 + stats.verdicts["hang"] * (1 + 8) + stats.verdicts["pass"] * 2
