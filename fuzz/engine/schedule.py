@@ -80,17 +80,19 @@ class Outlook:
     #: Seconds a case takes, near misses and failures (weighted) a second: running means over the slices.
     case_s: float | None = None
     events_per_s: float = 0.0
-    #: Expected new pairs in the next case (Good-Turing: singletons / cases).
+    #: Expected new pairs in the next case (Good-Turing: singletons / cases), and the cases the target ran.
     unseen: float = 0.0
+    cases: int = 0
 
-    def update(self, seconds: float, gains: Gains, total_cases: int) -> None:
+    def update(self, seconds: float, gains: Gains) -> None:
         # (a slice that finished no case says a case takes at least its seconds)
         case_s = seconds / gains.cases if gains.cases else max(seconds, self.case_s or 0.0)
         first = self.case_s is None
         self.case_s = case_s if first else SMOOTHING * case_s + (1 - SMOOTHING) * self.case_s
         events = gains.events() / seconds if seconds > 0 else 0.0
         self.events_per_s = events if first else SMOOTHING * events + (1 - SMOOTHING) * self.events_per_s
-        self.unseen = gains.singletons / total_cases if total_cases else 0.0
+        self.cases += gains.cases
+        self.unseen = gains.singletons / self.cases if self.cases else 0.0
 
     def per_s(self) -> float:
         """Weighted gains expected from the target's next second."""
@@ -175,15 +177,11 @@ class Schedule:
             return min(behind, key=lambda t: self.spent[t]), seconds, "floor"
         return max(live, key=self.outlook), seconds, "best"
 
-    def record(self, target: str, seconds: float, gains: Gains, reason: str, done: bool = False,
-               total_cases: int | None = None) -> Slice:
-        """A slice of ``target`` took ``seconds`` of generation and found ``gains`` (``total_cases``: the cases the
-        target has run in all, its slices so far summed when not given); ``done``: the target has nothing more to
-        do (its case limit, or its failure limit, reached)."""
-        if total_cases is None:
-            total_cases = sum(s.gains.cases for s in self.slices if s.target == target) + gains.cases
+    def record(self, target: str, seconds: float, gains: Gains, reason: str, done: bool = False) -> Slice:
+        """A slice of ``target`` took ``seconds`` of generation and found ``gains``; ``done``: the target has
+        nothing more to do (its case limit, or its failure limit, reached)."""
         outlook = self.outlooks.setdefault(target, Outlook())
-        outlook.update(seconds, gains, total_cases)
+        outlook.update(seconds, gains)
         s = Slice(target, sum(self.spent.values()), seconds, gains, reason, outlook.per_s())
         self.slices.append(s)
         self.spent[target] += seconds
@@ -253,7 +251,7 @@ def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline
         run.run(seconds, deadline, min_cases=FIRST_SLICE_CASES if reason == "first" else 0)
         # (charged at least a tenth of a second: a slice cut by its deadline before generating still costs)
         s = schedule.record(name, max(0.1, run.stats.generate_seconds - spent), gains_of(run.stats).minus(before),
-                            reason, done=run.done, total_cases=run.stats.cases)
+                            reason, done=run.done)
         if on_slice is not None:
             on_slice(s)
         if schedule.adaptive and len(runs) > 1:
