@@ -280,17 +280,22 @@ def arguments(case, model: nn.Module) -> dict:
     plan = case.plan
     mp = plan.precision
     master_dtype = next(model.parameters()).dtype
-    shard_size = case.mesh.shape[case.mesh.names.index("dp_shard")]
+    shard_size = case.mesh.axis_size("dp_shard")
+    replicas = case.mesh.axis_size("dp_replicate")
     return dict(units=sorted(units(model, plan)), compute_dtype=dtype(mp.param_dtype) or master_dtype,
                 # MixedPrecision.reduce_dtype: "If this is None but param_dtype is not None, then this takes on the
                 # param_dtype value" (fsdp/api.py).
                 reduce_dtype=dtype(mp.reduce(dtype_name(master_dtype))),
                 buffer_dtype=dtype(mp.buffer_dtype), cast_root_inputs=bool(mp.param_dtype and mp.cast_root_forward_inputs),
                 keep_low_precision_grads=mp.keep_low_precision_grads,
-                # FSDP1 runs FULL_SHARD or SHARD_GRAD_OP over a shard group of one rank as NO_SHARD (it warns
-                # "switching to use NO_SHARD"), gradient accumulation and all; the hybrid strategies there are a
-                # known bug of their own.  NO_SHARD's gradient handling is DDP's, as documented: see _reduce.
-                sharded=plan.sharding != "NO_SHARD" and (shard_size > 1 or plan.sharding in HYBRID),
+                # FSDP1 runs any strategy over a shard group of one rank as NO_SHARD (_init_utils.py, _init_core_state:
+                # it warns "switching to use NO_SHARD"), gradient accumulation and all,
+                # and says they are "functionally equivalent" there: NO_SHARD's gradient handling is DDP's, as
+                # documented (see _reduce).  A hybrid strategy whose shard groups have one rank but that has
+                # replicas is a known bug of its own (hybrid-fsdp1-with-shards-of-one): it keeps the sharded path,
+                # what HYBRID_SHARD documents ("FULL_SHARD within a node"); on a (1, 1) mesh it is one rank alone.
+                sharded=plan.sharding != "NO_SHARD"
+                and (shard_size > 1 or (plan.sharding in HYBRID and replicas > 1)),
                 align_bytes=16 if plan.use_orig_params else 0, no_sync=plan.no_sync)
 
 
