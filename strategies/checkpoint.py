@@ -29,7 +29,7 @@ from parityfuzz.case import Case, CaseError, MeshSpec
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
-                                        ROLLBACK_REFERENCES, WAYS, Checkpoint, saves_from)
+                                        ROLLBACK_REFERENCES, WAYS, Checkpoint, reshards as resharding, saves_from)
 
 #: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
 ROLLBACK = st.sampled_from((False, False, True))
@@ -89,7 +89,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         dataclasses.replace(case, checkpoint=dataclasses.replace(event, **resume), compile=Compile()).validate()
         event = dataclasses.replace(event, **resume)
     except CaseError:
-        pass
+        pass  # refused: the event resumes the same plan (and may roll back, below)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
     load = draw(st.sampled_from(ways_into(resumed, WAYS[save])))
     options = {}
@@ -110,7 +110,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         options["cpu_offload"] = False
     options["strict"] = not draw(st.booleans())
     rollback = draw(ROLLBACK)  # into the live system, a few steps on: where nothing reshards, steps are left
-    if rollback and not resume and step + 1 < case.train.steps and case.reference_name() in ROLLBACK_REFERENCES:
+    if rollback and not resharding(dataclasses.replace(case, checkpoint=event)) and step + 1 < case.train.steps and case.reference_name() in ROLLBACK_REFERENCES:
         options["rollback_at"] = draw(st.integers(step + 1, case.train.steps - 1))
     event = dataclasses.replace(event, load="" if load == save else load, **options)
     case = dataclasses.replace(case, checkpoint=event)

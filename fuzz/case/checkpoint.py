@@ -209,6 +209,9 @@ def validate_checkpoint(case: Case) -> None:
         check(case.reference_name() in ROLLBACK_REFERENCES, "checkpoint.rollback_at",
               f"the reference rolls back through its module's state dict; {case.reference_name()!r} trains tensors "
               "that one does not hold (sharded ones, or an emulation's master weights)")
+        from parityfuzz.rules.state_dict import check_rollback
+
+        check_rollback(case)
     if reshards(case):
         for which, c_ in (("the case", case), ("the resumed case", r)):
             check(c_.reference_name() in PLAIN_REFERENCES, "checkpoint.plan",
