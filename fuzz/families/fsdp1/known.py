@@ -181,3 +181,28 @@ def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
 
     return (not runs_unsharded(case) or case.mixed_precision()) and any(
         c.reentrant and inside(c) for c in case.plan.checkpoints)
+
+
+def reentrant_unit_recomputed_by_an_outer_checkpoint(case: Case) -> bool:
+    """A reentrant checkpoint within an instance's flat parameter (at the instance's own module, applied after
+    wrapping; or at a module inside the instance that is no instance itself, either way), a non-reentrant
+    checkpoint at a module strictly above that instance (its recompute in the backward runs the instance's
+    forward again), and a ``param_dtype`` other than the parameters' dtype (every unshard then swaps the flat
+    parameter's ``.data`` to another dtype, which gives it a new ``AccumulateGrad``).  Under a size policy
+    (``units`` unknown) the instance may be any module strictly below the non-reentrant checkpoint."""
+    if case.plan.precision.compute(dtypes.model_dtype(case)) == dtypes.model_dtype(case):
+        return False
+    found = units(case)
+    outer = [c.path for c in case.plan.checkpoints if not c.reentrant]
+
+    def above(path: str) -> bool:  # a non-reentrant checkpoint at a module strictly above the one at ``path``
+        return any(o != path and under(path, (o,)) for o in outer)
+
+    def unit_of(c) -> str | None:  # the instance whose flat parameter the reentrant checkpoint runs inside
+        if c.path in found:
+            return None if c.before else c.path  # before wrapping: the wrapper holds the instance, outside it
+        return max((u for u in found if under(c.path, (u,))), key=len)  # the innermost one around it
+
+    if found is None:
+        return any(c.reentrant and above(c.path) for c in case.plan.checkpoints)
+    return any(c.reentrant and (u := unit_of(c)) is not None and above(u) for c in case.plan.checkpoints)
