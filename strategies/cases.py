@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from parityfuzz import families
 from parityfuzz.case import Case, CaseError
-from parityfuzz.case import dtypes
+from parityfuzz.case import dimensions, dtypes
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.perturbation import delays
 from parityfuzz.strategies.reentrant import reentrant
+from parityfuzz.strategies.swarm import swarms
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,
@@ -27,7 +29,8 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
     under mixed precision).  ``max_depth`` bounds the nesting of the model tree, ``max_steps`` the training
     steps; ``perturb`` draws delays on random ranks of the system under test.
 
-    How cases shrink is the family strategy's to say (see its module).
+    Each case first draws which of its family's training-loop dimensions it may draw (its swarm configuration,
+    :mod:`parityfuzz.strategies.swarm`); how the rest shrinks is the family strategy's to say (see its module).
     """
     if family not in families.MODULES:
         raise InvalidArgument(f"family={family!r} is not a registered family (known: "
@@ -41,25 +44,39 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
         raise InvalidArgument(f"max_depth={max_depth!r} must be an int >= 0")
     if not isinstance(max_steps, int) or not 1 <= max_steps <= 50:
         raise InvalidArgument(f"max_steps={max_steps!r} must be an int in [1, 50]")
-    strategy = importlib.import_module(families.get(family).strategy).cases
-    return strategy(tuple(world_sizes), system, reference, max_depth, max_steps, perturb)
+    record = families.get(family)
+    strategy = importlib.import_module(record.strategy).cases
+    args = (tuple(world_sizes), system, reference, max_depth, max_steps, perturb)
+    if "swarm" not in inspect.signature(strategy).parameters:  # a family strategy written before swarms
+        return strategy(*args)
+    return _swarmed(strategy, args, dimensions.supported(record))
 
 
-def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool) -> Case:
+@st.composite
+def _swarmed(draw, strategy, args: tuple, supported: tuple[str, ...]) -> Case:
+    """A case of ``strategy`` under a swarm configuration over the family's ``supported`` dimensions, drawn first
+    (:mod:`parityfuzz.strategies.swarm`)."""
+    return draw(strategy(*args, swarm=draw(swarms(supported))))
+
+
+def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool,
+           swarm: frozenset[str] | None = None) -> Case:
     """The case a family strategy drew the parts of: its seed, delays, reentrant checkpoints
     (:mod:`parityfuzz.strategies.reentrant`) and ``torch.compile`` of the system under test
     (:mod:`parityfuzz.strategies.compiled`) drawn last (they shrink first to 0, none, non-reentrant and eager),
-    validated."""
+    validated.  ``swarm``: the dimensions its configuration switched on (None: each by its own coin)."""
+    switched = (lambda name: None) if swarm is None else swarm.__contains__
     case = Case(seed=draw(st.integers(0, 2**16)), world_size=world_size, model=model, mesh=mesh, plan=plan,
                 train=train, delays=draw(delays(world_size)) if perturb else (), system=system, reference=reference)
-    case = dataclasses.replace(case, plan=draw(reentrant(case)))
+    case = dataclasses.replace(case, plan=draw(reentrant(case, switched("reentrant"))))
     try:  # autocast to one low dtype does not go with parameters in the other (dtypes.check_autocast): none then
         dtypes.check_autocast(case)
     except CaseError:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="", loss_scale=0.0,
                                                                    overflow_at=0))
     family = families.get(plan.family)
-    compiled = dataclasses.replace(case, compile=draw(compiles(case, family.compiles, family.compile_groups)))
+    compiled = dataclasses.replace(case, compile=draw(compiles(case, family.compiles, family.compile_groups,
+                                                               switched("compile"))))
     if not compiled.compile:
         return case.validate()
     try:  # compiled where the family's rules take it (FSDP1: use_orig_params=True), else eager

@@ -10,8 +10,9 @@ What the load resumes, in shrinking order:
 - plain DDP (the composable family's DDP-based ``replicate`` on the root).
 
 Resharding is drawn only where the reference can take the trusted turn (no mixed precision, no per-rank control
-flow); a resumed case that its family refuses falls back to the same plan.  Where nothing reshards, one event
-in three is a rollback: the live system trains on and loads the checkpoint into itself (:data:`ROLLBACK`).
+flow); a resumed case that its family refuses falls back to the same plan.  One event in three is a rollback (the
+live system trains on and loads the checkpoint into itself: :data:`ROLLBACK`), decided before the case is drawn,
+so that the case is one whose reference can roll back, and nothing reshards.
 A pipelined system (a family with ``partial_state``) on either side flattens the optimizer state dicts and does not
 gather to rank 0 alone.  Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
 """
@@ -28,6 +29,7 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
+from parityfuzz.rules.state_dict import check_rollback
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
                                         ROLLBACK_REFERENCES, WAYS, Checkpoint, reshards as resharding, saves_from)
 
@@ -69,9 +71,18 @@ def resumes(draw, case: Case, world_sizes: tuple[int, ...]) -> dict:
     return {**out, "world_size": out["world_size"] if out["world_size"] != case.world_size else 0}
 
 
+def _rollback_ok(case: Case) -> bool:
+    try:
+        check_rollback(case)
+    except CaseError:
+        return False
+    return True
+
+
 @st.composite
-def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case:
-    """``case`` (trained for at least 2 steps) with a checkpoint event; validated."""
+def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollback: bool | None = None) -> Case:
+    """``case`` (trained for at least 2 steps) with a checkpoint event; validated.  ``rollback``: True, a rollback
+    where the case can take one (nothing reshards then), False never; None: :data:`ROLLBACK`'s coin."""
     if case.train.steps < 2:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=2))
     if case.train.loss_scale:  # the checkpoint keeps no gradient scaler (validate_checkpoint)
@@ -84,7 +95,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
         dataclasses.replace(case, checkpoint=event, compile=Compile()).validate()
     except CaseError:
         assume(False)
-    resume = draw(resumes(case, world_sizes)) if save != "fsdp1_local" else {}
+    resume = draw(resumes(case, world_sizes)) if save != "fsdp1_local" and not rollback else {}
     try:  # (its compile is checked apart, below)
         dataclasses.replace(case, checkpoint=dataclasses.replace(event, **resume), compile=Compile()).validate()
         event = dataclasses.replace(event, **resume)
@@ -109,9 +120,17 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4)) -> Case
     if partial and options.get("full_state_dict"):  # (only rank 0 would get the state dict: not its stages')
         options["cpu_offload"] = False
     options["strict"] = not draw(st.booleans())
-    rollback = draw(ROLLBACK)  # into the live system, a few steps on: where nothing reshards, steps are left
-    if rollback and not resharding(dataclasses.replace(case, checkpoint=event)) and step + 1 < case.train.steps and case.reference_name() in ROLLBACK_REFERENCES:
-        options["rollback_at"] = draw(st.integers(step + 1, case.train.steps - 1))
+    rollback = draw(ROLLBACK) if rollback is None else rollback  # into the live system, a few steps on: where
+    # nothing reshards, steps are left
+    if (rollback and not resharding(dataclasses.replace(case, checkpoint=event)) and step + 1 < case.train.steps
+            and case.reference_name() in ROLLBACK_REFERENCES):
+        event_ = dataclasses.replace(event, load="" if load == save else load, **options)
+        # (where a freeze ends between the save and the rollback torch leaves the load undefined: rule
+        # state-dict.rollback-over-state-the-checkpoint-lacks; an earlier rollback then)
+        valid = [r for r in range(step + 1, case.train.steps)
+                 if _rollback_ok(dataclasses.replace(case, checkpoint=dataclasses.replace(event_, rollback_at=r)))]
+        if valid:
+            options["rollback_at"] = draw(st.sampled_from(valid))
     event = dataclasses.replace(event, load="" if load == save else load, **options)
     case = dataclasses.replace(case, checkpoint=event)
     if case.compile:  # compiled as the case was drawn, where the resumed case compiles the same way
@@ -135,9 +154,12 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     from parityfuzz.strategies.cases import cases
 
     family = draw(st.sampled_from(families or checkpoint_families()))
-    case = draw(cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth,
-                      system=system))
+    # A rollback is decided first, and then drawn with what it needs (a reference that rolls back through its
+    # module's state dict: no mixed precision nor autocast), rather than left to the cases that happen to have it.
+    rollback = draw(ROLLBACK)
+    drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system)
+    case = draw(drawn.filter(lambda c: c.reference_name() in ROLLBACK_REFERENCES) if rollback else drawn)
     # A case torch refuses (an expected error) trains to no checkpoint, and one with tensors of a value per rank
     # (FSDP1's ignored modules) cannot keep them through any: not spent here.
     assume(expectation(case, "cpu") is None and case.reference_name() not in RANK_LOCAL_REFERENCES)
-    return draw(checkpoints(case, world_sizes))
+    return draw(checkpoints(case, world_sizes, rollback))

@@ -23,12 +23,19 @@ COMPILES = st.sampled_from((False,) * 5 + (True,))
 BACKENDS = st.sampled_from(("aot_eager",) * 11 + ("inductor",))
 
 
+#: The coin under a swarm configuration that switched ``compile`` on (:mod:`parityfuzz.strategies.swarm`).
+COMPILES_ON = st.sampled_from((False, True, True, True))
+
+
 @st.composite
-def compiles(draw, case: Case, forms: tuple[str, ...], groups=None) -> Compile:
+def compiles(draw, case: Case, forms: tuple[str, ...], groups=None, switched: bool | None = None) -> Compile:
     """How ``case`` (drawn eager) compiles its system under test, or not, given its family's ``forms`` and, where
     a ``blocks_*`` form must compile a module of each of some lists (:attr:`parityfuzz.families.Family.compile_groups`:
-    a pipeline rank's stages), ``groups(case)``: one module of each first (eager where a list is empty)."""
-    on, backend = draw(COMPILES), draw(BACKENDS)
+    a pipeline rank's stages), ``groups(case)``: one module of each first (eager where a list is empty).
+    ``switched``: whether a swarm configuration switched ``compile`` on (then compiled with a high probability) or
+    off (eager); None: :data:`COMPILES`' coin."""
+    on = draw(COMPILES if switched is None else COMPILES_ON) and switched is not False
+    backend = draw(BACKENDS)
     if not on or not forms:
         return Compile()
     if low_precision(case):  # inductor does not round as eager does there (validate_compile)

@@ -35,12 +35,19 @@ def eligible(case: Case, index: int) -> bool:
     return True
 
 
+#: The coin under a swarm configuration that switched ``reentrant`` on (:mod:`parityfuzz.strategies.swarm`).
+REENTRANT_ON = st.sampled_from((False, True, True))
+
+
 @st.composite
-def reentrant(draw, case: Case):
-    """``case``'s plan with some of its eligible checkpoints reentrant (the plan itself where none is)."""
+def reentrant(draw, case: Case, switched: bool | None = None):
+    """``case``'s plan with some of its eligible checkpoints reentrant (the plan itself where none is).
+    ``switched``: whether a swarm configuration switched ``reentrant`` on (then two eligible checkpoints in three)
+    or off (none); None: :data:`REENTRANT`'s coin."""
     checkpoints = getattr(case.plan, "checkpoints", ())
-    chosen = [eligible(case, i) for i in range(len(checkpoints))]
+    chosen = [eligible(case, i) for i in range(len(checkpoints))] if switched is not False else []
     if not any(chosen):
         return case.plan
-    marked = tuple(dataclasses.replace(c, reentrant=ok and draw(REENTRANT)) for c, ok in zip(checkpoints, chosen))
+    coin = REENTRANT if switched is None else REENTRANT_ON
+    marked = tuple(dataclasses.replace(c, reentrant=ok and draw(coin)) for c, ok in zip(checkpoints, chosen))
     return dataclasses.replace(case.plan, checkpoints=marked)

@@ -46,6 +46,27 @@ LABEL_SMOOTHING = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.1, 0.3))
 LOSS_SCALE = st.sampled_from((0.0, 0.0, 2.0 ** 8, 2.0 ** 16))
 OVERFLOWS = st.booleans()
 
+#: Under a swarm configuration (:mod:`parityfuzz.strategies.swarm`) a dimension switched on is drawn with these
+#: (each shrinks to off, as the coins above); one switched off is not drawn.
+ON = {
+    "autocast": st.sampled_from(("", "bfloat16", "bfloat16", "float16", "float16")),
+    "loss_scale": st.sampled_from((0.0, 2.0 ** 8, 2.0 ** 16, 2.0 ** 16)),
+    "overflow": st.sampled_from((False, True, True, True)),
+    "pad": st.sampled_from((0.0, 0.25, 0.5)),
+    "pad_all_dp0": st.sampled_from((False, False, True)),
+    "label_smoothing": st.sampled_from((0.0, 0.1, 0.3)),
+    "eval": st.sampled_from((False, True, True, True)),
+    "nonroot": st.sampled_from((False, True, True, True)),
+    "to_float64": st.sampled_from((False, True, True, True)),
+    "unfreeze": st.sampled_from((False, True, True, True)),
+}
+#: What a dimension switched off leaves.
+OFF = {"autocast": "", "loss_scale": 0.0, "overflow": False, "pad": 0.0, "pad_all_dp0": False, "label_smoothing": 0.0,
+       "eval": False, "nonroot": False, "to_float64": False, "unfreeze": False}
+#: The dimensions that need a float32 model (autocast casts float32 work only; .to(float64) converts one).
+FLOAT32 = frozenset(("autocast", "loss_scale", "overflow", "to_float64"))
+
+
 def _holding_params(model: ModelSpec) -> list[str]:
     """Non-root module paths with parameters at or below them (what a group or a freeze can name)."""
     owners = model.param_modules()
@@ -69,14 +90,17 @@ def _groups(draw, model: ModelSpec) -> tuple[ParamGroup, ...]:
 
 
 @st.composite
-def _frozen(draw, model: ModelSpec, steps: int) -> tuple[Freeze, ...]:
+def _frozen(draw, model: ModelSpec, steps: int, unfreeze: bool | None = None) -> tuple[Freeze, ...]:
     """Up to two frozen modules, each for the whole run or until a later step; dropped where they would
-    leave no trainable parameter every forward uses."""
+    leave no trainable parameter every forward uses.  ``unfreeze``: True, some frozen until a later step (the
+    dimension switched on: a freeze drawn with a high probability); False, frozen for the whole run only; None,
+    either."""
     holding = _holding_params(model)
-    picks = draw(st.lists(st.sampled_from(holding), unique=True, min_size=1, max_size=2)) if draw(RARE) else []
+    coin = ON["unfreeze"] if unfreeze else RARE
+    picks = draw(st.lists(st.sampled_from(holding), unique=True, min_size=1, max_size=2)) if draw(coin) else []
     frozen = []
     for path in picks:
-        until = draw(st.sampled_from((0, 1, 2)))
+        until = draw(st.sampled_from((0, 1, 2) if unfreeze is None else (1, 2) if unfreeze else (0,)))
         candidate = frozen + [Freeze(path, until=until if until < steps else 0)]
         if model.uses_params("", frozenset(f.path for f in candidate)):
             frozen = candidate
@@ -84,14 +108,23 @@ def _frozen(draw, model: ModelSpec, steps: int) -> tuple[Freeze, ...]:
 
 
 @st.composite
-def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str, ...] = ()) -> TrainSpec:
+def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str, ...] = (),
+             swarm: frozenset[str] | None = None) -> TrainSpec:
     """Training settings for ``model``; ``nonroot`` lists the modules a non-root pass may run through (the
-    family's choice; those without trainable parameters every forward uses are left out here)."""
+    family's choice; those without trainable parameters every forward uses are left out here).  ``swarm``: the
+    training-loop dimensions switched on (:mod:`parityfuzz.strategies.swarm`): each drawn with a high probability,
+    the others not at all, and what they need drawn with them (a float32 model, float16 autocast for loss scaling,
+    a second step for an overflow or an unfreeze); None: each dimension by its own coin, as before swarms."""
+    on = (lambda name: True) if swarm is None else swarm.__contains__
     optimizer = draw(st.sampled_from(OPTIMIZERS))
     dtype = draw(st.sampled_from(("float64", "float32")))
+    if swarm is not None and swarm & FLOAT32:
+        dtype = "float32"
     micro = draw(st.integers(1, 3))
     steps = draw(st.integers(1, max_steps))
-    frozen = draw(_frozen(model, steps))
+    if swarm is not None and swarm & {"overflow", "unfreeze"}:
+        steps = max(steps, min(2, max_steps))
+    frozen = draw(_frozen(model, steps, unfreeze=None if swarm is None else on("unfreeze")))
     trainable = frozenset(f.path for f in frozen)
     nonroot = tuple(p for p in nonroot if p and model.uses_params(p, trainable))
     momentum = draw(st.sampled_from((0.0, 0.9, 0.5)))
@@ -100,11 +133,28 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
     batch, seq_len, loss = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.sampled_from(LOSSES))
     if loss == "sum":  # a summed loss scales the step by its number of terms: keep SGD as stable as with a mean
         lr /= batch * seq_len * (1 if model.input == "embedding" else model.output_width(""))
-    to_float64 = draw(RARE) and dtype == "float32"
-    autocast = draw(AUTOCAST)
+
+    def coin(key: str, legacy: st.SearchStrategy, dimension: str = ""):
+        """The value of ``key``: its legacy coin without a configuration, else :data:`ON`'s coin (always drawn, so
+        the choice sequence stays put while the switches shrink) where its dimension is switched on."""
+        if swarm is None:
+            return draw(legacy)
+        value = draw(ON[key])
+        return value if (dimension or key) in swarm else OFF[key]
+
+    to_float64 = coin("to_float64", RARE) and dtype == "float32"
+    autocast = coin("autocast", AUTOCAST)
     tokens = model.input == "embedding"
-    pad, pad_all_dp0, smoothing = draw(PAD), draw(PAD_ALL_DP0), draw(LABEL_SMOOTHING)
-    loss_scale, overflows = draw(LOSS_SCALE), draw(OVERFLOWS)
+    pad, pad_all_dp0 = coin("pad", PAD, "token_loss"), coin("pad_all_dp0", PAD_ALL_DP0, "token_loss")
+    smoothing = coin("label_smoothing", LABEL_SMOOTHING, "token_loss")
+    loss_scale, overflows = coin("loss_scale", LOSS_SCALE), coin("overflow", OVERFLOWS)
+    if swarm is not None and to_float64 and (autocast or loss_scale or overflows):
+        # a float64 model or low-precision work: both switched on, one side by a coin (shrinking keeps autocast's)
+        to_float64 = draw(st.booleans())
+        if to_float64:
+            autocast, loss_scale, overflows = "", 0.0, False
+    if swarm is not None and (loss_scale or overflows):  # what loss scaling is for, drawn with it
+        autocast, loss_scale = "float16", loss_scale or 2.0 ** 16
     overflow_at = draw(st.integers(1, steps - 1)) if loss_scale and overflows and steps > 1 else 0
     train = TrainSpec(
         steps=steps,
@@ -120,14 +170,15 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         microbatches=micro,
         # Always drawn, applied where legal (keeps the choice sequence stable while other fields shrink).
         to_float64=to_float64,
-        nonroot=draw(st.sampled_from(nonroot)) if draw(RARE) and nonroot else "",
+        nonroot=(draw(st.sampled_from(nonroot)) if coin("nonroot", RARE) and nonroot
+                 and not (swarm is not None and loss_scale) else ""),  # (DDP's non-root pass is unscaled)
         momentum=momentum if optimizer == "sgd" else 0.0,
         weight_decay=draw(st.sampled_from((0.0, 0.01, 0.1))),
         groups=draw(_groups(model)),
         clip=clip if draw(RARE) else 0.0,
         scheduler=draw(st.sampled_from(("", "", "step", "linear"))),
         frozen=frozen,
-        eval=draw(RARE),
+        eval=coin("eval", RARE),
         autocast=autocast if dtype == "float32" and not to_float64 else "",
         pad=pad if tokens else 0.0,
         pad_all_dp0=pad_all_dp0 and tokens and loss == "sum",

@@ -97,6 +97,12 @@ def param_dtypes(case: Case) -> set[str]:
     return names - {""}
 
 
+def clashing(train) -> frozenset[str]:
+    """The low dtypes a mixed-precision policy may not compute parameters in under ``train``'s autocast region: the
+    one it does not cast to (:func:`check_autocast`)."""
+    return frozenset({"float16", "bfloat16"} - {train.autocast}) if train.autocast else frozenset()
+
+
 def check_autocast(case: Case) -> None:
     """Autocast to one low-precision dtype does not go with parameters in the other: CPU autocast leaves the
     parameters of ops it does not cast alone, and a float16 LayerNorm weight meeting a bfloat16 input (a Linear's
@@ -107,8 +113,8 @@ def check_autocast(case: Case) -> None:
     a module called twice in a compiled system under test (field ``compile``: the strategies fall back to eager),
     whose graph casts each use anew as FSDP1's views do."""
     t = case.train
-    other = param_dtypes(case) & {"float16", "bfloat16"} - {t.autocast}
-    check(not (t.autocast and other), "train.autocast",
+    other = param_dtypes(case) & clashing(t)
+    check(not other, "train.autocast",
           f"autocast to {t.autocast} with parameters computed in {' and '.join(sorted(other))} (the mixed-precision "
           "policy's): torch's CPU kernels refuse two low-precision dtypes in one op")
     reused = [path for path, node in case.model.body.walk("body") if node.kind == "twice"]

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from parityfuzz.case import dimensions
 from parityfuzz.case.checkpoint import checkpoint_features
 from parityfuzz.case.compiled import compile_features
 
 if TYPE_CHECKING:
     from parityfuzz.case.core import Case
+
+
+#: The prefix of the feature tag of each training-loop dimension a case draws (:mod:`parityfuzz.case.dimensions`).
+DIMENSION = "dim:"
 
 
 def generic_features(case: Case) -> set[str]:
@@ -58,4 +63,5 @@ def generic_features(case: Case) -> set[str]:
                                     (f"label_smoothing={t.label_smoothing}", t.label_smoothing),
                                     ("loss_scale", t.loss_scale), ("overflow", t.overflow_at)) if on)
     tags.update(f"delay={d.where}" for d in case.delays)
+    tags.update(f"{DIMENSION}{d}" for d in dimensions.drawn(case))
     return tags | checkpoint_features(case) | compile_features(case)

@@ -137,8 +137,12 @@ def hypothesis_settings(database=None) -> settings:
 class Fuzzer:
     """Fuzzes targets on one executor, writing shrunk failures to the corpus."""
 
-    def __init__(self, options: FuzzOptions, executor: Executor, log: Callable[[str], None] = print):
+    def __init__(self, options: FuzzOptions, executor: Executor, log: Callable[[str], None] = print,
+                 dimensions: Callable[[str], dict] | None = None):
         self.options = options
+        #: ``target name -> {dimension: "" where it draws it, else why not}`` (the frontend's
+        #: :func:`parityfuzz.frontends.targets.dimensions`): what each target's coverage of the table is read against.
+        self.dimensions = dimensions
         #: (a round paused between slices runs in a thread of its own; its executor calls run on the driver)
         self.executor = resumable.OnDriver(executor)
         self.log = log
@@ -158,7 +162,11 @@ class Fuzzer:
     def start(self, name: str, strategy: st.SearchStrategy[Case]) -> "TargetRun":
         """A target's run, to be given slices of generation time (:meth:`TargetRun.run`) by a schedule
         (:mod:`parityfuzz.engine.schedule`), then :meth:`TargetRun.finish`-ed."""
-        self.targets[name] = TargetStats(name)
+        try:
+            support = self.dimensions(name) if self.dimensions is not None else {}
+        except KeyError:  # a target of the user's own: its dimensions are counted, not read against a table
+            support = {}
+        self.targets[name] = TargetStats(name, support=support)
         return TargetRun(self, name, strategy)
 
     def _round(self, name: str, strategy: st.SearchStrategy[Case], stats: TargetStats, cache: dict[str, Verdict],

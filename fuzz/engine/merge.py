@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from parityfuzz.engine.stats import merge_timing
+from parityfuzz.engine.stats import dimension_coverage, merge_timing
 
 
 def _add(a: dict, b: dict) -> dict:
@@ -24,6 +24,10 @@ def _merge_target(a: dict, b: dict) -> dict:
     out["distinct_feature_pairs"] = len(out["pair_counts"])
     out["near_miss_combinations"] = a.get("near_miss_combinations", 0) + b.get("near_miss_combinations", 0)  # at most
     out["timing"] = merge_timing(a.get("timing", {}), b.get("timing", {}))
+    fa, fb = a.get("dimension_first_seconds", {}), b.get("dimension_first_seconds", {})
+    out["dimension_first_seconds"] = {d: min(t for t in (fa.get(d), fb.get(d)) if t is not None) for d in {**fa, **fb}}
+    out["dimensions"] = dimension_coverage(out["cases"], out["feature_counts"], out["pair_counts"],
+                                           out["dimension_first_seconds"], a.get("dimension_support", {}))
     slices = Counter()
     for t, kind, *n in a.get("timeline", []) + b.get("timeline", []):
         slices[(t, kind)] += n[0] if n else 1

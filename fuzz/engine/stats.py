@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from parityfuzz.case import seedgrids
+from parityfuzz.case.dimensions import NAMES
+from parityfuzz.case.features import DIMENSION
 from parityfuzz.case import Case
 from parityfuzz.engine.outcomes import Failure
 from parityfuzz.engine.schedule import NEAR_MISS
@@ -51,6 +53,10 @@ class TargetStats:
     compile_seconds: float = 0.0
     #: Feature combinations of the passing cases that came within :data:`NEAR_MISS` of the tolerance.
     near_miss_combinations: set = field(default_factory=set)
+    #: ``{dimension: "" where the target draws it, else why not}`` (:func:`parityfuzz.frontends.targets.dimensions`;
+    #: empty for a target of the user's own) and the run's seconds at each dimension's first case.
+    support: dict = field(default_factory=dict)
+    first_seen: dict = field(default_factory=dict)
     #: The time a schedule gave the target (:meth:`parityfuzz.engine.schedule.Schedule.summary`); None where the
     #: target ran alone.
     schedule: dict | None = None
@@ -73,6 +79,9 @@ class TargetStats:
         self.timeline[(TIMELINE_SECONDS * int(at // TIMELINE_SECONDS), verdict.kind)] += 1
         self.verdicts[verdict.kind] += 1
         feats = case.features() | frozenset(verdict.tags)
+        for tag in feats:
+            if tag.startswith(DIMENSION):
+                self.first_seen.setdefault(tag[len(DIMENSION):], round(at, 1))
         self.features.update(feats)
         self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
         self.combinations[feats] += 1
@@ -85,6 +94,10 @@ class TargetStats:
             return {}
         keys = sorted(k for k in self.features if k.startswith(("ws=", "mesh="))) + ["unsharded", "offload"]
         return {k: self.features[k] / self.cases for k in keys}
+
+    def dimensions(self) -> dict:
+        """:func:`dimension_coverage` of this target's cases."""
+        return dimension_coverage(self.cases, self.features, self.pairs, self.first_seen, self.support)
 
     def seed_grids(self) -> dict[str, dict]:
         """How much of each seed test's grid about this target's families the run covered
@@ -128,12 +141,40 @@ class TargetStats:
             "near_miss_combinations": len(self.near_miss_combinations),
             **({"schedule": self.schedule} if self.schedule is not None else {}),
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
+            "dimensions": self.dimensions(),
+            "dimension_first_seconds": dict(self.first_seen),
+            "dimension_support": dict(self.support),
             "feature_counts": dict(sorted(self.features.items())),
             "pair_counts": dict(sorted(self.pairs.items())),
             "timeline": [[t, kind, n] for (t, kind), n in sorted(self.timeline.items())],
             "seed_grids": self.seed_grids(),
             "failures": [f.to_dict() for f in self.failures],
         }
+
+
+#: A dimension the target draws that got fewer cases than this in a run is named in a warning.
+THIN = 5
+
+
+def dimension_coverage(cases: int, features, pairs, first_seen: dict, support: dict) -> dict:
+    """What a run's ``cases`` (with their ``features`` and ``pairs`` counts, and ``first_seen``: the run's seconds at
+    each dimension's first case) did with the training-loop dimensions (:mod:`parityfuzz.case.dimensions`): per
+    dimension the target draws (``support``; without one, every dimension met) its cases, share of the cases and
+    seconds to its first case; per pair of them met together, its share; the ones drawn in fewer than :data:`THIN`
+    cases (``thin``); and the ones the target does not draw, with why."""
+    drawn = [d for d in NAMES if support.get(d, "") == ""] if support else \
+        [d for d in NAMES if features.get(DIMENSION + d)]
+    count = {d: features.get(DIMENSION + d, 0) for d in drawn}
+    share = (lambda n: round(n / cases, 4) if cases else 0.0)
+    together = {}
+    for a, b in combinations(sorted(drawn), 2):
+        n = pairs.get(f"{DIMENSION}{a} & {DIMENSION}{b}", 0)
+        if n:
+            together[f"{a} & {b}"] = share(n)
+    return {"cases": count, "shares": {d: share(n) for d, n in count.items()},
+            "first_seconds": {d: first_seen[d] for d in drawn if d in first_seen},
+            "pairs": together, "thin": [d for d in drawn if count[d] < THIN],
+            "not_drawn": {d: why for d, why in support.items() if why}}
 
 
 def timing(cases: dict, seconds: dict, compile_seconds: float) -> dict:

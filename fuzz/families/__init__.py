@@ -132,6 +132,10 @@ class Family:
     #: ``(case) -> [[path, ...], ...]``: where a ``blocks_*`` form must compile at least one module of each list (a
     #: pipeline rank's stages: every rank proves it compiled), what its strategy draws from first; None: anywhere.
     compile_groups: Callable | None = None
+    #: The training-loop dimensions (:data:`parityfuzz.case.dimensions.TABLE`) it does not take, each with torch's
+    #: reason (or the harness's, said so): the strategies draw every other one (:mod:`parityfuzz.strategies.swarm`)
+    #: and a run reports each one's share of the family's cases.
+    unsupported: dict = field(default_factory=dict)
     #: Whether its system hands modules views of its own storage as their parameters in the forward (FSDP1's flat
     #: parameter) rather than leaf tensors: autocast caches the casts of leaf tensors only
     #: (:func:`parityfuzz.case.dtypes.check_autocast`).

@@ -31,8 +31,9 @@ from hypothesis import Verbosity, settings
 from parityfuzz import engine
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.engine import Fuzzer, FuzzOptions
+from parityfuzz.engine.stats import THIN
 from parityfuzz.executor.devices import fuzzer_share
-from parityfuzz.frontends import xdist_groups
+from parityfuzz.frontends import targets, xdist_groups
 
 DEFAULT_BUDGET_S = 30.0
 #: Seconds a fuzz target's pytest-timeout allows beyond its deadline (:meth:`FuzzOptions.deadline_s`).
@@ -176,7 +177,7 @@ class FuzzSession:
     @property
     def fuzzer(self) -> Fuzzer:
         if self._fuzzer is None:
-            self._fuzzer = Fuzzer(self.options, self.executor, log=self.log)
+            self._fuzzer = Fuzzer(self.options, self.executor, log=self.log, dimensions=targets.dimensions)
         return self._fuzzer
 
     def log(self, message: str) -> None:
@@ -456,6 +457,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         shares = ", ".join(f"{k} {v:.0%}" for k, v in stats.shares().items())
         if shares:
             tr.write_line(f"  shares of cases: {shares}")
+        for line in dimension_lines(stats.dimensions()):
+            tr.write_line(line, yellow=line.startswith("  WARNING"))
         common = ", ".join(f"{k} {v}" for k, v in stats.features.most_common(12))
         if common:
             tr.write_line(f"  most exercised features: {common}")
@@ -480,6 +483,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 def fuzz_schedule(config) -> str:
     return config.getoption("fuzz_schedule", "adaptive")
+
+
+def dimension_lines(coverage: dict) -> list[str]:
+    """The summary's lines about the training-loop dimensions (:func:`parityfuzz.engine.stats.dimension_coverage`):
+    each one's share of the cases and seconds to its first, the three commonest pairs, a warning for thin ones."""
+    if not coverage["shares"]:
+        return []
+    first = coverage["first_seconds"]
+    lines = ["  dimensions: " + ", ".join(f"{d} {s:.0%}" + (f" (first at {first[d]:.0f}s)" if d in first else "")
+                                         for d, s in coverage["shares"].items())]
+    pairs = sorted(coverage["pairs"].items(), key=lambda kv: -kv[1])[:3]
+    if pairs:
+        lines.append("  commonest pairs: " + ", ".join(f"{p} {s:.0%}" for p, s in pairs)
+                     + f"; {len(coverage['pairs'])} pairs met")
+    if coverage["thin"]:
+        lines.append(f"  WARNING: dimensions in fewer than {THIN} cases: {', '.join(coverage['thin'])} (this run "
+                     "barely tried them)")
+    return lines
 
 
 def _why_even(config, schedule) -> str:

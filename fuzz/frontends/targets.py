@@ -12,6 +12,10 @@ from parityfuzz.case import Case
 
 CHECKPOINT = "checkpoint"
 
+#: Why the checkpoint target draws no loss scaling (:func:`parityfuzz.case.checkpoint.validate_checkpoint`).
+NO_SCALER_IN_CHECKPOINTS = ("harness: the checkpoint keeps no GradScaler state (its scale after a skipped step), so a "
+                            "loaded system would scale otherwise than the uninterrupted one")
+
 
 def names() -> list[str]:
     return [f.name for f in families.records()] + [CHECKPOINT]
@@ -34,3 +38,22 @@ def strategy(name: str, world_sizes: tuple[int, ...], system: str = "") -> st.Se
     from parityfuzz.strategies import cases
 
     return cases(family=name, world_sizes=world_sizes, system=system)
+
+
+def dimensions(name: str) -> dict[str, str]:
+    """Every training-loop dimension (:data:`parityfuzz.case.dimensions.TABLE`) of target ``name``: ``""`` where it
+    draws it, else why not (its family's reason, or the target's)."""
+    from parityfuzz.case import dimensions as table
+    from parityfuzz.case.checkpoint import checkpoint_families
+
+    if name == CHECKPOINT:
+        records = [families.get(f) for f in checkpoint_families()]
+        out = {}
+        for d in table.TABLE:
+            reasons = [f"{r.name}: {r.unsupported[d.name]}" for r in records if d.name in r.unsupported]
+            out[d.name] = "" if len(reasons) < len(records) else "; ".join(reasons)
+        return {**out, "loss_scale": NO_SCALER_IN_CHECKPOINTS, "overflow": NO_SCALER_IN_CHECKPOINTS}
+    record = families.get(name)
+    return {d.name: record.unsupported.get(d.name, "") if not d.event else
+            "the family targets train without checkpoint events: the checkpoint target draws them"
+            for d in table.TABLE}

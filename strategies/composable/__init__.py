@@ -23,17 +23,18 @@ from parityfuzz.strategies.composable.plans import plans
 from parityfuzz.strategies.fsdp2.meshes import meshes
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models
+from parityfuzz.strategies.swarm import flag
 from parityfuzz.strategies.training import training
 
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool):
+          perturb: bool, swarm: frozenset[str] | None = None):
     ws = draw(world_sizes(allowed))
     mesh = draw(meshes(ws))
     model = draw(models(max_depth))
     plan = draw(plans(model))
-    train = draw(training(model, max_steps=max_steps))
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     ddp_managed = [m for m in model.param_modules() if plan.data_parallel().get(plan.manager(m)) == "replicate"]
     frozen = tuple(f for f in train.frozen
                    if not any(under(m, (f.path,)) or under(f.path, (m,)) for m in ddp_managed))
@@ -41,9 +42,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     if train.microbatches > 1:
         plan = dataclasses.replace(plan, no_sync=draw(st.booleans()))
     if plan.data_parallel().get("") == "fully_shard":
-        plan = dataclasses.replace(plan, post_optim_event=draw(RARE))
+        plan = dataclasses.replace(plan, post_optim_event=flag(draw, swarm, "post_optim_event", RARE))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+                  reference=reference, perturb=perturb, swarm=swarm)
 
 
 @st.composite

@@ -95,7 +95,7 @@ def _fitting_rank_flow(model: ModelSpec, wraps: list[str]) -> list[str]:
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
     sharding = draw(st.sampled_from(SHARDINGS))
     # torch's own groups (auto) only one time in five: on a CPU machine they are (n, 1), a known torch bug
@@ -114,7 +114,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     wraps = draw(wrapping(model, kind))
     kind = wraps.pop("wrapping", kind)
     use_orig_params = draw(st.sampled_from((True, False)))
-    train = draw(training(model, max_steps=max_steps))
+    if swarm is not None and swarm & {"compile", "unfreeze"}:  # what FSDP1 needs for them (rule
+        use_orig_params = True  # fsdp1.compile-orig-params; one requires_grad per flat parameter otherwise)
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     if not use_orig_params:
         train = dataclasses.replace(train, groups=(), frozen=())
     precision = draw(precisions(model, train))
@@ -146,7 +148,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     plan = FSDP1Plan(sharding=sharding, hybrid_via=via, use_orig_params=use_orig_params, wrapping=kind, **wraps,
                      ignored=ignored, ignored_via=ignored_via, precision=precision, **options)
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+                  reference=reference, perturb=perturb, swarm=swarm)
 
 
 @st.composite

@@ -6,6 +6,7 @@ in ``param_dtype``), fp32, the model's, bf16 or fp16; ``buffer_dtype`` none or o
 without foreach); ``cast_forward_inputs``; ``cast_root_forward_inputs=False`` only where the input is token
 ids (a dense input must be cast at the root: ``parityfuzz.families.fsdp1``).
 
+Under an autocast region ``param_dtype`` is never the other low dtype (:func:`parityfuzz.case.dtypes.check_autocast`).
 Not drawn with ignored modules (an ignored module keeps its dtype and meets param_dtype activations) nor with
 ``train.to_float64``.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from parityfuzz.case import ModelSpec, TrainSpec
+from parityfuzz.case.dtypes import clashing
 from parityfuzz.families.fsdp1 import Precision
 
 
@@ -25,7 +27,7 @@ def precisions(draw, model: ModelSpec, train: TrainSpec) -> Precision:
     if train.to_float64 or not draw(st.booleans()):
         return Precision()
     master = train.dtype
-    low = tuple(d for d in ("bfloat16", "float16", "float32") if d != master)
+    low = tuple(d for d in ("bfloat16", "float16", "float32") if d != master and d not in clashing(train))
     param = draw(st.sampled_from(low + ("",)))
     dtypes = ("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))
     reduce = draw(st.sampled_from(dtypes))

@@ -36,7 +36,7 @@ from parityfuzz.strategies.training import training
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     # 4 ranks first and a data-parallel axis of several ranks first: with one (2 ranks), FSDP1 switches to
     # NO_SHARD, where a known torch bug ends most cases at their second forward.
     ws = draw(st.sampled_from(sorted((w for w in allowed if w >= 2), key=lambda w: (w != 4, w)) or [2]))
@@ -50,7 +50,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     wraps = draw(wrapping(model, kind))
     kind = wraps.pop("wrapping", kind)
     use_orig_params = draw(st.sampled_from((True, True, True, False)))
-    train = draw(training(model, max_steps=max_steps))
+    if swarm is not None and swarm & {"compile", "unfreeze"}:  # what FSDP1 needs for them (rule
+        use_orig_params = True  # fsdp1.compile-orig-params; one requires_grad per flat parameter otherwise)
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     if not use_orig_params:
         train = dataclasses.replace(train, groups=(), frozen=())
     train = draw(sequence_for_tp(train, tp))
@@ -59,6 +61,6 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     plan = FSDP1TPPlan(sharding=sharding, use_orig_params=use_orig_params, wrapping=kind, **wraps, tp=styles,
                        loss_parallel=loss_parallel, **draw(call_options(model, train)))
     case = finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+                  reference=reference, perturb=perturb, swarm=swarm)
     assume(not uneven_shards(case))  # FSDP1 refuses them: corpus cases keep that, the fuzzer looks elsewhere
     return case

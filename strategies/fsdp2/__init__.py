@@ -23,27 +23,30 @@ from parityfuzz.strategies.fsdp2.precision import precision_policies
 from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models
+from parityfuzz.strategies.swarm import flag
 from parityfuzz.strategies.training import training
 
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
     mesh = draw(meshes(ws))
     rank_flow = draw(RARE) and ws > 1  # control flow that differs per rank (in models with gates)
     model = draw(models(max_depth, rank_period=ws if rank_flow else 0))
     plan = draw(plans(model, mesh))
+    plan = dataclasses.replace(plan, post_optim_event=flag(draw, swarm, "post_optim_event",
+                                                           st.just(plan.post_optim_event)))
     # A non-root pass runs through a wrapped module; not with per-rank gates (set_reduce_scatter_unused_params
     # would zero every group's gradients in it).
     nonroot = () if plan.reduce_scatter_unused else tuple(w.path for w in plan.wraps if w.path)
-    train = draw(training(model, max_steps=max_steps, nonroot=nonroot))
+    train = draw(training(model, max_steps=max_steps, nonroot=nonroot, swarm=swarm))
     plan = draw(accumulation(plan, train, mesh))
-    plan = draw(precision_policies(plan, model, train))
+    plan = draw(precision_policies(plan, model, train)) if not train.to_float64 else plan
     if plan.mixed_precision() and train.to_float64:
         train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+                  reference=reference, perturb=perturb, swarm=swarm)
 
 
 @st.composite

@@ -14,6 +14,9 @@ Mixed precision is drawn with every optimizer: the emulating reference
 reproduces FSDP2's low-precision arithmetic bit for bit (measured), and the
 oracle judges what rounding differences remain by their measured noise.
 
+Under an autocast region no module computes in the other low dtype (torch's CPU kernels refuse two low dtypes in
+one op: :func:`parityfuzz.case.dtypes.check_autocast`), so autocast and mixed precision are drawn together.
+
 Shrinking: toward no policy at all (the first coin), then the root computing
 in bf16, children following their parent, no reduce or output dtype.
 """
@@ -25,6 +28,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import ModelSpec, TrainSpec
+from parityfuzz.case.dtypes import clashing
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 
 LOW = ("bfloat16", "float16", "float32")
@@ -36,7 +40,9 @@ def precision_policies(draw, plan: FSDP2Plan, model: ModelSpec, train: TrainSpec
     if not draw(st.booleans()):
         return plan
     master = train.dtype
-    compute_choices = [d for d in LOW if d != master]
+    # Not the low dtype an autocast region does not cast to (dtypes.check_autocast): the two drawn together.
+    low = tuple(d for d in LOW if d not in clashing(train))
+    compute_choices = [d for d in low if d != master]
     computes: dict[str, str] = {}  # path -> dtype the module computes in
     new: dict[str, Wrap] = {}
     for w in sorted(plan.wraps, key=lambda w: (w.path != "", w.path.count("."), w.path)):  # parents first
@@ -52,7 +58,7 @@ def precision_policies(draw, plan: FSDP2Plan, model: ModelSpec, train: TrainSpec
             continue
         entry = computes[plan.owner(w.path.rpartition(".")[0])]
         same = "" if entry == master else entry
-        param = draw(st.sampled_from((same,) + tuple(d for d in dict.fromkeys(LOW + (master,)) if d != entry)))
+        param = draw(st.sampled_from((same,) + tuple(d for d in dict.fromkeys(low + (master,)) if d != entry)))
         computes[w.path] = param or master
         if computes[w.path] != entry:
             cast, output = True, entry

@@ -32,6 +32,7 @@ from parityfuzz.strategies.fsdp2_tp.meshes import meshes
 from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, models
+from parityfuzz.strategies.swarm import flag
 from parityfuzz.strategies.training import training
 
 
@@ -68,11 +69,12 @@ def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:
 
 
 @st.composite
-def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec) -> TrainSpec:
-    """On a rare coin, a non-root pass through a wrapped module that holds each group of tensor-parallel
+def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec,
+             swarm: frozenset[str] | None = None) -> TrainSpec:
+    """On a rare coin (the swarm's, where it switched ``nonroot`` on), a non-root pass through a wrapped module that holds each group of tensor-parallel
     styles passing sharded activations whole or not at all (``parityfuzz.families.fsdp2_tp.connections``): alone, it
     takes and gives full tensors.  Drawn after the TP plan, which decides what may be cut."""
-    if not draw(RARE) or plan.reduce_scatter_unused or train.loss_scale:  # not with per-rank gates (see
+    if not flag(draw, swarm, "nonroot", RARE) or plan.reduce_scatter_unused or train.loss_scale:  # not with per-rank gates (see
         return train  # strategies.fsdp2), nor with loss scaling (DDP's non-root pass is unscaled)
     trainable = frozenset(f.path for f in train.frozen)
     paths = [p for p in nonroot_paths(plan) if model.uses_params(p, trainable)]
@@ -81,7 +83,7 @@ def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec) -> Tra
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
     mesh = draw(meshes(ws))
     if draw(OFTEN):
@@ -92,12 +94,15 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                             tie=False))
     data_parallel = mesh.names != ("tp",)
     fsdp = draw(plans(model, mesh)) if data_parallel else None
-    train = draw(training(model, max_steps=max_steps))
+    if fsdp is not None:
+        fsdp = dataclasses.replace(fsdp, post_optim_event=flag(draw, swarm, "post_optim_event",
+                                                               st.just(fsdp.post_optim_event)))
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     plan = FSDP2TPPlan(**{f.name: getattr(fsdp, f.name) for f in dataclasses.fields(fsdp)}) if fsdp else \
         FSDP2TPPlan(wraps=())
     if data_parallel:
         plan = draw(accumulation(plan, train, mesh))
-        plan = draw(precision_policies(plan, model, train))
+        plan = draw(precision_policies(plan, model, train)) if not train.to_float64 else plan
         if plan.mixed_precision() and train.to_float64:
             train = dataclasses.replace(train, to_float64=False)  # policies name dtypes relative to the model's
     tp_size = mesh.axis_size("tp")
@@ -106,6 +111,6 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
     train = tp_training(train, loss_parallel, low_precision=data_parallel)  # TP alone: its own reference
     plan = _no_int_reshard_over_tp(plan)
-    train = draw(_nonroot(model, plan, train))
+    train = draw(_nonroot(model, plan, train, swarm))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+                  reference=reference, perturb=perturb, swarm=swarm)

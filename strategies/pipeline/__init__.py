@@ -25,7 +25,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from parityfuzz.case import Case, MeshSpec, ModelSpec, Node
+from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, under
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error, units
 from parityfuzz.strategies.cases import finish
@@ -58,11 +58,15 @@ def pipeline_models(draw, stages: int, max_depth: int) -> ModelSpec:
 
 
 @st.composite
-def checkpoints(draw, model: ModelSpec) -> tuple[ActivationCheckpoint, ...]:
+def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = ()) -> tuple[ActivationCheckpoint, ...]:
     """Up to two activation checkpoints of modules inside the stages (``finish`` makes the eligible ones
-    reentrant: :mod:`parityfuzz.strategies.reentrant`)."""
+    reentrant: :mod:`parityfuzz.strategies.reentrant`); ``first``: the first stage's units, where the swarm switched
+    ``reentrant`` on: then at least one checkpoint, inside them (a reentrant checkpoint's only place: its rule)."""
     paths = [path for path, _ in model.module_paths() if path]
-    picked = draw(st.lists(st.sampled_from(paths), unique=True, max_size=2)) if draw(st.booleans()) else []
+    if first:
+        paths = [p for p in paths if p != "inp" and under(p, first)] or paths
+    picked = draw(st.lists(st.sampled_from(paths), unique=True, min_size=1 if first else 0, max_size=2)) \
+        if first or draw(st.booleans()) else []
     return tuple(ActivationCheckpoint(path, api=draw(st.sampled_from(CHECKPOINT_APIS)), before=not draw(st.booleans()))
                  for path in picked)
 
@@ -89,7 +93,7 @@ def stage_precision(draw, model: ModelSpec, train) -> StagePrecision:
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
     schedule = draw(st.sampled_from(tuple(SCHEDULES)))
     pp = draw(st.sampled_from([p for p in (2, 2, 4, 4, 3, 8, 1) if ws % p == 0]))  # one stage: rare
@@ -101,7 +105,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     cuts = tuple(sorted(draw(st.lists(st.integers(1, count - 1), min_size=stages - 1, max_size=stages - 1,
                                       unique=True)))) if stages > 1 else ()
     micro = draw(st.integers(1, 2 * stages))
-    train = draw(training(model, max_steps=max_steps))
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     batch = micro * draw(st.integers(1, 2))
     lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr  # (a summed loss's lr is per term)
     train = dataclasses.replace(train, batch=batch, lr=lr, nonroot="", autocast="",
@@ -116,12 +120,13 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         train = draw(sequence_for_tp(train, tp))
         styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
         train = tp_training(train, loss_parallel, low_precision=False)
+    first = tuple(units(model)[:cuts[0]] if cuts else units(model)) if swarm and "reentrant" in swarm else ()
     plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
-                        checkpoints=draw(checkpoints(model)), tp=styles, loss_parallel=loss_parallel,
+                        checkpoints=draw(checkpoints(model, first)), tp=styles, loss_parallel=loss_parallel,
                         precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else StagePrecision())
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
-                  reference=reference, perturb=perturb)
+                  reference=reference, perturb=perturb, swarm=swarm)
 
 
 @st.composite

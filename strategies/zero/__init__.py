@@ -29,10 +29,10 @@ from parityfuzz.strategies.training import training
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
     model = draw(models(max_depth))
-    train = draw(training(model, max_steps=max_steps))
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     train = dataclasses.replace(train, nesterov=train.momentum > 0 and draw(st.booleans()), maximize=draw(RARE))
     gated = bool(model.gates())
     static = not gated and not any(f.until for f in train.frozen) and draw(st.booleans())
@@ -54,4 +54,4 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         plan = dataclasses.replace(plan, reload_at=draw(st.integers(1, train.steps - 1)),
                                    consolidate_to=draw(st.integers(0, ws - 1)))
     return finish(draw, world_size=ws, model=model, mesh=MeshSpec((ws,), ("dp_shard",)), plan=plan, train=train,
-                  system=system, reference=reference, perturb=perturb)
+                  system=system, reference=reference, perturb=perturb, swarm=swarm)

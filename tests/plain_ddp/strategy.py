@@ -14,10 +14,10 @@ from tests.plain_ddp import PlainDDPPlan
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
-          perturb: bool) -> Case:
+          perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
     model = draw(models(max_depth))
-    train = draw(training(model, max_steps=max_steps))
+    train = draw(training(model, max_steps=max_steps, swarm=swarm))
     plan = PlainDDPPlan(bucket_cap_mb=draw(st.sampled_from((25, 1))), broadcast_buffers=draw(st.booleans()))
     return finish(draw, world_size=ws, model=model, mesh=MeshSpec((ws,), ("dp_shard",)), plan=plan, train=train,
-                  system=system, reference=reference, perturb=perturb)
+                  system=system, reference=reference, perturb=perturb, swarm=swarm)

@@ -163,8 +163,16 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return {path: ", ".join(parts) for path, parts in notes.items()}, lines
 
 
+#: The training-loop dimensions this family does not take (:attr:`parityfuzz.families.Family.unsupported`).
+UNSUPPORTED = {
+    "nonroot": "not drawn yet (harness): its strategy offers no module for a pass of its own",
+    "reentrant": "torch.distributed._composable.checkpoint has no reentrant form (it runs the non-reentrant "
+                 "implementation only)",
+}
+
 FAMILY = Family(
     name="composable",
+    unsupported=UNSUPPORTED,
     plan_type=ComposablePlan,
     meshes=MESHES,
     system="composable",

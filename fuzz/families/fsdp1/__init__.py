@@ -400,8 +400,16 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
+#: The training-loop dimensions this family does not take (:attr:`parityfuzz.families.Family.unsupported`).
+UNSUPPORTED = {
+    "nonroot": "a nested FullyShardedDataParallel instance runs only inside its root's forward: FSDP1 documents no "
+               "forward of a non-root instance alone (the root's lazy init and its streams are the root's)",
+    "post_optim_event": "set_post_optim_event is FSDP2's (FSDPModule); FSDP1 has no post-optimizer event",
+}
+
 FAMILY = Family(
     name="fsdp1",
+    unsupported=UNSUPPORTED,
     plan_type=FSDP1Plan,
     meshes=MESHES,
     view_parameters=True,

@@ -90,8 +90,20 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines + style_lines
 
 
+#: The training-loop dimensions this family does not take (:attr:`parityfuzz.families.Family.unsupported`).
+UNSUPPORTED = {
+    "autocast": "the harness has no reference for it: under autocast TP sums per-rank partial products rounded to "
+                "the autocast dtype where DDP rounds a whole product once, and only fsdp2_tp has a reference doing "
+                "TP's arithmetic (ddp_mp_tp)",
+    "loss_scale": "fp16 loss scaling runs under float16 autocast, which this family does not take (autocast)",
+    "overflow": "an overflowing step needs fp16 loss scaling (loss_scale)",
+    "nonroot": "a nested FullyShardedDataParallel instance runs only inside its root's forward (as fsdp1)",
+    "post_optim_event": "set_post_optim_event is FSDP2's (FSDPModule); FSDP1 has no post-optimizer event",
+}
+
 FAMILY = Family(
     name="fsdp1_tp",
+    unsupported=UNSUPPORTED,
     plan_type=FSDP1TPPlan,
     meshes=MESHES,
     view_parameters=True,

@@ -272,8 +272,22 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
+#: The training-loop dimensions this family does not take (:attr:`parityfuzz.families.Family.unsupported`).
+UNSUPPORTED = {
+    "autocast": "an autocast region around schedule.step would hold the backward too, which autocast's documentation "
+                "advises against ('Backward passes under autocast are not recommended'); the schedules take no "
+                "forward-only region",
+    "loss_scale": "the schedule runs the backward itself (PipelineScheduleSingle.step): no GradScaler can scale "
+                  "the loss",
+    "overflow": "an overflowing step needs fp16 loss scaling (loss_scale)",
+    "nonroot": "a schedule runs the whole pipeline: no module forwards alone",
+    "to_float64": "not drawn yet (harness): the stages are split from the float32 model and would each be cast",
+    "post_optim_event": "set_post_optim_event is the root FSDP module's; a pipeline's stages have no common root",
+}
+
 FAMILY = Family(
     name="pipeline",
+    unsupported=UNSUPPORTED,
     plan_type=PipelinePlan,
     meshes=MESHES,
     system="pipeline",

@@ -151,8 +151,16 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     return notes, lines
 
 
+#: The training-loop dimensions this family does not take (:attr:`parityfuzz.families.Family.unsupported`).
+UNSUPPORTED = {
+    "nonroot": "not drawn yet (harness): its strategy offers no module for a pass of its own",
+    "reentrant": "its plan checkpoints no activations: ZeroRedundancyOptimizer shards optimizer state only",
+    "post_optim_event": "set_post_optim_event is FSDP2's (FSDPModule); DDP and ZeroRedundancyOptimizer have none",
+}
+
 FAMILY = Family(
     name="zero",
+    unsupported=UNSUPPORTED,
     plan_type=ZeroPlan,
     meshes=MESHES,
     system="zero",
