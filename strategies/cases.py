@@ -73,7 +73,7 @@ def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, refe
         dtypes.check_autocast(case)
     except CaseError:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="", loss_scale=0.0,
-                                                                   overflow_at=0))
+                                                                   overflow_at=0, overflow_in=""))
     family = families.get(plan.family)
     compiled = dataclasses.replace(case, compile=draw(compiles(case, family.compiles, family.compile_groups,
                                                                switched("compile"))))

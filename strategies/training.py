@@ -30,6 +30,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, Freeze, ModelSpec, ParamGroup, TrainSpec, under
+from parityfuzz.case.training import input_requires_grad
 from parityfuzz.strategies.coins import RARE
 
 #: An autocast region around forward and loss in 1 case of 3 (where the model is float32), bfloat16 twice as often
@@ -42,7 +43,8 @@ PAD = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.25, 0.5))
 PAD_ALL_DP0 = st.sampled_from((False, False, False, False, False, True))
 LABEL_SMOOTHING = st.sampled_from((0.0, 0.0, 0.0, 0.0, 0.1, 0.3))
 #: fp16 loss scaling in 1 float16-autocast case of 2 (init_scale 2**8 or 2**16), with a step that overflows on one
-#: rank in half of those that have a second step; shrinks to none.
+#: rank in half of those that have a second step; shrinks to none.  Under a swarm configuration the overflow happens
+#: in the loss or, half the time, in one feature of a Linear's output gradient (``TrainSpec.overflow_in``).
 LOSS_SCALE = st.sampled_from((0.0, 0.0, 2.0 ** 8, 2.0 ** 16))
 OVERFLOWS = st.booleans()
 
@@ -186,4 +188,16 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
     )
     if train.autocast == "float16" and not train.nonroot:  # what loss scaling is for; DDP's non-root pass is unscaled
         train = dataclasses.replace(train, loss_scale=loss_scale, overflow_at=overflow_at)
-    return train
+    return draw(_overflow_form(model, train)) if swarm is not None and train.overflow_at else train
+
+
+@st.composite
+def _overflow_form(draw, model: ModelSpec, train: TrainSpec) -> TrainSpec:
+    """How the overflow happens (half the time, where the model has a Linear whose input needs no gradient): in the
+    loss (every gradient overflows, on every rank after the reduction), or in one feature of that Linear's output
+    gradient (its weight row alone: after the reduction in one rank's shard); shrinks to the loss."""
+    rows = [p for p, node in model.body.walk("body")
+            if node.kind == "linear" and not input_requires_grad(model, train, p)]
+    if not rows or not draw(st.booleans()):
+        return train
+    return dataclasses.replace(train, overflow_in=draw(st.sampled_from(rows)))

@@ -1022,6 +1022,36 @@ class ScalerSkipsTheStepAfterAnOverflow(_Injected, FSDP2System):
         _patch_once(ShardedGradScaler, "unscale_", make)
 
 
+class ScalerDecidesOnItsOwnShard(_Injected, FSDP1System):
+    """``ShardedGradScaler.unscale_`` does not all-reduce the inf flags it found: each rank skips the step only where
+    its own gradient shard overflowed.  A loss spike overflows every element, so every shard holds inf after the
+    reduction and every rank skips all the same; only an overflow confined to some elements (one weight row,
+    ``TrainSpec.overflow_in``) leaves the other ranks stepping a step the reference skips.  Under FSDP1, whose
+    gradient shards are plain tensors (FSDP2's DTensor gradients have their inf flags reduced by DTensor's own
+    ``_amp_foreach_non_finite_check_and_unscale_`` handler as well)."""
+
+    def inject(self):
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        def make(original):
+            def alone(scaler, optimizer):
+                import torch.distributed as dist
+
+                class Done:
+                    def wait(self):
+                        return None
+
+                reduce = dist.all_reduce
+                dist.all_reduce = lambda *args, **kwargs: Done()  # (unscale_'s only collective: the inf flags)
+                try:
+                    original(scaler, optimizer)
+                finally:
+                    dist.all_reduce = reduce
+            return alone
+
+        _patch_once(ShardedGradScaler, "unscale_", make)
+
+
 class LiveLoadKeepsOptimizerState(FSDP2System):
     """A checkpoint loaded into the live optimizer keeps the state it already holds (momentum, Adam's moments and
     step) for every parameter that has one, instead of the checkpoint's: ``load_state_dict`` merging rather than

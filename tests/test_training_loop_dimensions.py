@@ -493,3 +493,59 @@ def test_a_rollback_restores_the_saved_state_in_system_and_reference(executor):
             assert (saved == loaded).all(), (role, name)
             assert not (trace.full(2, "param", name).value == loaded).all(), (role, name)  # it had trained on
     assert verify_case(case, executor).ok
+
+
+#: An overflow confined to one weight row (``TrainSpec.overflow_in``): the first Linear's first output feature
+#: gets the 2**24 on rank 0 at step 1; under FSDP1's FULL_SHARD its row and bias element sit in rank 0's shard only.
+ROW = simple(model=ModelSpec(body=Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"),
+                                                        Node("linear", out=4)))),
+             plan=FSDP1Plan(), train=TrainSpec(steps=3, dtype="float32", autocast="float16", loss_scale=2.0 ** 8,
+                                               overflow_at=1, overflow_in="body.0", batch=2, seq_len=2))
+
+
+def test_an_overflow_in_one_row_is_validated_where_it_stays_in_that_row():
+    ROW.validate()
+    bad = [(dict(overflow_in="body.1"), "train.overflow_in"),  # an activation, not a Linear
+           (dict(overflow_in="body.2"), "train.overflow_in"),  # its input requires grad: the inf flows on
+           (dict(overflow_at=0, loss_scale=0.0), "train.overflow_in")]
+    for train, field in bad:
+        with pytest.raises(CaseError) as e:
+            dataclasses.replace(ROW, train=dataclasses.replace(ROW.train, **train)).validate()
+        assert e.value.field == field, str(e.value)
+    with pytest.raises(CaseError) as e:  # the hook would sit inside a compiled region
+        dataclasses.replace(ROW, plan=FSDP1Plan(use_orig_params=True), compile=Compile("aot_eager", "model")).validate()
+    assert e.value.field == "compile"
+
+
+def test_an_overflow_in_one_shard_is_skipped_by_every_rank_and_a_rank_deciding_alone_is_caught(executor):
+    """The reference (DDP: the inf reaches every rank by the all-reduce) and FSDP1 (ShardedGradScaler all-reduces
+    the inf flag of the one shard holding it) skip step 1 on every rank.  With the flags not reduced, rank 1 steps:
+    caught as a skipped-step finding; the same fault is invisible where the overflow is a loss spike (every shard
+    overflows), the only form drawn before."""
+    assert verify_case(ROW, executor).ok
+    faulty = dataclasses.replace(ROW, system="tests.faults:ScalerDecidesOnItsOwnShard")
+    verdict = verify_case(faulty, executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.check == "skipped_step", verdict.describe()
+    assert list(verdict.divergence.ranks) == [1]
+    spike = dataclasses.replace(faulty, train=dataclasses.replace(ROW.train, overflow_in=""))
+    assert verify_case(spike, executor).ok
+
+
+def test_the_users_strategy_draws_an_overflow_in_one_row():
+    quick = settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     phases=(Phase.generate,))
+    for family in ("fsdp1", "fsdp2", "zero", "composable"):
+        find(cases(family=family, world_sizes=(2, 4)), lambda c: bool(c.train.overflow_in), settings=quick)
+
+
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.long)])
+def test_the_users_fsdp1_target_finds_a_scaler_deciding_on_its_own_shard(executor, tmp_path, seed):
+    """The family's own strategy, unfocused, at the user's world sizes: a fault that only an overflow confined to
+    some shards reaches (one row, ``overflow_in``, or a scale of 2**16 overflowing a few float16 gradients on its
+    own: measured, both forms find it) is found and shrunk.  (Seed 1: 6 cases, 5 s; seed 2: 23 cases, 27 s.)"""
+    system = "tests.faults:ScalerDecidesOnItsOwnShard"
+    stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=200, max_shrink_runs=12,
+                 strategy=cases(family="fsdp1", world_sizes=(1, 2, 3, 4), system=system))
+    f = the_fault(stats)
+    print(f"seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s: {f.verdict.describe()}")
+    assert f.case.train.loss_scale and f.verdict.divergence.check == "skipped_step"

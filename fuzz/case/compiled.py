@@ -81,6 +81,8 @@ def validate_compile(case: Case) -> None:
         check(c == Compile(), "compile.backend", "names no backend, so the case runs eagerly: leave compile out")
         return
     check(c.backend in BACKENDS, "compile.backend", f"must be one of {BACKENDS}, got {c.backend!r}")
+    check(not case.train.overflow_in, "compile", "not with an overflow in one module's gradient (train.overflow_in): "
+          "the harness's hook on that module's output would be traced into, or recompile, the compiled region")
     check(c.form in FORMS, "compile.form", f"must be one of {FORMS}, got {c.form!r}")
     for family in dict.fromkeys((case.family, case.resumed().family)):
         forms = families.get(family).compiles

@@ -77,6 +77,10 @@ class TrainSpec:
     ``scaler.update()``; ``torch.amp.GradScaler``, or ``ShardedGradScaler`` where the family's system shards
     gradients.  ``overflow_at``: at that step (1 or later) data-parallel rank 0's first microbatch backpropagates
     its loss times 2**24, so its float16 gradients overflow: every rank must skip that step as the reference does.
+    ``overflow_in``: the overflow as it happens in one place instead: the gradient reaching the output of the Linear
+    at this path is multiplied by 2**24 in its first feature alone (there, not in the loss), so only that feature's
+    weight row and bias overflow (its input needs no gradient: nothing flows on), on that rank; after the
+    reduction the inf sits in the one shard that holds the row, and every rank must still skip.
     """
 
     steps: int = 1
@@ -107,6 +111,7 @@ class TrainSpec:
     label_smoothing: float = 0.0
     loss_scale: float = 0.0
     overflow_at: int = 0
+    overflow_in: str = ""
 
     def group_of(self, param: str) -> int | None:
         """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
@@ -186,6 +191,13 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
           "not with a non-root pass (DDP's non-root pass takes autograd.grad: nothing scales or unscales it)")
     check(t.overflow_at == 0 or (t.loss_scale and 1 <= t.overflow_at < t.steps), "train.overflow_at",
           f"must be 0, or a step in [1, steps={t.steps}) of a loss-scaled case, got {t.overflow_at}")
+    if t.overflow_in:
+        nodes = dict(model.body.walk("body"))
+        check(bool(t.overflow_at) and t.overflow_in in nodes and nodes[t.overflow_in].kind == "linear",
+              "train.overflow_in", f"must name a Linear of the body, with overflow_at set, got {t.overflow_in!r}")
+        check(not input_requires_grad(model, t, t.overflow_in), "train.overflow_in",
+              f"{t.overflow_in!r}'s input requires grad: the overflow would flow on to every earlier gradient (the "
+              "loss spike's form), not stay in its own weight row")
     check(t.scheduler in SCHEDULERS, "train.scheduler", f"must be one of {SCHEDULERS}, got {t.scheduler!r}")
     paths = {p for p, _ in model.module_paths()}
     owners = model.param_modules()

@@ -36,7 +36,7 @@ def _scaling() -> str:
 
     return f"OVERFLOW_SPIKE = {training.OVERFLOW_SPIKE!r}\n\n\n" + "\n\n".join(
         inspect.getsource(f) for f in (training.overflow_spike, scaling.make_scaler, scaling.backward_loss,
-                                       scaling.step_skipped))
+                                       scaling.step_skipped, scaling.any_rank, scaling.spike_output))
 
 
 def _compiler() -> str:
@@ -383,7 +383,8 @@ def train(role, dp, device, mesh):
             else:
                 scaler.step(optim)
                 scaler.update()
-        if scaler is not None and not skipped:  # recorded as the optimizer used them; a skipped step's are not
+        if scaler is not None and not any_rank(skipped, device):  # recorded as the optimizer used them; a step some
+            # rank skipped is not (gathering the gradients takes every rank)
             record["grad"] = grads()
         record["skipped"] = skipped
         if role != "system":
@@ -429,10 +430,15 @@ def train(role, dp, device, mesh):
             torch.manual_seed(forward_seed(dp, step, micro))
             x, y = batch(dp, step, micro).to(device), target(dp, step, micro).to(device)
             spike = overflow_spike(OVERFLOW_AT, step, dp, micro)
+            # (the overflow in one module's output gradient, or in the loss)
+            hook = spike_output(resolve(inner, OVERFLOW_IN), spike) if OVERFLOW_IN and spike != 1 else None
+            spike = 1.0 if hook is not None else spike
             if role == "system":
                 loss = system_pass(model, x, y, scaler, spike, micro, last)
             else:
                 loss = reference_pass(model, x, y, scaler, spike, last)
+            if hook is not None:
+                hook.remove()
             losses.append(plain(loss))
         finish((step, ""), losses, step)
         if NONROOT:

@@ -63,6 +63,8 @@ def constants(case: Case) -> str:
          "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
          "torch.amp.GradScaler"),
         ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),
+        ("OVERFLOW_IN", t.overflow_in, "the Linear whose first output feature's gradient overflows there (x 2**24), "
+                                       "instead of the loss (''): its weight row alone"),
         ("ZERO_GRAD", t.zero_grad, "none: set_to_none=True; zeros: False; alternate: True on even steps"),
         ("TO_FLOAT64", t.to_float64, ".to(torch.float64) on the float32 model (the reference before DDP, the "
                                      "system under test where its family says)"),

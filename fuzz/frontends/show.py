@@ -74,8 +74,10 @@ def describe_case(case: Case) -> str:
     if t.loss_scale:
         lines.append(f"loss scaling: GradScaler (ShardedGradScaler where the system shards gradients), init_scale "
                      f"{t.loss_scale:g}; unscale_ before clipping, step and update through it"
-                     + (f"; at step {t.overflow_at} data-parallel rank 0's first backward overflows float16 (loss x "
-                        f"2**24): every rank must skip that step" if t.overflow_at else ""))
+                     + (f"; at step {t.overflow_at} data-parallel rank 0's first backward overflows float16 ("
+                        + (f"the gradient of {t.overflow_in}'s first output feature x 2**24: its weight row alone"
+                           if t.overflow_in else "loss x 2**24") + "): every rank must skip that step"
+                        if t.overflow_at else ""))
     if t.autocast:
         lines.append(f"every forward and its loss under torch.autocast(dtype=torch.{t.autocast}) (system and reference), "
                      "the backward outside it")

@@ -18,7 +18,9 @@ from parityfuzz.run.collectives import CollectiveCounter
 from parityfuzz.run.record import dtype_name, record_tensors
 from parityfuzz.run.seeds import forward_seed_key, gradient_perturbation_key, perturbation_key
 from parityfuzz.run.trace import ELSEWHERE, RankTrace, Rec, module_of
+from parityfuzz.run import scaling
 from parityfuzz.systems import RankContext, system_class
+from parityfuzz.systems.base import resolve
 
 
 def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
@@ -245,8 +247,9 @@ class _Run:
                               compiled_eps=EPS.get(compiled_floor_dtype(case), 0.0))
         skipped = system.optimizer_step() if trains else False
         if self.record:
-            if scaled:
-                trace.grads.append({} if skipped else self._record("grad", system.gradients()))
+            if scaled:  # (not where some rank skipped: gathering the gradients takes every rank)
+                trace.grads.append({} if scaling.any_rank(skipped, self.ctx.device)
+                                   else self._record("grad", system.gradients()))
             trace.local_grad_scales.append({} if skipped else local)
             trace.skipped.append(bool(skipped))
             trace.params.append(self._params() if trains else {})
@@ -279,10 +282,16 @@ class _Run:
                 for micro in range(n):
                     clock.set(step, micro, n)
                     torch.manual_seed(forward_seed(case, ctx.rank, step, micro))  # Dropout masks, alike in both
-                    system.spike = case.train.spike(step, case.mesh.dp_index(ctx.rank), micro)
+                    spike = case.train.spike(step, case.mesh.dp_index(ctx.rank), micro)
+                    # (the overflow in one module's output gradient, or in the loss)
+                    hook = scaling.spike_output(resolve(system.inner(), case.train.overflow_in), spike) \
+                        if case.train.overflow_in and spike != 1 else None
+                    system.spike = 1.0 if hook is not None else spike
                     with system.microbatch(micro, last=micro == n - 1):
                         losses.append(system.forward_backward(batch_for(case, ctx.rank, step, ctx.device, micro),
                                                               target_for(case, ctx.rank, step, ctx.device, micro)))
+                    if hook is not None:
+                        hook.remove()
             trace.collectives.append(_counts(comms))
             self.finish_pass(step, "", losses)
             if case.train.nonroot:  # a second pass, through only a non-root module (as after a root step)

@@ -29,7 +29,8 @@ from parityfuzz.strategies.fsdp2.accumulation import accumulation
 from parityfuzz.strategies.fsdp2.precision import precision_policies
 from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.fsdp2_tp.meshes import meshes
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, sequence_for_tp, tp_plans, tp_training
+from parityfuzz.strategies.fsdp2_tp.tensor_parallel import (OFTEN, overflow_outside, sequence_for_tp, tp_plans,
+                                                           tp_training)
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, models
 from parityfuzz.strategies.swarm import flag
@@ -71,11 +72,13 @@ def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:
 @st.composite
 def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec,
              swarm: frozenset[str] | None = None) -> TrainSpec:
-    """On a rare coin (the swarm's, where it switched ``nonroot`` on), a non-root pass through a wrapped module that holds each group of tensor-parallel
-    styles passing sharded activations whole or not at all (``parityfuzz.families.fsdp2_tp.connections``): alone, it
-    takes and gives full tensors.  Drawn after the TP plan, which decides what may be cut."""
-    if not flag(draw, swarm, "nonroot", RARE) or plan.reduce_scatter_unused or train.loss_scale:  # not with per-rank gates (see
-        return train  # strategies.fsdp2), nor with loss scaling (DDP's non-root pass is unscaled)
+    """On a rare coin (the swarm's, where it switched ``nonroot`` on), a non-root pass through a wrapped module that
+    holds each group of tensor-parallel styles passing sharded activations whole or not at all
+    (``parityfuzz.families.fsdp2_tp.connections``): alone, it takes and gives full tensors.  Drawn after the TP
+    plan, which decides what may be cut.  Not with per-rank gates (see strategies.fsdp2), nor with loss scaling
+    (DDP's non-root pass is unscaled)."""
+    if not flag(draw, swarm, "nonroot", RARE) or plan.reduce_scatter_unused or train.loss_scale:
+        return train
     trainable = frozenset(f.path for f in train.frozen)
     paths = [p for p in nonroot_paths(plan) if model.uses_params(p, trainable)]
     return dataclasses.replace(train, nonroot=draw(st.sampled_from(paths))) if paths else train
@@ -109,7 +112,8 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     train = draw(sequence_for_tp(train, tp_size))
     tp, loss_parallel = draw(tp_plans(model, tp_size, train.seq_len))
     plan = dataclasses.replace(plan, tp=tp, loss_parallel=loss_parallel)
-    train = tp_training(train, loss_parallel, low_precision=data_parallel)  # TP alone: its own reference
+    # (TP alone: its own reference, no low precision; no overflow in a tensor-parallel module)
+    train = overflow_outside(tp_training(train, loss_parallel, low_precision=data_parallel), tp)
     plan = _no_int_reshard_over_tp(plan)
     train = draw(_nonroot(model, plan, train, swarm))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,

@@ -26,7 +26,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from parityfuzz.case import ModelSpec, Node, TrainSpec, child_names
+from parityfuzz.case import ModelSpec, Node, TrainSpec, child_names, under
 from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
 from parityfuzz.strategies.coins import RARE
 
@@ -53,7 +53,16 @@ def tp_training(train: TrainSpec, loss_parallel: bool, low_precision: bool) -> T
     if loss_parallel:
         train = dataclasses.replace(train, label_smoothing=0.0)
     if not low_precision:
-        train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0)
+        train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0, overflow_in="")
+    return train
+
+
+def overflow_outside(train: TrainSpec, styles) -> TrainSpec:
+    """``train`` with its overflow in the loss where the module it happens in (``overflow_in``) is tensor parallel (its
+    output sharded over tp: rule of :func:`parityfuzz.families.fsdp2_tp.validate_styles`)."""
+    hit = train.overflow_in
+    if hit and any(under(hit, (p.path,)) or under(p.path, (hit,)) for p in styles):
+        return dataclasses.replace(train, overflow_in="")
     return train
 
 

@@ -122,6 +122,9 @@ def validate_styles(case: Case) -> None:
     axis: what every family that applies them checks."""
     plan, model, mesh = case.plan, case.model, case.mesh
     check(not model.tie_head, "model.tie_head", "tied weights are not tensor parallel here")
+    hit = case.train.overflow_in
+    check(not any(under(hit, (p.path,)) or under(p.path, (hit,)) for p in plan.tp if hit), "train.overflow_in",
+          f"{hit!r} is tensor parallel: its output is sharded over tp (the overflow's feature on one tp rank only)")
     kinds = dict(model.module_paths())
     tp = mesh.axis_size("tp")
     for i, p in enumerate(plan.tp):
