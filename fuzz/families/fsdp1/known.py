@@ -32,8 +32,19 @@ def flat_unit_unused_in_the_last_backward(case: Case) -> bool:
             and (case.train.zero_grad != "none" or case.train.microbatches > 1))
 
 
+def _skips_a_step(case: Case, gate: str) -> bool:
+    """Whether the gate at ``gate`` leaves its child unused for some whole step (every microbatch of it): a per-rank
+    gate may, a step gate whose period the microbatches of some step never meet does."""
+    node = dict(case.model.body.walk("body"))[gate]
+    if node.by_rank:
+        return True
+    n = case.train.microbatches
+    return any(all((step * n + micro) % node.period for micro in range(n)) for step in range(case.train.steps))
+
+
 def flat_params_unused_in_a_step(case: Case) -> bool:
-    return not case.plan.use_orig_params and bool(case.model.gates())
+    """use_orig_params=False and a parameter unused for a whole step (a gate that skips every microbatch of one)."""
+    return not case.plan.use_orig_params and any(_skips_a_step(case, g) for g in case.model.gates())
 
 
 def no_shard_unit_unused(case: Case) -> bool:
@@ -53,7 +64,8 @@ def no_shard_orig_params_accumulating_a_gate(case: Case) -> bool:
 
 
 def orig_params_unused_in_a_step(case: Case) -> bool:
-    return case.plan.use_orig_params and bool(case.model.gates())
+    """use_orig_params=True and a parameter unused for a whole step (a gate that skips every microbatch of one)."""
+    return case.plan.use_orig_params and any(_skips_a_step(case, g) for g in case.model.gates())
 
 
 def frozen_instance_unused_in_a_step(case: Case) -> bool:
@@ -94,7 +106,7 @@ def tied_weight_low_precision_gradient(case: Case) -> bool:
 
 def stateless_optimizer_through_dcp(case: Case) -> bool:
     c = case.checkpoint
-    return (case.family in fsdp1_families() and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
+    return (bool(c) and case.family in fsdp1_families() and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
             and case.train.optimizer == "sgd" and not case.train.momentum)
 
 
@@ -121,7 +133,7 @@ def load_through_a_checkpoint_wrapper_applied_before_fsdp1(case: Case) -> bool:
     """A full or DCP load through set_state_dict into FSDP1 with a checkpoint wrapper applied before wrapping:
     around a module FSDP1 makes an instance of, or (use_orig_params=False) anywhere inside an instance."""
     r = case.resumed()
-    if r.family not in fsdp1_families() or case.checkpoint.load_way not in ("full", "dcp"):
+    if not case.checkpoint or r.family not in fsdp1_families() or case.checkpoint.load_way not in ("full", "dcp"):
         return False
     found = units(r)  # None: a size-based policy, whose instances the plan does not name
     flat = not getattr(r.plan, "use_orig_params", True)
@@ -132,7 +144,7 @@ def dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -
     r = case.resumed()
     # (NO_SHARD too: its model state dict is full, the state dict type being replaced, but the sharded optimizer
     # state is still chunked over the ranks: Adam on a Linear(out=1) over 2 ranks fails alike, measured.)
-    if r.family != "fsdp1" or case.checkpoint.load_way != "dcp":
+    if not case.checkpoint or r.family != "fsdp1" or case.checkpoint.load_way != "dcp":
         return False
     from parityfuzz.run.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
 
@@ -146,7 +158,9 @@ def checkpoint_with_shard_groups_lacking_rank_0(case: Case) -> bool:
     """FSDP1 sharding over groups that leave global rank 0 out on some ranks: groups of one rank while the world has
     more (HYBRID_SHARD over (n, 1), or the dp sub-mesh of a (1, tp) tensor-parallel mesh), or, with
     use_orig_params=False (whose optimizer state dict broadcasts its keys from global rank 0), the dp sub-mesh of any
-    mesh with tp > 1."""
+    mesh with tp > 1; where a state dict is taken (a checkpoint event)."""
+    if not case.checkpoint:
+        return False
     one = case.mesh.axis_size("dp_shard") == 1 and case.world_size > 1
     if one and ((case.family == "fsdp1" and case.plan.sharding in HYBRID) or case.family == "fsdp1_tp"):
         return True

@@ -39,8 +39,8 @@ def fsdp1_over_a_frozen_tensor_parallel_parameter(case: Case) -> bool:
 
 
 def sharded_round_trip(case: Case) -> bool:
-    return case.family == "fsdp1_tp" and case.checkpoint.save in ("dcp", "fsdp1_sharded") \
-        and not case.checkpoint.full_state_dict
+    return bool(case.checkpoint) and case.family == "fsdp1_tp" and case.checkpoint.save in (
+        "dcp", "fsdp1_sharded") and not case.checkpoint.full_state_dict
 
 
 def full_state_dict(case: Case) -> bool:

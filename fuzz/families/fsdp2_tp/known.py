@@ -80,8 +80,10 @@ def foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) -
     """TP alone (plain and DTensor parameters in one optimizer), foreach SGD with momentum and weight decay, and
     a parameter whose momentum buffer starts later than the others' (frozen at first)."""
     t = case.train
+    parallel = [p.path for p in getattr(case.plan, "tp", ()) if p.style in ("colwise", "rowwise", "sequence")]
     return (not _fully_sharded(case) and t.optimizer == "sgd" and t.foreach and t.momentum > 0
-            and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen))
+            and (t.weight_decay > 0 or any(g.weight_decay > 0 for g in t.groups)) and any(f.until for f in t.frozen)
+            and bool(parallel) and any(not under(m, parallel) for m in case.model.param_modules()))
 
 
 def a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
@@ -94,8 +96,8 @@ def init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
     """A checkpoint load through ``set_state_dict`` into a fresh foreach optimizer over tensor-parallel parameters
     beside plain ones: the fsdp2_tp family's, or a pipeline's stages over a ``tp`` axis."""
     r = case.resumed()
-    return ((r.family == "fsdp2_tp" or (r.family == "pipeline" and "tp" in r.mesh.names)) and case.train.foreach
-            and case.checkpoint.load_way in ("dcp", "full"))
+    return (bool(case.checkpoint) and (r.family == "fsdp2_tp" or (r.family == "pipeline" and "tp" in r.mesh.names))
+            and case.train.foreach and case.checkpoint.load_way in ("dcp", "full"))
 
 
 def grad_scaler_over_a_partly_tensor_parallel_model(case: Case) -> bool:

@@ -43,13 +43,27 @@ def _stage_output_is_view(case: Case, stage: list[str]) -> bool:
     return view
 
 
+def _split_units(case: Case) -> list[str]:
+    """The top-level modules of the stages whose backward a split-backward schedule splits: every stage but the first
+    (stage.py, backward_one_chunk: 'Skip the backward for the first stage since we will perform the weight update
+    with autograd.backward in backward_weight_one_chunk')."""
+    if case.plan.schedule not in SPLIT_BACKWARD:
+        return []
+    return [unit for stage in case.plan.stage_units(case.model)[1:] for unit in stage]
+
+
+def _nodes_in(case: Case, units: list[str]) -> list:
+    return [node for path, node in case.model.body.walk("body") if under(path, units)]
+
+
 def zero_bubble_stage_output_view(case: Case) -> bool:
-    """A schedule that runs ``stage_backward_input`` (it ``detach_``es every stage's outputs in place), with a
-    stage before the last whose output is a view (its last module a Linear, an MLP or an attention block: F.linear
-    over a 3-D activation returns a view); the last stage's output is the loss."""
+    """A schedule that runs ``stage_backward_input`` (it ``detach_``es the stage's outputs in place), with a stage
+    that runs it (neither the first, whose backward is not split, nor the last, whose output is the loss) whose
+    output is a view (its last module a Linear, an MLP or an attention block: F.linear over a 3-D activation
+    returns a view)."""
     plan = case.plan
     return plan.schedule in SPLIT_BACKWARD and any(
-        _stage_output_is_view(case, stage) for stage in plan.stage_units(case.model)[:-1])
+        _stage_output_is_view(case, stage) for stage in plan.stage_units(case.model)[1:-1])
 
 
 def _first_units(case: Case) -> list[str]:
@@ -66,18 +80,19 @@ def zero_bubble_stage_input_without_grad(case: Case) -> bool:
 
 
 def zero_bubble_module_called_twice(case: Case) -> bool:
-    """A schedule that splits the backward, over a model that calls a module twice in a forward (the shrunk cases:
-    an attention block, an MLP; a single Linear called twice trains)."""
-    return case.plan.schedule in SPLIT_BACKWARD and any(node.kind == "twice" for _, node in case.model.body.walk("body"))
+    """A schedule that splits the backward, with a module called twice in a forward in a stage whose backward it
+    splits (the shrunk cases: an attention block, an MLP; a single Linear called twice trains)."""
+    return any(node.kind == "twice" and node.children[0].kind != "linear" and node.children[0].has_params()
+               for node in _nodes_in(case, _split_units(case)))
 
 
 def zero_bubble_expanded_gradient(case: Case) -> bool:
     """A schedule that splits the backward, with a parameter used through a broadcast (a ``scale`` module's
-    ``w.sum(0)``: its gradient is an expanded view) and something that writes into the stored gradient in place:
-    a later microbatch, a later ``step()`` call of the same optimizer step, or gradient clipping."""
+    ``w.sum(0)``: its gradient is an expanded view) in a stage whose backward it splits, and something that writes
+    into the stored gradient in place: a later microbatch, a later ``step()`` call of the same optimizer step, or
+    gradient clipping."""
     writes = case.plan.microbatches > 1 or case.train.microbatches > 1 or case.train.clip > 0
-    return case.plan.schedule in SPLIT_BACKWARD and writes and any(
-        node.kind == "scale" for _, node in case.model.body.walk("body"))
+    return writes and any(node.kind == "scale" for node in _nodes_in(case, _split_units(case)))
 
 
 def zero_bubble_fsdp_reshard_after_forward(case: Case) -> bool:
