@@ -69,11 +69,14 @@ def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, refe
     case = Case(seed=draw(st.integers(0, 2**16)), world_size=world_size, model=model, mesh=mesh, plan=plan,
                 train=train, delays=draw(delays(world_size)) if perturb else (), system=system, reference=reference)
     case = dataclasses.replace(case, plan=draw(reentrant(case, switched("reentrant"))))
+    if swarm is not None and train.loss_scale and families.get(plan.family).amp_scaler and draw(st.booleans()):
+        # the scaler a user of the family may pick: torch.amp.GradScaler over DTensor gradients (shrinks to its own)
+        case = dataclasses.replace(case, train=dataclasses.replace(case.train, scaler="amp"))
     try:  # autocast to one low dtype does not go with parameters in the other (dtypes.check_autocast): none then
         dtypes.check_autocast(case)
     except CaseError:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="", loss_scale=0.0,
-                                                                   overflow_at=0, overflow_in=""))
+                                                                   overflow_at=0, overflow_in="", scaler=""))
     family = families.get(plan.family)
     compiled = dataclasses.replace(case, compile=draw(compiles(case, family.compiles, family.compile_groups,
                                                                switched("compile"))))

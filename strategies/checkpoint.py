@@ -87,7 +87,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=2))
     if case.train.loss_scale:  # the checkpoint keeps no gradient scaler (validate_checkpoint)
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, loss_scale=0.0, overflow_at=0,
-                                                                   overflow_in=""))
+                                                                   overflow_in="", scaler=""))
     step = draw(st.integers(1, case.train.steps - 1))
     save = draw(st.sampled_from(saves_from(case)))
     # (flattened where it may be: a pipelined system on either side needs it, and the options are drawn below)

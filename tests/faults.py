@@ -1052,6 +1052,32 @@ class ScalerDecidesOnItsOwnShard(_Injected, FSDP1System):
         _patch_once(ShardedGradScaler, "unscale_", make)
 
 
+class DTensorInfFlagsNotReduced(FSDP2System):
+    """DTensor's handler of ``_amp_foreach_non_finite_check_and_unscale_`` (what ``torch.amp.GradScaler.unscale_``
+    runs over DTensor gradients) checks each rank's local shards but never reduces the inf flag over the mesh: a rank
+    whose shard is finite steps where another's overflowed.  ``ShardedGradScaler`` hides it (it all-reduces the flags
+    itself), and so does a loss spike (every shard overflows): only ``torch.amp.GradScaler`` (``TrainSpec.scaler``)
+    with an overflow confined to one shard reaches it."""
+
+    def optimizer_step(self) -> bool:
+        from torch.distributed.tensor import DTensor
+        from torch.utils import _pytree as pytree
+
+        dispatcher = DTensor._op_dispatcher
+        op = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
+        original = dispatcher._custom_op_handlers.get(op)
+
+        def local_only(op_call, args, kwargs):
+            info = dispatcher.unwrap_to_op_info(op_call, args, kwargs)
+            op_call(*pytree.tree_unflatten(info.local_args, info.args_tree_spec), **info.local_kwargs)
+
+        dispatcher._custom_op_handlers[op] = local_only
+        try:
+            return super().optimizer_step()
+        finally:
+            dispatcher._custom_op_handlers[op] = original
+
+
 class LiveLoadKeepsOptimizerState(FSDP2System):
     """A checkpoint loaded into the live optimizer keeps the state it already holds (momentum, Adam's moments and
     step) for every parameter that has one, instead of the checkpoint's: ``load_state_dict`` merging rather than

@@ -62,7 +62,7 @@ def generic_features(case: Case) -> set[str]:
     tags.update(tag for tag, on in ((f"pad={t.pad}", t.pad), ("pad_all_dp0", t.pad_all_dp0),
                                     (f"label_smoothing={t.label_smoothing}", t.label_smoothing),
                                     ("loss_scale", t.loss_scale), ("overflow", t.overflow_at),
-                                    ("overflow_in_one_row", t.overflow_in)) if on)
+                                    ("overflow_in_one_row", t.overflow_in), ("scaler=amp", t.scaler)) if on)
     tags.update(f"delay={d.where}" for d in case.delays)
     tags.update(f"{DIMENSION}{d}" for d in dimensions.drawn(case))
     return tags | checkpoint_features(case) | compile_features(case)

@@ -20,6 +20,8 @@ DTYPES = ("float64", "float32")
 #: What data-parallel rank 0's first microbatch multiplies its loss by for its backward at ``train.overflow_at``:
 #: enough to overflow float16 (at most 65504) under any loss scale.
 OVERFLOW_SPIKE = 2.0 ** 24
+#: The gradient scaler of the system under test: its family's (``""``), or ``torch.amp.GradScaler`` (``amp``).
+SCALERS = ("", "amp")
 #: ``torch.autocast("cpu"/"cuda", dtype=...)`` around each forward and its loss (the backward outside it, as the
 #: autocast docs ask: "Backward passes under autocast are not recommended").
 AUTOCASTS = ("", "bfloat16", "float16")
@@ -81,6 +83,9 @@ class TrainSpec:
     at this path is multiplied by 2**24 in its first feature alone (there, not in the loss), so only that feature's
     weight row and bias overflow (its input needs no gradient: nothing flows on), on that rank; after the
     reduction the inf sits in the one shard that holds the row, and every rank must still skip.
+    ``scaler``: ``amp`` scales the system under test with ``torch.amp.GradScaler`` where its family would take
+    ``ShardedGradScaler`` (``""``): over DTensor gradients, whose inf flags DTensor's own handler reduces over the
+    mesh (the family says where its gradients are DTensors: :attr:`parityfuzz.families.Family.amp_scaler`).
     """
 
     steps: int = 1
@@ -112,6 +117,7 @@ class TrainSpec:
     loss_scale: float = 0.0
     overflow_at: int = 0
     overflow_in: str = ""
+    scaler: str = ""
 
     def group_of(self, param: str) -> int | None:
         """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
@@ -191,6 +197,8 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
           "not with a non-root pass (DDP's non-root pass takes autograd.grad: nothing scales or unscales it)")
     check(t.overflow_at == 0 or (t.loss_scale and 1 <= t.overflow_at < t.steps), "train.overflow_at",
           f"must be 0, or a step in [1, steps={t.steps}) of a loss-scaled case, got {t.overflow_at}")
+    check(t.scaler in SCALERS and (not t.scaler or t.loss_scale), "train.scaler",
+          f"must be one of {SCALERS}, and '' without loss scaling, got {t.scaler!r}")
     if t.overflow_in:
         nodes = dict(model.body.walk("body"))
         check(bool(t.overflow_at) and t.overflow_in in nodes and nodes[t.overflow_in].kind == "linear",

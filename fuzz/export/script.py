@@ -59,7 +59,7 @@ def constants(case: Case) -> str:
         ("PAD_ALL_DP0", t.pad_all_dp0, "every target of data-parallel rank 0's first microbatch is padding"),
         ("LABEL_SMOOTHING", t.label_smoothing, "cross_entropy's label_smoothing"),
         ("LOSS_SCALE", t.loss_scale, "the gradient scaler's init_scale (0: no loss scaling)"),
-        ("SHARDED_SCALER", _system(case).sharded_scaler,
+        ("SHARDED_SCALER", _system(case).sharded_scaler and t.scaler != "amp",
          "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
          "torch.amp.GradScaler"),
         ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),

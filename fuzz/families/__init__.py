@@ -132,6 +132,10 @@ class Family:
     #: ``(case) -> [[path, ...], ...]``: where a ``blocks_*`` form must compile at least one module of each list (a
     #: pipeline rank's stages: every rank proves it compiled), what its strategy draws from first; None: anywhere.
     compile_groups: Callable | None = None
+    #: Whether its system's gradients are all DTensors, so that ``torch.amp.GradScaler`` may scale it as well as
+    #: ``ShardedGradScaler`` (``TrainSpec.scaler``): DTensor reduces the inf flags over the mesh itself
+    #: (``torch.distributed.tensor._dispatch.found_inf_reduce_handler``).
+    amp_scaler: bool = False
     #: The training-loop dimensions (:data:`parityfuzz.case.dimensions.TABLE`) it does not take, each with torch's
     #: reason (or the harness's, said so): the strategies draw every other one (:mod:`parityfuzz.strategies.swarm`)
     #: and a run reports each one's share of the family's cases.

@@ -219,7 +219,7 @@ class System:
         """The gradient scaler of the case's loss scaling, or None: sharded for a system under test whose
         gradients are (:attr:`sharded_scaler`)."""
         return scaling.make_scaler(self.case.train.loss_scale, self.ctx.device.type,
-                                   self.role == "system" and self.sharded_scaler)
+                                   self.role == "system" and self.sharded_scaler and self.case.train.scaler != "amp")
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer the case's training spec names, over :meth:`named_parameters`."""

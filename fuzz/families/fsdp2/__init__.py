@@ -302,6 +302,7 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
 
 FAMILY = Family(
     name="fsdp2",
+    amp_scaler=True,
     plan_type=FSDP2Plan,
     meshes=MESHES,
     system="fsdp2",

@@ -253,6 +253,7 @@ def describe_styles(case: Case) -> tuple[dict[str, str], list[str]]:
 
 FAMILY = Family(
     name="fsdp2_tp",
+    amp_scaler=True,
     plan_type=FSDP2TPPlan,
     meshes=MESHES,
     system="fsdp2_tp",
