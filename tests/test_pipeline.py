@@ -354,3 +354,25 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_pipeline_fault(executor, tmp_pat
                  strategy=cases(family="pipeline", world_sizes=(2, 4), system=system))
     f = the_fault(stats)
     assert FAULTS[fault][1](f.case), f.case.to_json(indent=1)
+
+
+@pytest.mark.parametrize("schedule, unit_reshard", [("1f1b", False), ("interleaved_1f1b", True)])
+def test_fully_shard_on_each_block_then_the_stage_trains_like_the_unsplit_model(executor, schedule, unit_reshard):
+    """torchtitan's composition: fully_shard on every top-level module of a stage, then on the stage."""
+    case = pipeline_case(schedule, dp=2, shard_units=True, unit_reshard_after_forward=unit_reshard).validate()
+    assert "pp:fully_shard_units" + ("" if unit_reshard else ",no_reshard_after_forward") in case.features()
+    verdict = verify_case(case, executor)
+    assert verdict.ok, verdict.describe()
+
+
+def test_blocks_sharded_inside_stages_need_fully_shard_and_no_mixed_precision_and_are_drawn():
+    for case, field in [(pipeline_case("1f1b", dp=1, shard_units=True), "plan.shard_units"),
+                        (pipeline_case("1f1b", dp=2, shard_units=True, precision=StagePrecision(param_dtype="bfloat16")),
+                         "plan.shard_units")]:
+        with pytest.raises(CaseError) as e:
+            dataclasses.replace(case, train=dataclasses.replace(case.train, dtype="float32")).validate()
+        assert e.value.field == field, str(e.value)
+    from tests.drawing import find
+
+    find(cases(family="pipeline", world_sizes=(4,)), lambda c: c.plan.shard_units,
+         settings=settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), database=None))

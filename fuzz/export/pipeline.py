@@ -212,6 +212,10 @@ def stage_source(case: Case) -> str:
             f", mp_policy=MixedPrecisionPolicy(param_dtype={dtype_literal(mp.param_dtype)}, "
             f"reduce_dtype={dtype_literal(mp.reduce_dtype)}, output_dtype={dtype_literal(mp.output_dtype)}, "
             f"cast_forward_inputs={mp.cast_forward_inputs})")
+        if plan.shard_units:  # torchtitan's: each top-level module of the stage, then the stage
+            lines.append("for unit in STAGE_UNITS[index]:")
+            lines.append(f'    fully_shard(resolve(whole, unit), mesh=mesh["dp_shard"], '
+                         f'reshard_after_forward={plan.unit_reshard_after_forward})')
         lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward}'
                      f'{policy})')
         checkpoints(False)

@@ -26,6 +26,7 @@ FAULTS = (
     ("loss_scale", "fsdp2", "fsdp2", "ScalerKeepsItsScaleOnRankOne"),
     ("overflow", "fsdp2", "fsdp2", "ScalerSkipsTheStepAfterAnOverflow"),
     ("overflow in one shard", "fsdp1", "fsdp1", "ScalerDecidesOnItsOwnShard"),
+    ("amp scaler over DTensor", "fsdp2", "fsdp2", "DTensorInfFlagsNotReduced"),
     ("nonroot", "fsdp2", "fsdp2", "NonRootPassUnsynced"),
     ("rollback", "checkpoint", "fsdp2", "LiveLoadKeepsOptimizerState"),
     ("zero reload", "checkpoint", "zero", "ZeroLoadSkipsTheLastOfEachPartition"),

@@ -31,7 +31,7 @@ from parityfuzz.case.model import under
 from parityfuzz.families.pipeline import SCHEDULES, rank_modules
 from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
-from parityfuzz.systems.base import System, case_name, optimizer_parts
+from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.systems.fsdp2 import apply_checkpoint
 from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel, plain_loss
@@ -136,6 +136,9 @@ class PipelineSystem(TensorParallel, System):
                 if c.before or not sharded:
                     apply_checkpoint(module, c)
             if sharded:
+                for unit in units[index] if plan.shard_units else ():  # torchtitan's: each block, then the stage
+                    fully_shard(resolve(model, unit), mesh=mesh["dp_shard"],
+                                reshard_after_forward=plan.unit_reshard_after_forward)
                 fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward,
                             **mp_policy(plan.precision))
                 for c in held:

@@ -55,7 +55,8 @@ class PipelinePlan(Plan):
     tensor-parallel styles of modules inside the stages on the mesh's ``tp`` axis, and ``loss_parallel`` the loss
     on vocabulary-sharded logits under ``loss_parallel()`` around ``schedule.step`` (as torchtitan's train context
     holds it); ``precision`` the ``MixedPrecisionPolicy`` of every stage's ``fully_shard``
-    (:mod:`parityfuzz.families.pipeline.precision`)."""
+    (:mod:`parityfuzz.families.pipeline.precision`).  ``shard_units``: as torchtitan composes them, ``fully_shard``
+    first on each top-level module of the stage (its blocks, ``unit_reshard_after_forward``), then on the stage."""
 
     family = "pipeline"
 
@@ -65,6 +66,8 @@ class PipelinePlan(Plan):
     cuts: tuple[int, ...] = ()
     scale_grads: bool = True
     reshard_after_forward: bool = True
+    shard_units: bool = False
+    unit_reshard_after_forward: bool = True
     checkpoints: tuple[ActivationCheckpoint, ...] = ()
     tp: tuple[Parallelize, ...] = ()
     loss_parallel: bool = False
@@ -144,6 +147,9 @@ def validate(case: Case) -> None:
     check(plan.microbatches >= 1, "plan.microbatches", f"must be >= 1, got {plan.microbatches}")
     require(t.batch % plan.microbatches == 0, rules.EVEN_MICROBATCHES, "plan.microbatches",
             f"a batch of {t.batch} in {plan.microbatches} microbatches")
+    check(not plan.shard_units or "dp_shard" in mesh.names, "plan.shard_units", "needs a 'dp_shard' mesh axis")
+    check(not (plan.shard_units and plan.mixed_precision()), "plan.shard_units",
+          "not with mixed precision (harness: the emulating reference models one fully_shard group per stage)")
     names = units(model)
     stages = plan.num_stages(mesh.axis_size("pp"))
     require(len(plan.cuts) == stages - 1 and all(a < b for a, b in zip((0, *plan.cuts), plan.cuts))
@@ -236,6 +242,8 @@ def features(case: Case) -> set[str]:
         tags.add("pp:sum_grads")
     if mesh.axis_size("dp_shard") > 1:
         tags.add("pp:fully_shard" + ("" if plan.reshard_after_forward else ",no_reshard_after_forward"))
+        if plan.shard_units:
+            tags.add("pp:fully_shard_units" + ("" if plan.unit_reshard_after_forward else ",no_reshard_after_forward"))
     owners = case.model.param_modules()
     if any(not any(under(m, stage) for m in owners) for stage in plan.stage_units(case.model)):
         tags.add("pp:parameterless_stage")
@@ -258,7 +266,10 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         policy = stage_mp.describe_precision(case)
         lines.append("each stage: fully_shard(stage, mesh=dp_shard"
                      + ("" if plan.reshard_after_forward else ", reshard_after_forward=False")
-                     + (f", mp_policy={policy}" if policy else "") + ")")
+                     + (f", mp_policy={policy}" if policy else "") + ")"
+                     + (", after fully_shard on each of its top-level modules"
+                        + ("" if plan.unit_reshard_after_forward else " (reshard_after_forward=False)")
+                        if plan.shard_units else ""))
     for c in plan.checkpoints:
         when = ("before" if c.before else "after") + " fully_shard" if "dp_shard" in case.mesh.names else ""
         notes[c.path] = ", ".join(x for x in (notes.get(c.path, ""), f"checkpoint[{c.api}"
