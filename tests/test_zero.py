@@ -61,6 +61,7 @@ def test_a_bucket_broadcast_fault_is_found_and_shrunk_to_bucket_views(executor, 
     ({"late_group": 2}, {"scheduler": ""}),  # add_param_group mid-training, repartitioned
     ({"reload_at": 2, "consolidate_to": 2, "parameters_as_bucket_view": True}, {}),  # state dict round trip
     ({"reload_at": 1}, {"optimizer": "sgd", "momentum": 0.9, "nesterov": True, "maximize": True}),
+    ({"reload_at": 2, "consolidate_to": 1, "reload_live": True}, {}),  # into the live, already stepped optimizer
 ])
 def test_zero_mid_training_changes_train_like_ddp(executor, plan, train):
     case = zero_case(3, training=train, **plan)

@@ -100,14 +100,16 @@ class ZeroSystem(_ZeroTraining):
 
     def reload(self) -> None:
         """``consolidate_state_dict(to=R)`` and ``state_dict()`` on rank R, the dict broadcast to every rank, a
-        fresh ``ZeroRedundancyOptimizer`` (and scheduler) loading it; training goes on with them."""
+        fresh ``ZeroRedundancyOptimizer`` (and scheduler) loading it, or (``reload_live``) the live ones; training
+        goes on with them."""
         target = self.case.plan.consolidate_to
         self.optim.consolidate_state_dict(to=target)
         state = [self.optim.state_dict() if self.ctx.rank == target else None]
         dist.broadcast_object_list(state, src=target)
         scheduler = self.scheduler.state_dict() if self.scheduler is not None else None
-        self.optim = self.make_optimizer()
-        self.scheduler = make_scheduler(self.case.train, self.optim)
+        if not self.case.plan.reload_live:
+            self.optim = self.make_optimizer()
+            self.scheduler = make_scheduler(self.case.train, self.optim)
         self.optim.load_state_dict(state[0])
         if scheduler is not None:
             self.scheduler.load_state_dict(scheduler)

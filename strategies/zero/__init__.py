@@ -52,6 +52,6 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         train = dataclasses.replace(train, scheduler="", frozen=())
     elif extra == "reload" and train.steps > 1:
         plan = dataclasses.replace(plan, reload_at=draw(st.integers(1, train.steps - 1)),
-                                   consolidate_to=draw(st.integers(0, ws - 1)))
+                                   consolidate_to=draw(st.integers(0, ws - 1)), reload_live=draw(st.booleans()))
     return finish(draw, world_size=ws, model=model, mesh=MeshSpec((ws,), ("dp_shard",)), plan=plan, train=train,
                   system=system, reference=reference, perturb=perturb, swarm=swarm)

@@ -12,8 +12,8 @@ weight decay, ``foreach``, ``nesterov`` and ``maximize`` are the generic trainin
 optimizer steps inside the backward, once DDP has rebuilt its buckets, so the first two steps (three with
 ``static_graph``) update nothing, as torch documents; the reference skips those steps.  ``late_group``: the last
 parameter group joins through ``add_param_group`` mid-training (in the reference too).  ``reload_at``: the
-optimizer state is consolidated on one rank, saved and loaded into a fresh ZeRO mid-training (the reference
-trains on uninterrupted).  Checkpoint events save and load ZeRO's own way (:mod:`parityfuzz.checkpoint.zero`):
+optimizer state is consolidated on one rank, saved and loaded into a fresh ZeRO, or the live one, mid-training (the
+reference trains on uninterrupted).  Checkpoint events save and load ZeRO's own way (:mod:`parityfuzz.checkpoint.zero`):
 into a fresh system, at the same or another world size, or into the live one (a rollback).  With
 gloo (CPU ranks) torch refuses the hooks ("Gloo backend using Overlapping DDP with ZeRO may meet hangs"): an
 expected error there.
@@ -48,9 +48,11 @@ class ZeroPlan(Plan):
     #: (0: it is there from the start).
     late_group: int = 0
     #: At the start of this step (0: never) ``consolidate_state_dict(to=consolidate_to)``, ``state_dict()`` there,
-    #: and a fresh ZeroRedundancyOptimizer on every rank loads it.
+    #: and a fresh ZeroRedundancyOptimizer on every rank loads it (``reload_live``: the live, already stepped one,
+    #: as a job that reloads its last checkpoint into the optimizer it holds).
     reload_at: int = 0
     consolidate_to: int = 0
+    reload_live: bool = False
 
     def warmup_steps(self) -> int:
         """The steps that update nothing under ``overlap`` (DDP's buckets are rebuilt, then ZeRO partitions
@@ -96,6 +98,7 @@ def validate(case: Case) -> None:
     check(0 <= plan.consolidate_to < case.world_size, "plan.consolidate_to",
           f"must be a rank < {case.world_size}, got {plan.consolidate_to}")
     check(not plan.consolidate_to or plan.reload_at, "plan.consolidate_to", "is plan.reload_at's")
+    check(not plan.reload_live or plan.reload_at, "plan.reload_live", "is plan.reload_at's")
     check(not (plan.reload_at and plan.late_group), "plan.reload_at", "not with plan.late_group")
     if case.checkpoint:  # ZeRO's own way (parityfuzz.checkpoint.zero), into a fresh or the live optimizer
         for field, on, why in (
@@ -127,7 +130,8 @@ def features(case: Case) -> set[str]:
     if plan.late_group:
         tags.add("zero:add_param_group")
     if plan.reload_at:
-        tags.add("zero:reload" + ("" if plan.consolidate_to == 0 else "_to_nonzero"))
+        tags.add("zero:reload" + ("" if plan.consolidate_to == 0 else "_to_nonzero")
+                 + ("_live" if plan.reload_live else ""))
     return tags | {f"zero:ws={case.world_size}"}
 
 
@@ -147,7 +151,8 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
         lines.append(f"the last parameter group joins through add_param_group at step {plan.late_group}")
     if plan.reload_at:
         lines.append(f"at step {plan.reload_at}: consolidate_state_dict(to={plan.consolidate_to}), state_dict(), "
-                     "a fresh ZeroRedundancyOptimizer loads it")
+                     + ("the live ZeroRedundancyOptimizer loads it" if plan.reload_live
+                        else "a fresh ZeroRedundancyOptimizer loads it"))
     return notes, lines
 
 
