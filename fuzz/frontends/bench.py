@@ -346,6 +346,15 @@ def side_by_side(sizes: list[int], n: int, seed: int, ways) -> list[dict]:
     return rows
 
 
+def _shown(result: dict, as_json: bool, table) -> int:
+    """Print a benchmark's ``result`` as one JSON object or as its ``table``; exit 0."""
+    if as_json:
+        print(json.dumps(result))
+    else:
+        table(result)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parityfuzz.frontends.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=60, help="cases per world size (default 60)")
@@ -380,24 +389,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--faults: none of {args.faults!r} is a benchmark fault (known: "
                          f"{', '.join(f[3] for f in fault_bench.FAULTS)})")
         sizes = tuple(int(w) for w in args.world_sizes.split(",")) if "--world-sizes" in given else (1, 2, 3, 4)
-        result = fault_bench.run(chosen, [int(s) for s in args.seeds.split(",")], args.budget, sizes,
-                                 log=(lambda m: None) if args.json else print)
-        if args.json:
-            print(json.dumps(result))
-        else:
-            fault_bench.print_table(result)
-        return 0
+        return _shown(fault_bench.run(chosen, [int(s) for s in args.seeds.split(",")], args.budget, sizes,
+                                      log=(lambda m: None) if args.json else print), args.json, fault_bench.print_table)
     if args.schedule:
         from parityfuzz.frontends import schedule_bench
 
         sizes = tuple(int(w) for w in args.world_sizes.split(",")) if "--world-sizes" in given else (1, 2, 4)
-        result = schedule_bench.compare([int(s) for s in args.seeds.split(",")], args.budget, sizes,
-                                        log=(lambda m: None) if args.json else print)
-        if args.json:
-            print(json.dumps(result))
-        else:
-            schedule_bench.print_table(result)
-        return 0
+        return _shown(schedule_bench.compare([int(s) for s in args.seeds.split(",")], args.budget, sizes,
+                                             log=(lambda m: None) if args.json else print), args.json,
+                      schedule_bench.print_table)
     if args.shrink_errors:
         result = shrink_errors(args.seed)
         if args.json:
