@@ -14,6 +14,7 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError
 from parityfuzz.case import dimensions, dtypes
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
+from parityfuzz.case.training import input_requires_grad
 from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.perturbation import delays
 from parityfuzz.strategies.reentrant import reentrant
@@ -77,6 +78,9 @@ def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, refe
     except CaseError:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="", loss_scale=0.0,
                                                                    overflow_at=0, overflow_in="", scaler=""))
+    t = case.train
+    if t.overflow_in and input_requires_grad(case.model, t, t.overflow_in):  # (the family's strategy froze less
+        case = dataclasses.replace(case, train=dataclasses.replace(t, overflow_in=""))  # after training(): the loss's)
     family = families.get(plan.family)
     compiled = dataclasses.replace(case, compile=draw(compiles(case, family.compiles, family.compile_groups,
                                                                switched("compile"))))

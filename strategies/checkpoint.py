@@ -29,9 +29,9 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
-from parityfuzz.rules.state_dict import check_rollback
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
-                                        ROLLBACK_REFERENCES, WAYS, Checkpoint, reshards as resharding, saves_from)
+                                        ROLLBACK_REFERENCES, WAYS, Checkpoint, check_rollback, reshards as resharding,
+                                        saves_from)
 
 #: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
 ROLLBACK = st.sampled_from((False, False, True))
@@ -126,8 +126,8 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     if (rollback and not resharding(dataclasses.replace(case, checkpoint=event)) and step + 1 < case.train.steps
             and case.reference_name() in ROLLBACK_REFERENCES):
         event_ = dataclasses.replace(event, load="" if load == save else load, **options)
-        # (where a freeze ends between the save and the rollback torch leaves the load undefined: rule
-        # state-dict.rollback-over-state-the-checkpoint-lacks; an earlier rollback then)
+        # (where a freeze ends between the save and the rollback torch leaves the load undefined:
+        # case.checkpoint.check_rollback; an earlier rollback then)
         valid = [r for r in range(step + 1, case.train.steps)
                  if _rollback_ok(dataclasses.replace(case, checkpoint=dataclasses.replace(event_, rollback_at=r)))]
         if valid:

@@ -230,10 +230,11 @@ class OffloadForgetsUpdate(FSDP2System):
 
         offloaded = [p for w in self.case.plan.wraps if w.offload for p in resolve(self.model, w.path).parameters()]
         saved = [p.detach().clone() for p in offloaded]
-        super().optimizer_step()
+        skipped = super().optimizer_step()
         with torch.no_grad():
             for p, old in zip(offloaded, saved):
                 p.copy_(old)
+        return skipped
 
 
 class FirstMicrobatchGradDrop(FSDP2System):

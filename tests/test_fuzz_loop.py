@@ -239,7 +239,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
     from parityfuzz.engine import fuzzer as engine
     from parityfuzz.judge.verdict import PASS
 
-    def drawn() -> list[str]:
+    def drawn(max_cases: int = 100) -> list[str]:
         ids = []
 
         def judge(self, case, timeout):
@@ -248,7 +248,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
 
         monkeypatch.setattr(engine.Fuzzer, "_run", judge)
         pools = type("Pools", (), {"pool": lambda self, ws: None})()
-        options = FuzzOptions(corpus_dir=tmp_path, seed=3, max_cases=100)
+        options = FuzzOptions(corpus_dir=tmp_path, seed=3, max_cases=max_cases)
         Fuzzer(options, pools, log=lambda *_: None).fuzz("fsdp2", cases(world_sizes=(2, 4)), budget_s=BUDGET_S)
         return ids
 
@@ -269,9 +269,9 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
 
         if hasattr(providers, "_get_local_constants"):  # the control: this Hypothesis has the pool
             monkeypatch.setattr(engine, "without_local_constants", contextlib.nullcontext)
-            before = drawn()
+            before = drawn(300)
             load_constants("parityfuzz_test_constants_b", 11)
-            assert drawn() != before
+            assert drawn(300) != before
     finally:
         for name in loaded:
             sys.modules.pop(name, None)

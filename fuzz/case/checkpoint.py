@@ -209,8 +209,6 @@ def validate_checkpoint(case: Case) -> None:
         check(case.reference_name() in ROLLBACK_REFERENCES, "checkpoint.rollback_at",
               f"the reference rolls back through its module's state dict; {case.reference_name()!r} trains tensors "
               "that one does not hold (sharded ones, or an emulation's master weights)")
-        from parityfuzz.rules.state_dict import check_rollback
-
         check_rollback(case)
     if reshards(case):
         for which, c_ in (("the case", case), ("the resumed case", r)):
@@ -219,6 +217,25 @@ def validate_checkpoint(case: Case) -> None:
                   f"{c_.reference_name()!r} holds sharded ones")
         check(not case.model.rank_gates() or (r.world_size, r.mesh) == (case.world_size, case.mesh),
               "checkpoint.mesh", "a model with per-rank control flow keeps its mesh (the ranks' places change)")
+
+
+def check_rollback(case: Case) -> None:
+    """A rollback (a load into the live, already stepped optimizer) through ``set_optimizer_state_dict`` never meets a
+    parameter with optimizer state in the live optimizer and none in the checkpoint (frozen through the save, trained
+    after it): torch documents neither replacing nor keeping that state.  ``set_optimizer_state_dict``: 'Load the
+    optimizers state_dict. The counterpart of ``get_optimizer_state_dict``' (nothing on state the loaded dict lacks);
+    ``StateDictOptions``: '``strict``: the ``strict`` option when ``set_state_dict`` calls model.load_state_dict()'
+    (the model's only).  In 2.13 the full-state-dict load keeps the live entries (``_load_optim_state_dict`` merges),
+    the sharded load replaces them, and ``strict=True`` raises 'Missing optimizer state for parameter'."""
+    c, t = case.checkpoint, case.train
+    stateful = t.optimizer in ("adam", "adamw") or bool(t.momentum)
+    # Frozen during the steps before `until`: no state at the save (after step c.step - 1) where until >= c.step,
+    # state by the rollback where it trains at a live step before it (until < rollback_at).
+    late = [f.path for f in t.frozen if c.step <= f.until < c.rollback_at]
+    check(not (c.rollback_at and stateful and late and c.load_way in ("full", "dcp")), "checkpoint.rollback_at",
+          f"{', '.join(late)} is frozen at the save (step {c.step}) and trained before the rollback at step "
+          f"{c.rollback_at}, with a {t.optimizer} optimizer that keeps state: torch documents neither replacing nor "
+          "keeping live optimizer state the loaded state dict lacks (set_optimizer_state_dict, StateDictOptions)")
 
 
 def reshard_kind(case: Case) -> str:

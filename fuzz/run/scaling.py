@@ -39,7 +39,7 @@ def any_rank(flag: bool, device) -> bool:
     disagree, a finding of its own (the oracle's ``skipped_step``), not a hang of the harness's recording."""
     import torch.distributed as dist
 
-    t = torch.tensor([float(flag)], device=device)
+    t = torch.tensor([float(bool(flag))], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
