@@ -161,3 +161,9 @@ def zero_bubble_fsdp_accumulates_in_param_dtype(case: Case) -> bool:
     return (plan.schedule in SPLIT_BACKWARD and "dp_shard" in case.mesh.names and plan.microbatches > 1
             and bool(mp.reduce_dtype) and mp.reduce_dtype != mp.compute(model_dtype(case)))
 
+
+
+def zero_bubble_compiled(case: Case) -> bool:
+    """A schedule that splits the backward, over stage modules compiled in place (``Module.compile()``, which the
+    schedules' check for ``OptimizedModule`` does not see)."""
+    return case.plan.schedule in SPLIT_BACKWARD and bool(case.compile)
