@@ -13,6 +13,7 @@ from parityfuzz.case import seedgrids
 from parityfuzz.case import Delay, MeshSpec
 from parityfuzz.case.compiled import Compile
 from parityfuzz.engine.stats import TargetStats
+from parityfuzz.frontends import targets
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.frontends import report
 from parityfuzz.judge.verdict import Divergence, Verdict
@@ -54,7 +55,7 @@ def test_tag_patterns_prefixes_and_conjunctions():
 
 
 def run_report(tmp_path) -> dict:
-    stats = TargetStats("fsdp2")
+    stats = TargetStats("fsdp2", support=targets.dimensions("fsdp2"))
     for i, case in enumerate([fsdp2(True), fsdp2(False, "before_step"), fsdp2(2)]):
         stats.count(case, Verdict("pass") if i else Verdict("mismatch", Divergence(step=0, what="grad",
                                                                                   tensor="body.0.weight", max_abs=1, max_rel=1)), at=i * 2.5)
@@ -80,6 +81,10 @@ def test_the_page_shows_targets_timeline_grids_heatmap_and_findings(tmp_path):
            "--nproc-per-node=2 repro.py" in page
     # one red bar segment for the mismatch, in the first slice of the timeline
     assert re.search(r'<rect x="34.0" [^>]*fill="#e53935"><title>1 mismatch</title>', page)
+    # the training-loop dimensions: every one the target draws with its share, the thin ones marked
+    dims = data["targets"]["fsdp2"]["dimensions"]
+    assert set(dims["shares"]) == {d for d, why in data["targets"]["fsdp2"]["dimension_support"].items() if not why}
+    assert "<h3>training-loop dimensions</h3>" in page and "compile (thin)</td><td>" in page
 
 
 def test_a_long_runs_timeline_is_bounded_by_its_length_not_its_cases():

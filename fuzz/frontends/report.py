@@ -141,6 +141,23 @@ def grids_html(grids: dict) -> str:
             '<th class="l">never drawn</th></tr>' + "".join(rows) + "</table>")
 
 
+def dimensions_html(coverage: dict | None) -> str:
+    """The training-loop dimensions a target draws: share of its cases, cases, second of the first; the thin ones
+    marked; the ones it does not draw, with why (:func:`parityfuzz.engine.stats.dimension_coverage`)."""
+    if not coverage or not (coverage.get("shares") or coverage.get("not_drawn")):
+        return '<p class="muted">no dimension table for this target</p>'
+    thin, first = set(coverage.get("thin", ())), coverage.get("first_seconds", {})
+    rows = [f'<tr><td class="l">{_e(d)}{" (thin)" if d in thin else ""}</td><td>{s:.0%}</td>'
+            f'<td>{coverage["cases"].get(d, 0)}</td><td>{_e(f"{first[d]:.0f} s") if d in first else "-"}</td>'
+            f'<td><span class="bar"><span style="width:{s * 100:.0f}%"></span></span></td></tr>'
+            for d, s in coverage["shares"].items()]
+    absent = "".join(f'<tr><td class="l muted">{_e(d)}</td><td colspan="4" class="l muted">not drawn: {_e(why)}</td>'
+                     f'</tr>' for d, why in coverage.get("not_drawn", {}).items())
+    return ('<table><tr><th class="l">dimension</th><th>share</th><th>cases</th><th>first</th><th></th></tr>'
+            + "".join(rows) + absent + "</table>"
+            + f'<p class="muted">{len(coverage.get("pairs", {}))} pairs of dimensions met together</p>')
+
+
 def finding_html(f: dict) -> str:
     d = f.get("first_divergence") or {}
     path = f.get("corpus_file") or "(not written)"
@@ -233,6 +250,7 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
             f'<h2 id="t-{_e(name)}">{_e(name)}</h2><h3>cases per verdict over time</h3><p>{_legend()}</p>'
             + timeline_svg(t.get("timeline", [])) + explained_html(t.get("explained", {}),
                                                                 t.get("explained_seconds"), t.get("throttled"))
+            + "<h3>training-loop dimensions</h3>" + dimensions_html(t.get("dimensions"))
             + "<h3>seed tests' grids</h3>" + grids_html(t.get("seed_grids", {}))
             + "<h3>pairwise feature coverage</h3>" + heatmap_svg(t.get("feature_counts", {}), t.get("pair_counts", {})))
     findings = "".join(finding_html(f) for f in report["failures"]) or '<p class="muted">no findings</p>'
