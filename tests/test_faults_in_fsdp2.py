@@ -81,7 +81,8 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault,
     # 100 cases: with the training-loop dimensions drawn too, seed 1 meets the bf16 faults' situation at case 63-65
     stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=100, max_shrink_runs=20,
                  world_sizes=(4,) if hsdp else (2,), locate=fault == "UnevenShardGradOff")
-    assert len(stats.failures) == 1, stats.summary_line()
+    # (one failure, or two where the shrink slipped to another signature of the fault and kept the first found too)
+    assert 1 <= len(stats.failures) <= 2 and all(shows(g.case) for g in stats.failures), stats.summary_line()
     f = stats.failures[0]
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
           f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")

@@ -74,14 +74,15 @@ def test_a_switched_off_dimension_is_never_drawn_and_a_switched_on_one_often():
     assert sum(t.eval for t in on) > 100
 
 
-def test_the_swarm_configuration_shrinks_to_the_family_plan_alone():
+def test_the_swarm_configuration_shrinks_to_every_switch_off():
+    """Its simplest configuration switches nothing on (and a configuration switching nothing on draws no dimension:
+    the test above), so a shrunk case keeps only the dimensions its failure needs."""
     from hypothesis import find
 
-    from parityfuzz.strategies import cases
+    from parityfuzz.strategies.swarm import swarms
 
-    smallest = find(cases(family="fsdp2", world_sizes=(2,)), lambda c: True,
-                    settings=settings(database=None, suppress_health_check=list(HealthCheck)))
-    assert not dimensions.drawn(smallest)
+    assert find(swarms(dimensions.NAMES), lambda s: True,
+                settings=settings(database=None, suppress_health_check=list(HealthCheck))) == frozenset()
 
 
 def test_a_run_reports_each_dimensions_share_first_case_pairs_and_the_thin_ones():
