@@ -127,9 +127,6 @@ def expected_error(case: Case, device_type: str) -> ExpectedError | None:
     {schedule} schedule is not supported with stage modules that have used torch.compile'; its comment: 'we dont
     support input/weight backward split with torch.compile')."""
     plan, pp = case.plan, case.mesh.axis_size("pp")
-    if plan.schedule in SPLIT_BACKWARD and case.compile:
-        return ExpectedError("RuntimeError", "schedule is not supported with stage modules that have used "
-                                             r"torch\.compile")
     least = min_microbatches(case)
     if least and plan.microbatches < least[0]:
         return ExpectedError("ValueError", least[1])
@@ -139,6 +136,10 @@ def expected_error(case: Case, device_type: str) -> ExpectedError | None:
             what = "Interleaved 1F1B" if plan.schedule == "interleaved_1f1b" else "Zero bubble"
             return ExpectedError("ValueError", f"{what} requires the number of microbatches to be a multiple of the "
                                               "number of rounds")
+    if plan.schedule in SPLIT_BACKWARD and case.compile:  # (after the microbatch checks: torch reaches them, its
+        # compile check missing blocks compiled in place: known bug zero-bubble-compile-check-misses-...)
+        return ExpectedError("RuntimeError", "schedule is not supported with stage modules that have used "
+                                             r"torch\.compile")
     return None
 
 
