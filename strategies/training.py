@@ -64,7 +64,7 @@ ON = {
 }
 #: What a dimension switched off leaves.
 OFF = {"autocast": "", "loss_scale": 0.0, "overflow": False, "pad": 0.0, "pad_all_dp0": False, "label_smoothing": 0.0,
-       "eval": False, "nonroot": False, "to_float64": False, "unfreeze": False}
+       "eval": False, "nonroot": False, "to_float64": False}
 #: The dimensions that need a float32 model (autocast casts float32 work only; .to(float64) converts one).
 FLOAT32 = frozenset(("autocast", "loss_scale", "overflow", "to_float64"))
 
