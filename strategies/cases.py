@@ -76,8 +76,7 @@ def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, refe
     try:  # autocast to one low dtype does not go with parameters in the other (dtypes.check_autocast): none then
         dtypes.check_autocast(case)
     except CaseError:
-        case = dataclasses.replace(case, train=dataclasses.replace(case.train, autocast="", loss_scale=0.0,
-                                                                   overflow_at=0, overflow_in="", scaler=""))
+        case = dataclasses.replace(case, train=dataclasses.replace(case.train.unscaled(), autocast=""))
     t = case.train
     if t.overflow_in and input_requires_grad(case.model, t, t.overflow_in):  # (the family's strategy froze less
         case = dataclasses.replace(case, train=dataclasses.replace(t, overflow_in=""))  # after training(): the loss's)

@@ -86,8 +86,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     if case.train.steps < 2:
         case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=2))
     if case.train.loss_scale:  # the checkpoint keeps no gradient scaler (validate_checkpoint)
-        case = dataclasses.replace(case, train=dataclasses.replace(case.train, loss_scale=0.0, overflow_at=0,
-                                                                   overflow_in="", scaler=""))
+        case = dataclasses.replace(case, train=case.train.unscaled())
     step = draw(st.integers(1, case.train.steps - 1))
     save = draw(st.sampled_from(saves_from(case)))
     # (flattened where it may be: a pipelined system on either side needs it, and the options are drawn below)
@@ -123,16 +122,15 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     options["strict"] = not draw(st.booleans())
     rollback = draw(ROLLBACK) if rollback is None else rollback  # into the live system, a few steps on: where
     # nothing reshards, steps are left
+    event = dataclasses.replace(event, load="" if load == save else load, **options)
     if (rollback and not resharding(dataclasses.replace(case, checkpoint=event)) and step + 1 < case.train.steps
             and case.reference_name() in ROLLBACK_REFERENCES):
-        event_ = dataclasses.replace(event, load="" if load == save else load, **options)
         # (where a freeze ends between the save and the rollback torch leaves the load undefined:
         # case.checkpoint.check_rollback; an earlier rollback then)
         valid = [r for r in range(step + 1, case.train.steps)
-                 if _rollback_ok(dataclasses.replace(case, checkpoint=dataclasses.replace(event_, rollback_at=r)))]
+                 if _rollback_ok(dataclasses.replace(case, checkpoint=dataclasses.replace(event, rollback_at=r)))]
         if valid:
-            options["rollback_at"] = draw(st.sampled_from(valid))
-    event = dataclasses.replace(event, load="" if load == save else load, **options)
+            event = dataclasses.replace(event, rollback_at=draw(st.sampled_from(valid)))
     case = dataclasses.replace(case, checkpoint=event)
     if case.compile:  # compiled as the case was drawn, where the resumed case compiles the same way
         try:

@@ -119,6 +119,12 @@ class TrainSpec:
     overflow_in: str = ""
     scaler: str = ""
 
+    def unscaled(self) -> "TrainSpec":
+        """These settings without fp16 loss scaling and all that belongs to it (overflows, their form, the scaler)."""
+        from dataclasses import replace
+
+        return replace(self, loss_scale=0.0, overflow_at=0, overflow_in="", scaler="")
+
     def group_of(self, param: str) -> int | None:
         """The index in ``groups`` of the parameter group that takes the parameter named ``param`` (the first
         whose paths hold its module), or None for the default group."""

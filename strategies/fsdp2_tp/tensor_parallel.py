@@ -53,7 +53,7 @@ def tp_training(train: TrainSpec, loss_parallel: bool, low_precision: bool) -> T
     if loss_parallel:
         train = dataclasses.replace(train, label_smoothing=0.0)
     if not low_precision:
-        train = dataclasses.replace(train, autocast="", loss_scale=0.0, overflow_at=0, overflow_in="")
+        train = dataclasses.replace(train.unscaled(), autocast="")
     return train
 
 

@@ -108,8 +108,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     train = draw(training(model, max_steps=max_steps, swarm=swarm))
     batch = micro * draw(st.integers(1, 2))
     lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr  # (a summed loss's lr is per term)
-    train = dataclasses.replace(train, batch=batch, lr=lr, nonroot="", autocast="",
-                                loss_scale=0.0, overflow_at=0, overflow_in="", to_float64=False)
+    train = dataclasses.replace(train.unscaled(), batch=batch, lr=lr, nonroot="", autocast="", to_float64=False)
     rest = ws // pp
     tp = draw(st.sampled_from([t for t in range(1, rest + 1) if rest % t == 0]))
     dp = rest // tp
