@@ -31,3 +31,22 @@ def reentrant_checkpoint_called_twice_over_fully_shard(case: Case) -> bool:
     twice = [f"{path}.inner" for path, node in case.model.body.walk("body") if node.kind == "twice"]
     return any(c.reentrant and under(c.path, twice) and any(under(w.path, (c.path,)) for w in case.plan.wraps)
                for c in case.plan.checkpoints)
+
+
+def forward_prefetch_left_pending_then_resharded(case: Case) -> bool:
+    """An explicit forward prefetch of a wrapped module whose forward has finished before the prefetching module's
+    starts (nothing in that forward consumes the all-gather), an evaluation forward (no backward consumes it
+    either), and before the next forward either a rollback (a load into the live sharded parameters: the next
+    forward computes with the old ones) or an unfreeze (the harness's ``reshard()``) of a module resharded to a
+    smaller group after forward (``reshard_after_forward=<int>``: the copy-out raises)."""
+    order = [path for path, _ in case.model.body.walk("body")]
+    resharded_to = {w.path: w.reshard_after_forward for w in case.plan.wraps}
+
+    def left_pending(target: str, prefetcher: str) -> bool:
+        return (target in order and prefetcher in order and order.index(target) < order.index(prefetcher)
+                and not under(prefetcher, (target,)))
+
+    pending = [t for p in case.plan.prefetch for t in p.forward if left_pending(t, p.path)]
+    unfreeze = any(f.until for f in case.train.frozen)
+    return case.train.eval and any(
+        case.checkpoint.rollback_at or (unfreeze and type(resharded_to.get(t)) is int) for t in pending)
