@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 from parityfuzz.triage import known
@@ -24,14 +25,16 @@ def register(monkeypatch, tmp_path: Path, records: str) -> tuple[known.KnownBug,
 
 
 def record(id: str, signatures: str, precondition: str = "tests:has_scale", families: str = '["fsdp2"]') -> str:
-    """One test record: everything but what the test is about is filled in."""
+    """One test record: everything but what the test is about is filled in (its kind, as the rule gives it)."""
+    parsed = tomllib.loads(f"signatures = {signatures}")["signatures"]
+    kind = known.kind_by_rule(tuple(known._signature(None, i, s) for i, s in enumerate(parsed)))
     return f'''
 [[bug]]
 id = "{id}"
 title = "{id.replace('-', ' ')}"
 families = {families}
 precondition = "{precondition}"
-kind = "wrong training"
+kind = "{kind}"
 api = "public"
 table = "training"
 files = ["fsdp2/0000000000000000.json"]

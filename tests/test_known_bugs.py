@@ -102,7 +102,10 @@ def test_a_signature_field_holding_a_list_matches_any_of_its_values(monkeypatch,
     (lambda r: r.replace('families = ["fsdp2"]', 'families = ["fsdp3"]'), "families"),
     (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = "tests:nothing_here"'), "precondition"),
     (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = "nobody:has_scale"'), "precondition"),
-    (lambda r: r.replace('kind = "wrong training"', 'kind = "slow"'), "kind"),
+    (lambda r: r.replace('kind = "hang"', 'kind = "slow"'), "kind"),
+    (lambda r: r.replace('kind = "hang"', 'kind = "crash"'), "kind"),  # (not what its signature shows)
+    (lambda r: r.replace('verdict = "hang"', 'verdict = "error", role = "system", exception = '
+                         '"InvariantViolation", frame = "systems/fsdp2.py:unlisted"'), "signatures"),
     (lambda r: r.replace('api = "public"', 'api = "internal"'), "api"),
     (lambda r: r.replace("torch/nn/modules/module.py: ", ""), "violates"),
     (lambda r: r.replace('"fsdp2/0000000000000000.json"', '"corpus/fsdp2/x.json"'), "files"),
@@ -164,3 +167,18 @@ def test_explain_answers_in_order_known_bug_found_in_this_run_in_the_corpus_new(
     assert explain(plain, MISMATCH).kind == NEW
     other_family = dataclasses.replace(bug, families=("zero",))
     assert explain(case, MISMATCH, bugs=(other_family,)).kind == NEW
+
+
+def test_a_records_kind_is_the_most_serious_its_signatures_show(monkeypatch, tmp_path):
+    def kind(signatures: str) -> str:
+        return register(monkeypatch, tmp_path, record("k", signatures))[0].kind
+
+    crash = '{ verdict = "error", role = "system", exception = "RuntimeError", frame = "torch/x.py:f" }'
+    assert kind(f"[{crash}]") == "crash"
+    assert kind(f'[{crash}, {{ verdict = "hang" }}]') == "hang"
+    assert kind('[{ verdict = "mismatch", check = "dtype", tensor = "grad" }]') == "wrong dtype"
+    assert kind(f'[{crash}, {{ verdict = "mismatch", check = ["dtype", "value"], tensor = "grad" }}]') == \
+        "wrong training"
+    assert kind('[{ verdict = "mismatch", check = "checkpoint", tensor = "loaded" }]') == "wrong state dict"
+    assert kind('[{ verdict = "error", role = "system", exception = "InvariantViolation", '
+                'frame = "systems/fsdp2.py:check_resharded" }]') == "memory or placement"

@@ -27,7 +27,14 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "corpus" / "known_bugs.toml
 #: Owners of preconditions that are not families: a dimension every family draws -> its package.
 DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.systems.compiled"}
 
-KINDS = ("wrong training", "gradient presence")
+#: What a bug does to a user, the most serious first: the README's tables list the records in this order.  A silent
+#: wrong result (training, a state dict, a dtype) comes before memory or placement, a hang and a loud crash.
+KINDS = ("wrong training", "wrong state dict", "wrong dtype", "memory or placement", "hang", "crash")
+#: The kind a mismatch signature shows, by the oracle's check (every other check: wrong training).
+MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_error": "crash"}
+#: The kind the harness's own invariant checks show (an ``InvariantViolation`` from this frame: what it checks).
+INVARIANT_KINDS = {"systems/fsdp2.py:check_resharded": "memory or placement",
+                   "systems/fsdp1.py:_check_gradient_shape": "wrong training"}
 STATUSES = ("reported", "related only", "none found", "design")
 TABLES = ("training", "checkpoint")
 #: The fields a signature may have for each verdict kind (:meth:`Verdict.signature_fields`).
@@ -52,6 +59,29 @@ class Signature:
     def strings(self) -> list[str]:
         """Every :meth:`Verdict.bug_signature` this signature matches."""
         return [":".join(map(str, combo)) for combo in itertools.product(*(values for _, values in self.fields))]
+
+
+def signature_kind(fields: dict) -> str:
+    """The kind of failure one signature shows (:data:`KINDS`)."""
+    verdict = fields["verdict"][0]
+    if verdict == "mismatch":
+        checks = fields.get("check", ())
+        return min((MISMATCH_KINDS.get(c, "wrong training") for c in checks), key=KINDS.index)
+    if verdict == "hang":
+        return "hang"
+    if verdict == "error" and "InvariantViolation" in fields.get("exception", ()):
+        frames = fields.get("frame", ())
+        unknown = [f for f in frames if f not in INVARIANT_KINDS]
+        if unknown:
+            raise KeyError(f"the harness invariant {unknown[0]!r} has no kind in INVARIANT_KINDS")
+        return min((INVARIANT_KINDS[f] for f in frames), key=KINDS.index)
+    return "crash"
+
+
+def kind_by_rule(signatures: tuple[Signature, ...]) -> str:
+    """A record's kind: the most serious its signatures show (a record that crashes in one form and trains wrongly
+    in another is wrong training)."""
+    return min((signature_kind(dict(s.fields)) for s in signatures), key=KINDS.index)
 
 
 @dataclass(frozen=True)
@@ -217,9 +247,17 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
         fail("upstream.links", f"a {up['status']!r} record names its reports")
     if up["status"] == "none found" and "searched" not in text("upstream.notes", up["notes"]):
         fail("upstream.notes", "say what was searched ('searched: ...'), so the next person can redo it")
+    parsed = tuple(_signature(fail, i, s) for i, s in enumerate(signatures))
+    try:
+        kind = kind_by_rule(parsed)
+    except KeyError as e:
+        fail("signatures", e.args[0])
+    if raw["kind"] != kind:
+        fail("kind", f"{raw['kind']!r}, where its signatures show {kind!r} (the most serious of them: "
+                     f"{', '.join(KINDS)})")
     return KnownBug(
         id=raw["id"], title=text("title"), families=names, precondition=raw["precondition"],
-        signatures=tuple(_signature(fail, i, s) for i, s in enumerate(signatures)), files=texts("files"),
+        signatures=parsed, files=texts("files"),
         torch_seen=texts("torch_seen"), kind=raw["kind"], api=raw["api"], table=raw["table"],
         summary=text("summary"), mechanism=text("mechanism"), violates=raw["violates"],
         upstream=Upstream(up["status"], tuple(up["links"]), text("upstream.notes", up["notes"])))

@@ -12,21 +12,20 @@ import re
 import sys
 from pathlib import Path
 
-from parityfuzz.triage.known import DEFAULT_PATH, TABLES, KnownBug, load
+from parityfuzz.triage.known import DEFAULT_PATH, KINDS, TABLES, KnownBug, load
 
 README = DEFAULT_PATH.parents[1] / "README.md"
 
 
 def render(bugs: tuple[KnownBug, ...], table: str) -> str:
-    """The markdown table of ``bugs`` listed in ``table``, in the file's order."""
-    rows = ["| bug | upstream | corpus files |", "|---|---|---|"]
-    for b in bugs:
-        if b.table != table:
-            continue
+    """The markdown table of ``bugs`` listed in ``table``: the most serious kind first (:data:`KINDS`), each kind
+    in the file's order."""
+    rows = ["| kind | bug | upstream | corpus files |", "|---|---|---|---|"]
+    for b in sorted((b for b in bugs if b.table == table), key=lambda b: KINDS.index(b.kind)):
         links = ", ".join(_link(x) for x in b.upstream.links)
         upstream = b.upstream.status + (f": {links}" if links else "")
         files = ", ".join(f"`{f.removesuffix('.json')}`" for f in b.files)
-        rows.append(f"| {b.summary} | {upstream} | {files} |")
+        rows.append(f"| {b.kind} | {b.summary} | {upstream} | {files} |")
     return "\n".join(rows)
 
 
