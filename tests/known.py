@@ -35,6 +35,7 @@ title = "{id.replace('-', ' ')}"
 families = {families}
 precondition = "{precondition}"
 kind = "{kind}"
+apis = ["torch.nn.Module"]
 api = "public"
 table = "training"
 files = ["fsdp2/0000000000000000.json"]
@@ -42,6 +43,7 @@ torch_seen = ["2.13.0+cpu"]
 signatures = {signatures}
 summary = "a test fault"
 mechanism = "tests/faults.py"
+source = ["torch/nn/modules/module.py:Module.load_state_dict:2530"]
 violates = "torch/nn/modules/module.py: a test fault breaks it"
 [bug.upstream]
 status = "design"

@@ -1,11 +1,14 @@
 """Known bugs as data (``corpus/known_bugs.toml``) and the one answer to "is this failure explained?"
 (:func:`parityfuzz.triage.explain`)."""
 
+import ast
 import dataclasses
+import importlib
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from parityfuzz.case import Case
 from parityfuzz.judge.verdict import Divergence, Verdict
@@ -107,6 +110,9 @@ def test_a_signature_field_holding_a_list_matches_any_of_its_values(monkeypatch,
     (lambda r: r.replace('verdict = "hang"', 'verdict = "error", role = "system", exception = '
                          '"InvariantViolation", frame = "systems/fsdp2.py:unlisted"'), "signatures"),
     (lambda r: r.replace('api = "public"', 'api = "internal"'), "api"),
+    (lambda r: r.replace('"torch.nn.Module"', '"torch.distributed._composable.replicate"'), "api"),
+    (lambda r: r.replace('"torch.nn.Module"', '"nn.Module"'), "apis"),
+    (lambda r: r.replace(':Module.load_state_dict:2530', ':Module.load_state_dict'), "source"),
     (lambda r: r.replace("torch/nn/modules/module.py: ", ""), "violates"),
     (lambda r: r.replace('"fsdp2/0000000000000000.json"', '"corpus/fsdp2/x.json"'), "files"),
     (lambda r: r.replace('verdict = "hang"', 'verdict = "hang", check = "value"'), "signatures[0]"),
@@ -182,3 +188,58 @@ def test_a_records_kind_is_the_most_serious_its_signatures_show(monkeypatch, tmp
     assert kind('[{ verdict = "mismatch", check = "checkpoint", tensor = "loaded" }]') == "wrong state dict"
     assert kind('[{ verdict = "error", role = "system", exception = "InvariantViolation", '
                 'frame = "systems/fsdp2.py:check_resharded" }]') == "memory or placement"
+
+
+def _resolve(path: str):
+    """The object at the dotted ``path``: the longest importable module, then attributes."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ImportError(path)
+
+
+def test_every_api_a_record_names_is_in_the_installed_torch_and_labelled_by_the_rule():
+    assert known.api_by_rule(("torch.distributed.fsdp.fully_shard",)) == "public"
+    assert known.api_by_rule(("torch.distributed.fsdp.fully_shard", "torch.distributed._composable.replicate")) == \
+        "private"
+    assert known.api_by_rule(("torch.distributed.tensor.experimental.implicit_replication",)) == "experimental"
+    for api in known.DOCUMENTED_EXPERIMENTAL:
+        assert "experimental" in _resolve(api).__doc__, api
+    for bug in known.shipped():
+        for api in bug.apis:
+            try:
+                _resolve(api)
+            except (ImportError, AttributeError) as e:
+                pytest.fail(f"{bug.id}: apis names {api!r}, which torch {torch.__version__} lacks: {e}")
+
+
+def _definitions(tree: ast.Module, qualname: str) -> list:
+    """The class or function definitions at ``qualname`` (``Class.method``, ``function.inner``) in ``tree``, each
+    name found anywhere inside the one before: several where a name is defined more than once (``typing.overload``)."""
+    found = [tree]
+    for name in qualname.split("."):
+        found = [n for parent in found for n in ast.walk(parent) if n is not parent
+                 and isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    return found
+
+
+def test_every_source_location_a_record_names_is_in_the_installed_torch():
+    """Each ``source`` entry's file and definition exist in the installed torch, and on the torch its records were
+    read against, the line lies in that definition."""
+    root = Path(torch.__file__).parent.parent
+    for bug in known.shipped():
+        for where in bug.source:
+            file, qualname, line = where.split(":")
+            path = root / file
+            assert path.is_file(), f"{bug.id}: source names {file}, which torch {torch.__version__} lacks"
+            nodes = _definitions(ast.parse(path.read_text()), qualname)
+            assert nodes, f"{bug.id}: {file} defines no {qualname}"
+            if torch.__version__ == bug.torch_seen[0]:
+                assert any(n.lineno - 3 <= int(line) <= n.end_lineno for n in nodes), \
+                    f"{bug.id}: {where}: {qualname} spans lines {[(n.lineno, n.end_lineno) for n in nodes]}"

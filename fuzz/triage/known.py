@@ -35,6 +35,10 @@ MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_
 #: The kind the harness's own invariant checks show (an ``InvariantViolation`` from this frame: what it checks).
 INVARIANT_KINDS = {"systems/fsdp2.py:check_resharded": "memory or placement",
                    "systems/fsdp1.py:_check_gradient_shape": "wrong training"}
+#: ``api``'s labels, by rule from the APIs a record's trigger needs (:func:`api_by_rule`).
+API_LABELS = ("public", "experimental", "private")
+#: APIs whose docstring calls them experimental though their path does not say so.
+DOCUMENTED_EXPERIMENTAL = ("torch.distributed.optim.ZeroRedundancyOptimizer",)
 STATUSES = ("reported", "related only", "none found", "design")
 TABLES = ("training", "checkpoint")
 #: The fields a signature may have for each verdict kind (:meth:`Verdict.signature_fields`).
@@ -84,6 +88,16 @@ def kind_by_rule(signatures: tuple[Signature, ...]) -> str:
     return min((signature_kind(dict(s.fields)) for s in signatures), key=KINDS.index)
 
 
+def api_by_rule(apis: tuple[str, ...]) -> str:
+    """``private`` where an API the trigger needs lies under an underscore name (``torch.distributed._composable``),
+    else ``experimental`` where one's path or docstring says so, else ``public``."""
+    if any(part.startswith("_") for api in apis for part in api.split(".")):
+        return "private"
+    if any("experimental" in api.split(".") or api in DOCUMENTED_EXPERIMENTAL for api in apis):
+        return "experimental"
+    return "public"
+
+
 @dataclass(frozen=True)
 class Upstream:
     status: str  # one of STATUSES
@@ -106,12 +120,17 @@ class KnownBug:
     #: The torch versions its files were recorded with.
     torch_seen: tuple[str, ...]
     kind: str
+    #: The torch APIs the trigger needs (dotted paths); ``api`` is their label by :func:`api_by_rule`.
+    apis: tuple[str, ...]
     api: str
     #: The README table it is listed in, and its row there (markdown).
     table: str
     summary: str
     #: How torch goes wrong, as far as triage found.
     mechanism: str
+    #: Where in torch's source the mechanism lies: ``torch/<file>.py:<qualified name>:<line>`` (the line in the
+    #: first of ``torch_seen``).
+    source: tuple[str, ...]
     #: What torch promises that the bug breaks: the documentation or source line (file, API, quoted words).
     violates: str
     upstream: Upstream
@@ -185,8 +204,8 @@ def known_bug(case: Case, verdict: Verdict, bugs: tuple[KnownBug, ...] | None = 
     return next((b for b in (shipped() if bugs is None else bugs) if b.explains(case, verdict)), None)
 
 
-_FIELDS = {"id", "title", "families", "precondition", "signatures", "files", "torch_seen", "kind", "api", "table",
-           "summary", "mechanism", "violates", "upstream"}
+_FIELDS = {"id", "title", "families", "precondition", "signatures", "files", "torch_seen", "kind", "apis", "api",
+           "table", "summary", "mechanism", "source", "violates", "upstream"}
 
 
 def _record(path: Path, index: int, raw: dict) -> KnownBug:
@@ -225,8 +244,15 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
     for field, allowed in (("kind", KINDS), ("table", TABLES)):
         if raw[field] not in allowed:
             fail(field, f"{raw[field]!r} is not one of {', '.join(allowed)}")
-    if not text("api").startswith(("public", "private:")):
-        fail("api", "must start with 'public' or 'private: <why>'")
+    for api in texts("apis"):
+        if not re.fullmatch(r"torch(\.\w+)+", api):
+            fail("apis", f"{api!r} is not a dotted path under torch (torch.distributed.fsdp.fully_shard)")
+    if raw["api"] != api_by_rule(tuple(raw["apis"])):
+        fail("api", f"{raw['api']!r}, where the rule gives {api_by_rule(tuple(raw['apis']))!r} for its apis "
+                    f"(private: an underscore name; experimental: said so by the path or the docstring)")
+    for place in texts("source"):
+        if not re.fullmatch(r"torch/[\w/]+\.py:[\w.]+:\d+", place):
+            fail("source", f"{place!r} is not torch/<file>.py:<qualified name>:<line>")
     if not re.search(r"torch/\S+\.py", text("violates")):
         fail("violates", "must name the torch file whose documentation or source line the bug breaks")
     for f in texts("files"):
@@ -258,8 +284,9 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
     return KnownBug(
         id=raw["id"], title=text("title"), families=names, precondition=raw["precondition"],
         signatures=parsed, files=texts("files"),
-        torch_seen=texts("torch_seen"), kind=raw["kind"], api=raw["api"], table=raw["table"],
-        summary=text("summary"), mechanism=text("mechanism"), violates=raw["violates"],
+        torch_seen=texts("torch_seen"), kind=raw["kind"], apis=tuple(raw["apis"]), api=raw["api"],
+        table=raw["table"], summary=text("summary"), mechanism=text("mechanism"), source=tuple(raw["source"]),
+        violates=raw["violates"],
         upstream=Upstream(up["status"], tuple(up["links"]), text("upstream.notes", up["notes"])))
 
 
