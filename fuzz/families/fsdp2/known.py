@@ -46,7 +46,9 @@ def forward_prefetch_left_pending_then_resharded(case: Case) -> bool:
         return (target in order and prefetcher in order and order.index(target) < order.index(prefetcher)
                 and not under(prefetcher, (target,)))
 
-    pending = [t for p in case.plan.prefetch for t in p.forward if left_pending(t, p.path)]
+    # (a module kept unsharded after forward, reshard_after_forward=False, makes the prefetch a no-op)
+    pending = [t for p in case.plan.prefetch for t in p.forward
+               if left_pending(t, p.path) and resharded_to.get(t) is not False]
     unfreeze = any(f.until for f in case.train.frozen)
     return case.train.eval and any(
         case.checkpoint.rollback_at or (unfreeze and type(resharded_to.get(t)) is int) for t in pending)
