@@ -39,15 +39,61 @@ def eligible(case: Case, index: int) -> bool:
 REENTRANT_ON = st.sampled_from((False, True, True))
 
 
+#: Whether a swarm-switched plan moves its first checkpoint to a likelier place: 3 in 4, shrinking to not moving.
+MOVE = st.sampled_from((False, True, True, True))
+#: Module kinds whose forward draws random numbers: what a recompute must replay alike.
+RANDOM = ("dropout",)
+CONTAINERS = ("seq", "block", "residual", "twice", "gate")
+
+
+def _rank(case: Case, path: str) -> int:
+    """How likely a reentrant checkpoint at ``path`` is to meet a bug, lowest first: 0 with a random op inside (the
+    recompute must replay its masks), 1 a container (a block called twice, a gate), 2 a single module."""
+    node = dict(case.model.body.walk("body")).get(path)  # (None: a module inside a layer, an MLP's fc1)
+    if node is None:
+        return 2
+    return 0 if any(n.kind in RANDOM for _, n in node.walk(path)) else 1 if node.kind in CONTAINERS else 2
+
+
+@st.composite
+def _moved(draw, case: Case):
+    """``case``'s plan with its first checkpoint moved (a wrapper-API checkpoint, :data:`MOVE`) to a place that can be
+    reentrant (its input requires grad) and ranks better (:func:`_rank`) than every checkpoint that already can;
+    None where there is no such place.  For a swarm configuration that switched ``reentrant`` on: the plan's own
+    checkpoints sit where it cannot (before any module with parameters) or around nothing it would change.
+    Shrinks to not moving."""
+    checkpoints = case.plan.checkpoints
+    now = min((_rank(case, c.path) for i, c in enumerate(checkpoints) if eligible(case, i)), default=3)
+    taken = {c.path for c in checkpoints}
+    places = [p for p, _ in case.model.body.walk("body")
+              if p not in taken and input_requires_grad(case.model, case.train, p)]
+    best = min((_rank(case, p) for p in places), default=3)
+    if best >= now or not draw(MOVE):
+        return None
+    first = checkpoints[0]
+    path = draw(st.sampled_from([p for p in places if _rank(case, p) == best]))
+    moved = (dataclasses.replace(first, path=path, api=first.api if first.api != "composable" else "wrapper"),
+             *checkpoints[1:])
+    plan = dataclasses.replace(case.plan, checkpoints=moved)
+    return plan if eligible(dataclasses.replace(case, plan=plan), 0) else None
+
+
 @st.composite
 def reentrant(draw, case: Case, switched: bool | None = None):
     """``case``'s plan with some of its eligible checkpoints reentrant (the plan itself where none is).
-    ``switched``: whether a swarm configuration switched ``reentrant`` on (then two eligible checkpoints in three)
-    or off (none); None: :data:`REENTRANT`'s coin."""
+    ``switched``: whether a swarm configuration switched ``reentrant`` on (then two eligible checkpoints in three,
+    the first checkpoint moved first (:data:`MOVE`) to a likelier place where it can be, and made reentrant there:
+    :func:`_moved`) or off
+    (none); None: :data:`REENTRANT`'s coin."""
     checkpoints = getattr(case.plan, "checkpoints", ())
+    moved = draw(_moved(case)) if switched and checkpoints else None
+    if moved is not None:
+        case = dataclasses.replace(case, plan=moved)
+        checkpoints = moved.checkpoints
     chosen = [eligible(case, i) for i in range(len(checkpoints))] if switched is not False else []
     if not any(chosen):
         return case.plan
     coin = REENTRANT if switched is None else REENTRANT_ON
-    marked = tuple(dataclasses.replace(c, reentrant=ok and draw(coin)) for c, ok in zip(checkpoints, chosen))
+    marked = tuple(dataclasses.replace(c, reentrant=ok and (moved is not None and i == 0 or draw(coin)))
+                   for i, (c, ok) in enumerate(zip(checkpoints, chosen)))
     return dataclasses.replace(case.plan, checkpoints=marked)

@@ -110,3 +110,25 @@ def test_dimension_tags_are_features_of_the_case():
 def test_a_checkpoint_target_rolls_back_in_a_real_share_of_its_cases():
     cases = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 4)), 300, seed=2)
     assert sum(bool(c.checkpoint.rollback_at) for c in cases) / len(cases) >= 0.08
+
+
+def test_reentrant_switched_on_moves_a_checkpoint_that_cannot_be_reentrant_around_a_random_op():
+    """A plan whose only checkpoint sits where a reentrant one cannot (its input needs no gradient): with the
+    ``reentrant`` switch on, the strategy moves it (shrinking to not moving) where it can, preferring a container
+    with dropout inside (where a recompute must replay the masks), and makes it reentrant there; switched off, it
+    leaves the plan alone."""
+    from hypothesis import find
+
+    from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
+    from parityfuzz.strategies.reentrant import reentrant
+    from tests.test_case import simple
+
+    body = Node("seq", children=(Node("linear", out=4), Node("seq", children=(Node("dropout", p=0.5),
+                                                                              Node("linear", out=4))),
+                                 Node("linear", out=4)))
+    case = simple(model=ModelSpec(body=body),
+                  plan=FSDP2Plan(wraps=(Wrap(""),), checkpoints=(ActivationCheckpoint("body.0", api="wrapper"),)))
+    moved = find(reentrant(case, True), lambda plan: plan.checkpoints[0].reentrant)
+    assert moved.checkpoints[0].path in ("body.1", "body.1.0"), moved
+    assert find(reentrant(case, True), lambda plan: True) == case.plan  # (the simplest draw does not move)
+    assert find(reentrant(case, False), lambda plan: True) == case.plan
