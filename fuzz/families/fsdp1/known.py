@@ -47,7 +47,10 @@ def flat_params_unused_in_a_step(case: Case) -> bool:
     return not case.plan.use_orig_params and any(_skips_a_step(case, g) for g in case.model.gates())
 
 
-def no_shard_unit_unused(case: Case) -> bool:
+def no_shard_unit_left_unresharded(case: Case) -> bool:
+    """FSDP1 NO_SHARD (or a one-rank shard group), use_orig_params=True, and a unit that a backward can reach without
+    giving it a gradient: a gate (skipped in a step, or on the last microbatch) or frozen parameters (a frozen tied
+    weight among them)."""
     return runs_unsharded(case) and case.plan.use_orig_params and (bool(case.model.gates()) or bool(case.train.frozen))
 
 
@@ -56,11 +59,6 @@ def no_shard_no_sync_unfrozen(case: Case) -> bool:
     frozen at first and unfrozen on a later step."""
     return (runs_unsharded(case) and case.plan.use_orig_params and case.plan.no_sync
             and any(f.until for f in case.train.frozen))
-
-
-def no_shard_orig_params_accumulating_a_gate(case: Case) -> bool:
-    return (runs_unsharded(case) and case.plan.use_orig_params and bool(case.model.gates())
-            and case.train.microbatches > 1)
 
 
 def orig_params_unused_in_a_step(case: Case) -> bool:
@@ -80,11 +78,6 @@ def frozen_instance_unused_in_a_step(case: Case) -> bool:
 
     return case.plan.use_orig_params and any(
         (found is None or p in found) and all_frozen(p) for p in case.model.gates())
-
-
-def frozen_tied_weights(case: Case) -> bool:
-    return case.plan.use_orig_params and case.model.tie_head and any(f.path in ("inp", "head")
-                                                                     for f in case.train.frozen)
 
 
 def no_sync_with_a_unit_unused_on_the_last_microbatch(case: Case) -> bool:
