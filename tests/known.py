@@ -13,6 +13,14 @@ def has_scale(case) -> bool:
     return "has:scale" in case.features()
 
 
+def never(case) -> bool:
+    return False
+
+
+def always(case) -> bool:
+    return True
+
+
 def register(monkeypatch, tmp_path: Path, records: str) -> tuple[known.KnownBug, ...]:
     """Add the ``[[bug]]`` records of the TOML text ``records`` to the shipped ones for this test; returns them."""
     monkeypatch.setitem(known.DIMENSIONS, "tests", "tests")
@@ -33,7 +41,7 @@ def record(id: str, signatures: str, precondition: str = "tests:has_scale", fami
 id = "{id}"
 title = "{id.replace('-', ' ')}"
 families = {families}
-precondition = "{precondition}"
+precondition = {precondition if precondition.startswith("[") else f'"{precondition}"'}
 kind = "{kind}"
 apis = ["torch.nn.Module"]
 api = "public"

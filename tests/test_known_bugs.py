@@ -105,6 +105,8 @@ def test_a_signature_field_holding_a_list_matches_any_of_its_values(monkeypatch,
     (lambda r: r.replace('families = ["fsdp2"]', 'families = ["fsdp3"]'), "families"),
     (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = "tests:nothing_here"'), "precondition"),
     (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = "nobody:has_scale"'), "precondition"),
+    (lambda r: r.replace('precondition = "tests:has_scale"', 'precondition = ["tests:never", "tests:nothing"]'),
+     "precondition"),
     (lambda r: r.replace('kind = "hang"', 'kind = "slow"'), "kind"),
     (lambda r: r.replace('kind = "hang"', 'kind = "crash"'), "kind"),  # (not what its signature shows)
     (lambda r: r.replace('verdict = "hang"', 'verdict = "error", role = "system", exception = '
@@ -243,3 +245,11 @@ def test_every_source_location_a_record_names_is_in_the_installed_torch():
             if torch.__version__ == bug.torch_seen[0]:
                 assert any(n.lineno - 3 <= int(line) <= n.end_lineno for n in nodes), \
                     f"{bug.id}: {where}: {qualname} spans lines {[(n.lineno, n.end_lineno) for n in nodes]}"
+
+
+def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
+    case = simple().validate()
+    hang = '[{ verdict = "hang" }]'
+    either, neither = register(monkeypatch, tmp_path, record("m", hang, '["tests:never", "tests:always"]')
+                               + record("n", hang, '["tests:never", "tests:never"]'))
+    assert either.applies(case) and not neither.applies(case)

@@ -1,7 +1,8 @@
 """The known torch bugs, read from ``corpus/known_bugs.toml`` (the data file beside the corpus that a person edits
 after triage; its header says what each field means).
 
-A record's ``precondition`` names a predicate ``<owner>:<function>``: the owner is a family (its folder's
+A record's ``precondition`` names a predicate ``<owner>:<function>`` (or a list of them, one per situation a merged
+record covers: any one holding is enough): the owner is a family (its folder's
 ``known.py``) or a dimension of every family (:data:`DIMENSIONS`); nothing here names a family.  Reading checks
 every field and names the file, the record and the field it refuses.
 """
@@ -113,7 +114,8 @@ class KnownBug:
     #: What the run summary and the report call it ("known torch bug, <title>").
     title: str
     families: tuple[str, ...]
-    precondition: str
+    #: ``<owner>:<function>`` predicates: the case meets the precondition where any holds.
+    precondition: tuple[str, ...]
     signatures: tuple[Signature, ...]
     #: Triaged corpus files that show it, relative to the corpus directory.
     files: tuple[str, ...]
@@ -137,7 +139,7 @@ class KnownBug:
 
     def applies(self, case: Case) -> bool:
         """Whether ``case`` meets the precondition (its family is one of the record's)."""
-        return case.family in self.families and resolve_precondition(self.precondition)(case)
+        return case.family in self.families and any(resolve_precondition(p)(case) for p in self.precondition)
 
     def explains(self, case: Case, verdict: Verdict) -> bool:
         """Whether this bug explains ``verdict`` on ``case``: on the case itself, or (a checkpoint event) on the
@@ -238,7 +240,9 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
         if name not in families.MODULES:
             fail("families", f"unknown family {name!r} (known: {', '.join(sorted(families.MODULES))})")
     try:
-        resolve_precondition(text("precondition"))
+        conditions = (text("precondition"),) if isinstance(raw["precondition"], str) else texts("precondition")
+        for condition in conditions:
+            resolve_precondition(condition)
     except KnownBugsError as e:
         fail("precondition", str(e))
     for field, allowed in (("kind", KINDS), ("table", TABLES)):
@@ -282,7 +286,7 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
         fail("kind", f"{raw['kind']!r}, where its signatures show {kind!r} (the most serious of them: "
                      f"{', '.join(KINDS)})")
     return KnownBug(
-        id=raw["id"], title=text("title"), families=names, precondition=raw["precondition"],
+        id=raw["id"], title=text("title"), families=names, precondition=conditions,
         signatures=parsed, files=texts("files"),
         torch_seen=texts("torch_seen"), kind=raw["kind"], apis=tuple(raw["apis"]), api=raw["api"],
         table=raw["table"], summary=text("summary"), mechanism=text("mechanism"), source=tuple(raw["source"]),
