@@ -147,17 +147,18 @@ def dcp_load_into_fsdp1_where_a_rank_holds_no_piece_of_a_parameter(case: Case) -
     return any(chunk_leaves_a_rank_empty(p.shape[0], shards) for p in build_model(r).parameters() if p.dim())
 
 
-def checkpoint_with_shard_groups_lacking_rank_0(case: Case) -> bool:
-    """FSDP1 sharding over groups that leave global rank 0 out on some ranks: groups of one rank while the world has
-    more (HYBRID_SHARD over (n, 1), or the dp sub-mesh of a (1, tp) tensor-parallel mesh), or, with
-    use_orig_params=False (whose optimizer state dict broadcasts its keys from global rank 0), the dp sub-mesh of any
-    mesh with tp > 1; where a state dict is taken (a checkpoint event)."""
-    if not case.checkpoint:
+def optimizer_state_dict_over_a_group_without_rank_0(case: Case) -> bool:
+    """FSDP1 with use_orig_params=False (whose optimizer state dict broadcasts its keys from global rank 0) over a
+    process group that leaves global rank 0 out on some ranks: a shard group of one rank while the world has more
+    (HYBRID_SHARD over (n, 1), or the dp sub-mesh of a (1, tp) mesh: FSDP1 runs it as NO_SHARD, and get_state_dict
+    passes that group), or the dp sub-mesh of any mesh with tp > 1; where a state dict is taken (a checkpoint
+    event)."""
+    if not case.checkpoint or case.plan.use_orig_params:
         return False
     one = case.mesh.axis_size("dp_shard") == 1 and case.world_size > 1
     if one and ((case.family == "fsdp1" and case.plan.sharding in HYBRID) or case.family == "fsdp1_tp"):
         return True
-    return case.family == "fsdp1_tp" and case.mesh.axis_size("tp") > 1 and not case.plan.use_orig_params
+    return case.family == "fsdp1_tp" and case.mesh.axis_size("tp") > 1
 
 
 def hybrid_sharded_recipe(case: Case) -> bool:

@@ -48,10 +48,6 @@ def full_state_dict(case: Case) -> bool:
     return case.family == "fsdp1_tp" and (c.save in ("full", "fsdp1_full") or (c.save == "dcp" and c.full_state_dict))
 
 
-def local_state_dict(case: Case) -> bool:
-    return case.family == "fsdp1_tp" and case.checkpoint.save == "fsdp1_local"
-
-
 def compiled_tensor_parallel_unit_after_another_shape(case: Case) -> bool:
     """The model compiled, and a tensor-parallel block (attention or MLP) that is an FSDP1 instance of its own
     (FSDP1's forward is a graph break: the block's forward is a frame of its own) after a block of the same kind
