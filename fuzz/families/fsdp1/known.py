@@ -98,9 +98,10 @@ def tied_weight_low_precision_gradient(case: Case) -> bool:
 
 
 def stateless_optimizer_through_dcp(case: Case) -> bool:
+    """Plain SGD (no state tensors) saved through DCP and loaded by FSDP1's SHARDED recipe."""
     c = case.checkpoint
     return (bool(c) and case.family in fsdp1_families() and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
-            and case.train.optimizer == "sgd" and not case.train.momentum)
+            and c.load_way == "fsdp1_sharded" and case.train.optimizer == "sgd" and not case.train.momentum)
 
 
 def hybrid_rank0_only(case: Case) -> bool:
