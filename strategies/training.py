@@ -30,7 +30,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import LOSSES, OPTIMIZERS, ZERO_GRAD_MODES, Freeze, ModelSpec, ParamGroup, TrainSpec, under
-from parityfuzz.case.training import input_requires_grad
+from parityfuzz.case.training import entry_linears, input_requires_grad
 from parityfuzz.strategies.coins import RARE
 
 #: An autocast region around forward and loss in 1 case of 3 (where the model is float32), bfloat16 twice as often
@@ -193,11 +193,11 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
 
 @st.composite
 def _overflow_form(draw, model: ModelSpec, train: TrainSpec) -> TrainSpec:
-    """How the overflow happens (half the time, where the model has a Linear whose input needs no gradient): in the
-    loss (every gradient overflows, on every rank after the reduction), or in one feature of that Linear's output
-    gradient (its weight row alone: after the reduction in one rank's shard); shrinks to the loss."""
-    rows = [p for p, node in model.body.walk("body")
-            if node.kind == "linear" and not input_requires_grad(model, train, p)]
+    """How the overflow happens (half the time, where the model has a Linear whose input needs no gradient: a Linear,
+    an MLP's fc1, an attention's q, k or v first in the body): in the loss (every gradient overflows, on every rank
+    after the reduction), or in one feature of that Linear's output gradient (its weight row alone: after the
+    reduction in one rank's shard); shrinks to the loss."""
+    rows = [p for p in entry_linears(model) if not input_requires_grad(model, train, p)]
     if not rows or not draw(st.booleans()):
         return train
     return dataclasses.replace(train, overflow_in=draw(st.sampled_from(rows)))

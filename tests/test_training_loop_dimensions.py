@@ -531,6 +531,22 @@ def test_an_overflow_in_one_shard_is_skipped_by_every_rank_and_a_rank_deciding_a
     assert verify_case(spike, executor).ok
 
 
+#: The overflow in the first Linear inside a layer: an MLP's fc1 takes the MLP's input (which needs no gradient
+#: here); its fc2 does not (fc1 trains before it).
+MLP_ROW = dataclasses.replace(ROW, model=ModelSpec(body=Node("seq", children=(Node("mlp", hidden=8),))),
+                              train=dataclasses.replace(ROW.train, overflow_in="body.0.fc1"))
+
+
+def test_an_overflow_in_a_layers_first_linear_is_drawn_validated_and_caught(executor):
+    MLP_ROW.validate()
+    with pytest.raises(CaseError) as e:
+        dataclasses.replace(MLP_ROW, train=dataclasses.replace(MLP_ROW.train, overflow_in="body.0.fc2")).validate()
+    assert e.value.field == "train.overflow_in"
+    assert verify_case(MLP_ROW, executor).ok
+    verdict = verify_case(dataclasses.replace(MLP_ROW, system="tests.faults:ScalerDecidesOnItsOwnShard"), executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.check == "skipped_step", verdict.describe()
+
+
 def test_the_users_strategy_draws_an_overflow_in_one_row():
     quick = settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
                      phases=(Phase.generate,))

@@ -159,6 +159,18 @@ class Delay:
     ms: int = 5
 
 
+#: The Linears inside a layer that take the layer's own input (``TrainSpec.overflow_in`` may name them).
+ENTRY_SUBMODULES = {"mlp": ("fc1",), "attention": ("q", "k", "v")}
+
+
+def entry_linears(model: ModelSpec) -> list[str]:
+    """The body's Linears that take the input of the module they sit in: a Linear node, an MLP's fc1, an attention's
+    q, k and v (whose inputs need a gradient exactly where their layer's does)."""
+    return [path for node_path, node in model.body.walk("body")
+            for path in ([node_path] if node.kind == "linear" else
+                         [f"{node_path}.{sub}" for sub in ENTRY_SUBMODULES.get(node.kind, ())])]
+
+
 def input_requires_grad(model: ModelSpec, t: TrainSpec, path: str) -> bool:
     """Whether the activations reaching the module at ``path`` require grad in every pass of the training: the
     whole model's forwards and, for a module inside the non-root pass's, that pass's (fed fresh inputs)."""
@@ -206,9 +218,9 @@ def validate_train(t: TrainSpec, model: ModelSpec) -> None:
     check(t.scaler in SCALERS and (not t.scaler or t.loss_scale), "train.scaler",
           f"must be one of {SCALERS}, and '' without loss scaling, got {t.scaler!r}")
     if t.overflow_in:
-        nodes = dict(model.body.walk("body"))
-        check(bool(t.overflow_at) and t.overflow_in in nodes and nodes[t.overflow_in].kind == "linear",
-              "train.overflow_in", f"must name a Linear of the body, with overflow_at set, got {t.overflow_in!r}")
+        check(bool(t.overflow_at) and t.overflow_in in entry_linears(model), "train.overflow_in",
+              f"must name a Linear of the body fed the input of its module (a Linear, an MLP's fc1, an attention's "
+              f"q, k or v), with overflow_at set, got {t.overflow_in!r}")
         check(not input_requires_grad(model, t, t.overflow_in), "train.overflow_in",
               f"{t.overflow_in!r}'s input requires grad: the overflow would flow on to every earlier gradient (the "
               "loss spike's form), not stay in its own weight row")
