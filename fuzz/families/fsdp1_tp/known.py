@@ -39,8 +39,18 @@ def fsdp1_over_a_frozen_tensor_parallel_parameter(case: Case) -> bool:
 
 
 def sharded_round_trip(case: Case) -> bool:
-    return bool(case.checkpoint) and case.family == "fsdp1_tp" and case.checkpoint.save in (
-        "dcp", "fsdp1_sharded") and not case.checkpoint.full_state_dict
+    """Sharded optimizer state of FSDP1 on a tensor-parallel mesh loaded through set_state_dict (not FSDP1's own
+    SHARDED recipe: :func:`sharded_recipe`)."""
+    c = case.checkpoint
+    return (bool(c) and case.family == "fsdp1_tp" and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
+            and c.load_way == "dcp" and case.mesh.axis_size("tp") > 1)
+
+
+def sharded_recipe(case: Case) -> bool:
+    """FSDP1's SHARDED recipe (load_sharded_optimizer_state_dict) over a dp sub-mesh smaller than the world."""
+    c = case.checkpoint
+    return bool(c) and case.family == "fsdp1_tp" and c.load_way == "fsdp1_sharded" and case.world_size > \
+        case.mesh.axis_size("dp_shard")
 
 
 def full_state_dict(case: Case) -> bool:
