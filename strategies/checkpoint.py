@@ -83,11 +83,12 @@ def _rollback_ok(case: Case) -> bool:
 def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollback: bool | None = None) -> Case:
     """``case`` (trained for at least 2 steps) with a checkpoint event; validated.  ``rollback``: True, a rollback
     where the case can take one (nothing reshards then), False never; None: :data:`ROLLBACK`'s coin."""
-    if case.train.steps < 2:
-        case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=2))
+    least = 3 if rollback else 2  # (a rollback needs a step after the save to roll back from)
+    if case.train.steps < least:
+        case = dataclasses.replace(case, train=dataclasses.replace(case.train, steps=least))
     if case.train.loss_scale:  # the checkpoint keeps no gradient scaler (validate_checkpoint)
         case = dataclasses.replace(case, train=case.train.unscaled())
-    step = draw(st.integers(1, case.train.steps - 1))
+    step = draw(st.integers(1, case.train.steps - (2 if rollback else 1)))
     save = draw(st.sampled_from(saves_from(case)))
     # (flattened where it may be: a pipelined system on either side needs it, and the options are drawn below)
     event = Checkpoint(step=step, save=save, flatten_optimizer=save in ("dcp", "full"))
