@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case
 from parityfuzz.case.errors import CaseError
 from parityfuzz.case.training import input_requires_grad
+from parityfuzz.strategies.models import CONTAINERS
 
 #: The coin that makes an eligible checkpoint reentrant: 1 in 3, shrinking to non-reentrant.
 REENTRANT = st.sampled_from((False, False, True))
@@ -43,35 +44,32 @@ REENTRANT_ON = st.sampled_from((False, True, True))
 MOVE = st.sampled_from((False, True, True, True))
 #: Module kinds whose forward draws random numbers: what a recompute must replay alike.
 RANDOM = ("dropout",)
-CONTAINERS = ("seq", "block", "residual", "twice", "gate")
 
 
-def _rank(case: Case, path: str) -> int:
-    """How likely a reentrant checkpoint at ``path`` is to meet a bug, lowest first: 0 with a random op inside (the
-    recompute must replay its masks), 1 a container (a block called twice, a gate), 2 a single module."""
-    node = dict(case.model.body.walk("body")).get(path)  # (None: a module inside a layer, an MLP's fc1)
-    if node is None:
-        return 2
-    return 0 if any(n.kind in RANDOM for _, n in node.walk(path)) else 1 if node.kind in CONTAINERS else 2
+def _ranks(case: Case) -> dict[str, int]:
+    """How likely a reentrant checkpoint at each body module is to meet a bug, lowest first: 0 with a random op
+    inside (the recompute must replay its masks), 1 a container (a block called twice, a gate), 2 a single module
+    (and, absent here, a module inside a layer: an MLP's fc1)."""
+    return {path: 0 if any(n.kind in RANDOM for _, n in node.walk(path)) else 1 if node.kind in CONTAINERS else 2
+            for path, node in case.model.body.walk("body")}
 
 
 @st.composite
 def _moved(draw, case: Case):
     """``case``'s plan with its first checkpoint moved (a wrapper-API checkpoint, :data:`MOVE`) to a place that can be
-    reentrant (its input requires grad) and ranks better (:func:`_rank`) than every checkpoint that already can;
+    reentrant (its input requires grad) and ranks better (:func:`_ranks`) than every checkpoint that already can;
     None where there is no such place.  For a swarm configuration that switched ``reentrant`` on: the plan's own
     checkpoints sit where it cannot (before any module with parameters) or around nothing it would change.
     Shrinks to not moving."""
-    checkpoints = case.plan.checkpoints
-    now = min((_rank(case, c.path) for i, c in enumerate(checkpoints) if eligible(case, i)), default=3)
+    checkpoints, ranks = case.plan.checkpoints, _ranks(case)
+    now = min((ranks.get(c.path, 2) for i, c in enumerate(checkpoints) if eligible(case, i)), default=3)
     taken = {c.path for c in checkpoints}
-    places = [p for p, _ in case.model.body.walk("body")
-              if p not in taken and input_requires_grad(case.model, case.train, p)]
-    best = min((_rank(case, p) for p in places), default=3)
+    places = [p for p in ranks if p not in taken and input_requires_grad(case.model, case.train, p)]
+    best = min((ranks[p] for p in places), default=3)
     if best >= now or not draw(MOVE):
         return None
     first = checkpoints[0]
-    path = draw(st.sampled_from([p for p in places if _rank(case, p) == best]))
+    path = draw(st.sampled_from([p for p in places if ranks[p] == best]))
     moved = (dataclasses.replace(first, path=path, api=first.api if first.api != "composable" else "wrapper"),
              *checkpoints[1:])
     plan = dataclasses.replace(case.plan, checkpoints=moved)
@@ -83,8 +81,7 @@ def reentrant(draw, case: Case, switched: bool | None = None):
     """``case``'s plan with some of its eligible checkpoints reentrant (the plan itself where none is).
     ``switched``: whether a swarm configuration switched ``reentrant`` on (then two eligible checkpoints in three,
     the first checkpoint moved first (:data:`MOVE`) to a likelier place where it can be, and made reentrant there:
-    :func:`_moved`) or off
-    (none); None: :data:`REENTRANT`'s coin."""
+    :func:`_moved`) or off (none); None: :data:`REENTRANT`'s coin."""
     checkpoints = getattr(case.plan, "checkpoints", ())
     moved = draw(_moved(case)) if switched and checkpoints else None
     if moved is not None:

@@ -251,8 +251,9 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
     for api in texts("apis"):
         if not re.fullmatch(r"torch(\.\w+)+", api):
             fail("apis", f"{api!r} is not a dotted path under torch (torch.distributed.fsdp.fully_shard)")
-    if raw["api"] != api_by_rule(tuple(raw["apis"])):
-        fail("api", f"{raw['api']!r}, where the rule gives {api_by_rule(tuple(raw['apis']))!r} for its apis "
+    rule = api_by_rule(tuple(raw["apis"]))
+    if raw["api"] != rule:
+        fail("api", f"{raw['api']!r}, where the rule gives {rule!r} for its apis "
                     f"(private: an underscore name; experimental: said so by the path or the docstring)")
     for place in texts("source"):
         if not re.fullmatch(r"torch/[\w/]+\.py:[\w.]+:\d+", place):

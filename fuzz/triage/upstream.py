@@ -103,19 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     scripts = args.known_bugs.parent / "upstream"
     chosen = unreported(bugs)
     missing = [b for b in chosen if not script_path(b, scripts).is_file()]
+    drafted = [b for b in chosen if b not in missing]
     args.output.mkdir(parents=True, exist_ok=True)
-    versions = collect_env() if any(b not in missing for b in chosen) else ""
-    for bug in chosen:
+    versions = collect_env() if drafted else ""
+    for bug in drafted:
         path = script_path(bug, scripts)
-        if bug in missing:
-            continue
         run = None if args.no_run else run_script(path, args.timeout)
         (args.output / f"{bug.id}.md").write_text(draft(bug, path.read_text(), run, versions))
         print(f"{args.output / (bug.id + '.md')}" + ("" if run is None else f" (its script exited {run[0]})"))
     for bug in missing:
         print(f"no torch-only script yet ({script_path(bug, scripts).relative_to(scripts.parent.parent)}): "
               f"{bug.id}", file=sys.stderr)
-    print(f"{len(chosen) - len(missing)} of {len(chosen)} unreported records drafted", file=sys.stderr)
+    print(f"{len(drafted)} of {len(chosen)} unreported records drafted", file=sys.stderr)
     return 1 if missing else 0
 
 
