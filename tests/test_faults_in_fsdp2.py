@@ -78,8 +78,9 @@ SEEDS = [(f, 1) if f not in LONG_SEED_1 else pytest.param(f, 1, marks=pytest.mar
 def test_a_short_fuzz_run_finds_and_shrinks_the_fault(executor, tmp_path, fault, seed):
     _, _, shows = FAULTS[fault]
     hsdp = fault == "ReplicaNotAllReduced"  # needs a 2-D mesh with replicas: world size 4
-    # 100 cases: with the training-loop dimensions drawn too, seed 1 meets the bf16 faults' situation at case 63-65
-    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=100, max_shrink_runs=20,
+    # Up to one round of cases (the run stops at its first failure): a bf16 fault's situation (bf16 parameters with
+    # a float32 reduction or output in one policy) is about 5% of world-size-2 draws, met in clumps of neighbours.
+    stats = fuzz(executor, tmp_path, f"tests.faults:{fault}", seed=seed, max_cases=250, max_shrink_runs=20,
                  world_sizes=(4,) if hsdp else (2,), locate=fault == "UnevenShardGradOff")
     # (one failure, or two where the shrink slipped to another signature of the fault and kept the first found too)
     assert 1 <= len(stats.failures) <= 2 and all(shows(g.case) for g in stats.failures), stats.summary_line()

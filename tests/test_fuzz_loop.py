@@ -78,7 +78,9 @@ LOCATED = {
 def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     """Also: where the fault acts in the gradients of some modules only, the mismatch's origin names one."""
     system = f"tests.faults:{fault}"
-    stats = fuzz(executor, tmp_path, system, max_shrink_runs=150, locate=fault in LOCATED)
+    # Shrunk as a run shrinks: Hypothesis's shrink, then the reduction's single simplifications (a few runs: where
+    # the shrink stopped at a local minimum, e.g. two activations it could not drop together, they finish it).
+    stats = fuzz(executor, tmp_path, system, max_shrink_runs=150, max_reduce_runs=20, locate=fault in LOCATED)
     # The shrunk failure first; where the shrink slipped to another kind of tensor or check, the case first found
     # is kept after it (a fault seen on a gradient in one case may show on a parameter in a smaller one).
     f, *slipped = stats.failures
@@ -96,7 +98,7 @@ def test_injected_fault_is_found_and_shrunk(executor, tmp_path, fault, shows):
     if fault in LOCATED:
         origin = f.verdict.origin
         assert origin is not None and origin.what == "grad" and LOCATED[fault](f.case, origin.module), origin
-    assert f.case.world_size == 2 and f.case.seed == 0
+    assert f.case.world_size <= 2 and f.case.seed == 0  # (the reduction may go to one rank where the fault acts)
     entry = corpus.load(f.corpus_path)
     assert entry.case == f.case and entry.expect == "fail"
     assert verify_case(entry.case, executor).kind == "mismatch"  # the saved case replays to the same verdict
@@ -160,7 +162,11 @@ def test_stop_after_one_stops_at_the_first_failure(executor, tmp_path):
     test_a_run_goes_on_after_a_failure_and_reports_another_bug, and tests/test_cli.py for the command line)."""
     stats = fuzz(executor, tmp_path, "tests.faults:OffloadForgetsUpdateAndBufferReset", max_cases=200,
                  max_shrink_runs=60, stop_after=1)
-    assert len(stats.failures) == 1 and stats.cases < 200
+    # One round's failures: its shrunk failure, and the case it first found where the shrink slipped from one of
+    # the two faults to the other (both carry the round's finding time); no second round began.
+    assert 1 <= len(stats.failures) <= 2 and stats.cases < 200
+    assert len({(f.cases_to_find, f.found_at) for f in stats.failures}) == 1
+    assert len({f.verdict.bug_signature() for f in stats.failures}) == len(stats.failures)
 
 
 def test_a_failure_meeting_a_known_bug_precondition_and_signature_passes_with_a_note(executor, tmp_path,
