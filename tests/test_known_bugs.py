@@ -55,7 +55,7 @@ def test_a_known_failure_replays_as_an_xfail_only_when_it_fails_as_recorded():
     """A corpus file expecting its known bug must not hide another failure of its case (a new bug, a harness
     regression): the replay xfails only on the recorded verdict's signature, or another one the known bug
     listing the file explains."""
-    from parityfuzz.test_corpus import fails_as_recorded
+    from parityfuzz.triage.replay import fails_as_recorded
 
     bug = next(b for b in known.shipped() if b.signature_strings() == ["mismatch:checkpoint:loaded", "hang"])
     entry = corpus.load(CORPUS / bug.files[0])

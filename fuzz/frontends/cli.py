@@ -6,6 +6,7 @@
     parityfuzz export FILE -o repro.py     a standalone torchrun script that imports only torch
     parityfuzz report RUN.json -o report.html
     parityfuzz upstream -o drafts/ [--record ID] [--no-run]   bug-report drafts of the unreported known bugs
+    parityfuzz versions run | table [--write]   the corpus replayed on the installed torch; the table of versions
 
 ``fuzz`` and ``replay`` run pytest over the fuzz targets shipped in the package, from the current directory
 (its ``corpus/`` unless ``--corpus-dir`` says otherwise; its pytest configuration), and take every option
@@ -58,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("-o", "--output", required=True, metavar="PATH")
     commands.add_parser("upstream", help="write bug-report drafts of the known bugs no upstream issue reports",
                         add_help=False)
-    if argv and argv[0] == "upstream":  # everything after the command is its own
-        from parityfuzz.triage import upstream
+    commands.add_parser("versions", help="replay the corpus on the installed torch; the table of torch versions",
+                        add_help=False)
+    if argv and argv[0] in ("upstream", "versions"):  # everything after the command is its own
+        from parityfuzz.triage import upstream, versions
 
-        return upstream.main(argv[1:])
+        return {"upstream": upstream, "versions": versions}[argv[0]].main(argv[1:])
     if argv and argv[0] in ("fuzz", "replay"):  # everything after the command is pytest's
         paths = targets() if argv[0] == "fuzz" else [str(PACKAGE / REPLAY)]
         return _pytest(paths, argv[1:])

@@ -153,9 +153,16 @@ def load(path: Path | str) -> Entry:
                  known_issue=doc.get("known_issue"), note=doc.get("note") or "")
 
 
+#: The folder of a corpus that holds the results of replaying it on each torch version
+#: (:mod:`parityfuzz.triage.versions`), not cases.
+VERSIONS_DIR = "versions"
+
+
 def discover(corpus_dir: Path | str) -> list[Path]:
-    """Every ``*.json`` file below ``corpus_dir`` (sorted), temporary files excluded."""
+    """Every ``*.json`` file below ``corpus_dir`` (sorted), temporary files and the versions folder's results
+    (:data:`VERSIONS_DIR`) excluded."""
     root = Path(corpus_dir)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.rglob("*.json") if not p.name.startswith("."))
+    return sorted(p for p in root.rglob("*.json")
+                  if not p.name.startswith(".") and p.relative_to(root).parts[0] != VERSIONS_DIR)

@@ -136,6 +136,14 @@ class KnownBug:
     #: What torch promises that the bug breaks: the documentation or source line (file, API, quoted words).
     violates: str
     upstream: Upstream
+    #: The first torch release whose replay of every file of the record passes (``parityfuzz versions``); ``""``
+    #: while none does.  From that release on, its files are regression cases: they must pass
+    #: (:func:`parityfuzz.triage.replay.expected`).
+    fixed_in: str = ""
+
+    def fixed(self, torch_version: str) -> bool:
+        """Whether ``torch_version`` (``torch.__version__``) is ``fixed_in`` or later."""
+        return bool(self.fixed_in) and version_key(torch_version) >= version_key(self.fixed_in)
 
     def applies(self, case: Case) -> bool:
         """Whether ``case`` meets the precondition (its family is one of the record's)."""
@@ -208,6 +216,13 @@ def known_bug(case: Case, verdict: Verdict, bugs: tuple[KnownBug, ...] | None = 
 
 _FIELDS = {"id", "title", "families", "precondition", "signatures", "files", "torch_seen", "kind", "apis", "api",
            "table", "summary", "mechanism", "source", "violates", "upstream"}
+#: The fields a record may leave out.
+_OPTIONAL = {"fixed_in"}
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A torch version's release numbers (``2.14.1+cu130`` -> ``(2, 14, 1)``), for ordering."""
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0].split("a")[0].split("rc")[0])[:3])
 
 
 def _record(path: Path, index: int, raw: dict) -> KnownBug:
@@ -218,8 +233,11 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
 
     for f in sorted(_FIELDS - set(raw)):
         fail(f, "missing")
-    for f in sorted(set(raw) - _FIELDS):
-        fail(f, f"unknown field (fields: {', '.join(sorted(_FIELDS))})")
+    for f in sorted(set(raw) - _FIELDS - _OPTIONAL):
+        fail(f, f"unknown field (fields: {', '.join(sorted(_FIELDS | _OPTIONAL))})")
+    fixed_in = raw.get("fixed_in", "")
+    if fixed_in and not (isinstance(fixed_in, str) and re.fullmatch(r"\d+\.\d+\.\d+", fixed_in)):
+        fail("fixed_in", f"{fixed_in!r} is not a torch release (2.14.1)")
 
     def text(field: str, value=None) -> str:
         value = raw[field] if value is None else value
@@ -292,7 +310,7 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
         torch_seen=texts("torch_seen"), kind=raw["kind"], apis=tuple(raw["apis"]), api=raw["api"],
         table=raw["table"], summary=text("summary"), mechanism=text("mechanism"), source=tuple(raw["source"]),
         violates=raw["violates"],
-        upstream=Upstream(up["status"], tuple(up["links"]), text("upstream.notes", up["notes"])))
+        upstream=Upstream(up["status"], tuple(up["links"]), text("upstream.notes", up["notes"])), fixed_in=fixed_in)
 
 
 def _signature(fail, index: int, raw) -> Signature:

@@ -23,7 +23,7 @@ def render(bugs: tuple[KnownBug, ...], table: str) -> str:
     rows = ["| kind | bug | upstream | corpus files |", "|---|---|---|---|"]
     for b in sorted((b for b in bugs if b.table == table), key=lambda b: KINDS.index(b.kind)):
         links = ", ".join(_link(x) for x in b.upstream.links)
-        upstream = b.upstream.status + (f": {links}" if links else "")
+        upstream = b.upstream.status + (f": {links}" if links else "") + (f"; fixed in {b.fixed_in}" if b.fixed_in else "")
         files = ", ".join(f"`{f.removesuffix('.json')}`" for f in b.files)
         rows.append(f"| {b.kind} | {b.summary} | {upstream} | {files} |")
     return "\n".join(rows)
