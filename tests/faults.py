@@ -1196,6 +1196,30 @@ class StageAccumulatesInComputeDtype(_InsidePipeline):
         _patch_once(FSDPParam, "to_accumulated_grad_if_needed", lambda original: lambda fsdp_param: None)
 
 
+class UnitsAccumulateInComputeDtype(_InsidePipeline):
+    """:class:`StageAccumulatesInComputeDtype` confined to the ``fully_shard`` units nested in a stage (torchtitan's
+    blocks, ``shard_units``): a non-root FSDP2 group's microbatch gradients add up in bfloat16 where its policy says
+    float32; the stage roots' own groups accumulate as documented."""
+
+    def inject(self):
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+        def make(original):
+            def post_backward(group, *unused):
+                if group.reduce_grads or group.modules[0]._get_fsdp_state()._is_root is not False:
+                    return original(group, *unused)
+                for fsdp_param in group.fsdp_params:
+                    fsdp_param.to_accumulated_grad_if_needed = lambda: None
+                try:
+                    return original(group, *unused)
+                finally:
+                    for fsdp_param in group.fsdp_params:
+                        del fsdp_param.to_accumulated_grad_if_needed
+            return post_backward
+
+        _patch_once(FSDPParamGroup, "post_backward", make)
+
+
 class SequenceParallelGradNotReducedInStages(_InsidePipeline):
     """:class:`SequenceParallelGradNotReduced` under pipelining: a sequence-parallel norm inside a stage keeps its
     tp-rank's partial gradient (what the pipeline family's tensor parallelism must be checked for)."""

@@ -356,23 +356,46 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_pipeline_fault(executor, tmp_pat
     assert FAULTS[fault][1](f.case), f.case.to_json(indent=1)
 
 
-@pytest.mark.parametrize("schedule, unit_reshard", [("1f1b", False), ("interleaved_1f1b", True)])
-def test_fully_shard_on_each_block_then_the_stage_trains_like_the_unsplit_model(executor, schedule, unit_reshard):
-    """torchtitan's composition: fully_shard on every top-level module of a stage, then on the stage."""
-    case = pipeline_case(schedule, dp=2, shard_units=True, unit_reshard_after_forward=unit_reshard).validate()
+@pytest.mark.parametrize("schedule, unit_reshard, precision", [
+    ("interleaved_1f1b", True, StagePrecision()),
+    ("1f1b", False, StagePrecision(param_dtype="bfloat16", reduce_dtype="float32", output_dtype="float32"))])
+def test_fully_shard_on_each_block_then_the_stage_trains_like_the_unsplit_model(executor, schedule, unit_reshard,
+                                                                                  precision):
+    """torchtitan's composition: fully_shard on every top-level module of a stage, then on the stage, each with the
+    stage's MixedPrecisionPolicy (every unit casts its output to float32 and the next one back to bfloat16)."""
+    case = pipeline_case(schedule, dp=2, shard_units=True, unit_reshard_after_forward=unit_reshard,
+                         precision=precision)
+    case = dataclasses.replace(case, train=dataclasses.replace(case.train, dtype="float32")).validate()
     assert "pp:fully_shard_units" + ("" if unit_reshard else ",no_reshard_after_forward") in case.features()
     verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
 
 
-def test_blocks_sharded_inside_stages_need_fully_shard_and_no_mixed_precision_and_are_drawn():
+def test_units_accumulating_in_the_compute_dtype_are_found_and_the_stage_roots_alone_do_not_show_it(executor):
+    """A fault inside FSDP2 that only the nested units meet: their microbatch gradients add up in bfloat16 where the
+    policy (given to each unit as to the stage) says float32.  One fully_shard per stage: the fault does not act."""
+    mp = StagePrecision(param_dtype="bfloat16", reduce_dtype="float32")
+    case = pipeline_case("1f1b", dp=2, micro=4, shard_units=True, precision=mp)
+    case = dataclasses.replace(case, train=dataclasses.replace(case.train, dtype="float32"),
+                               system="tests.faults:UnitsAccumulateInComputeDtype").validate()
+    verdict = verify_case(case, executor)
+    assert verdict.kind == "mismatch" and verdict.divergence.what == "grad", verdict.describe()
+    stages_alone = dataclasses.replace(case, plan=dataclasses.replace(case.plan, shard_units=False)).validate()
+    assert verify_case(stages_alone, executor).ok
+
+
+def test_blocks_sharded_inside_stages_need_fully_shard_and_a_cast_back_between_units_and_are_drawn():
+    """A unit that receives the unit before's float32 output must cast it to its bfloat16 (cast_forward_inputs),
+    even inside a single stage; a plan without fully_shard has no units."""
+    mixed = StagePrecision(param_dtype="bfloat16", output_dtype="float32", cast_forward_inputs=False)
+    one_stage = dataclasses.replace(pipeline_case("gpipe", pp=1, dp=2, shard_units=True, precision=mixed),
+                                    world_size=2)
     for case, field in [(pipeline_case("1f1b", dp=1, shard_units=True), "plan.shard_units"),
-                        (pipeline_case("1f1b", dp=2, shard_units=True, precision=StagePrecision(param_dtype="bfloat16")),
-                         "plan.shard_units")]:
+                        (one_stage, "plan.precision.cast_forward_inputs")]:
         with pytest.raises(CaseError) as e:
             dataclasses.replace(case, train=dataclasses.replace(case.train, dtype="float32")).validate()
         assert e.value.field == field, str(e.value)
     from tests.drawing import find
 
-    find(cases(family="pipeline", world_sizes=(4,)), lambda c: c.plan.shard_units,
+    find(cases(family="pipeline", world_sizes=(4,)), lambda c: c.plan.shard_units and c.mixed_precision(),
          settings=settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), database=None))

@@ -215,7 +215,7 @@ def stage_source(case: Case) -> str:
         if plan.shard_units:  # torchtitan's: each top-level module of the stage, then the stage
             lines.append("for unit in STAGE_UNITS[index]:")
             lines.append(f'    fully_shard(resolve(whole, unit), mesh=mesh["dp_shard"], '
-                         f'reshard_after_forward={plan.unit_reshard_after_forward})')
+                         f'reshard_after_forward={plan.unit_reshard_after_forward}{policy})')
         lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward}'
                      f'{policy})')
         checkpoints(False)

@@ -138,7 +138,7 @@ class PipelineSystem(TensorParallel, System):
             if sharded:
                 for unit in units[index] if plan.shard_units else ():  # torchtitan's: each block, then the stage
                     fully_shard(resolve(model, unit), mesh=mesh["dp_shard"],
-                                reshard_after_forward=plan.unit_reshard_after_forward)
+                                reshard_after_forward=plan.unit_reshard_after_forward, **mp_policy(plan.precision))
                 fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward,
                             **mp_policy(plan.precision))
                 for c in held:

@@ -124,8 +124,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
                         checkpoints=draw(checkpoints(model, first)), tp=styles, loss_parallel=loss_parallel,
                         precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else StagePrecision())
-    if "dp_shard" in mesh.names and not plan.mixed_precision() and draw(st.booleans()):
-        # torchtitan's composition: fully_shard on each block of a stage, then on the stage (shrinks to the stage's)
+    if "dp_shard" in mesh.names and draw(st.booleans()):
+        # torchtitan's composition: fully_shard on each block of a stage, then on the stage, each with the stage's
+        # MixedPrecisionPolicy (shrinks to the stage's alone)
         plan = dataclasses.replace(plan, shard_units=True, unit_reshard_after_forward=not draw(st.booleans()))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb, swarm=swarm)

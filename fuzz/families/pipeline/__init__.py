@@ -155,8 +155,6 @@ def validate(case: Case) -> None:
     require(t.batch % plan.microbatches == 0, rules.EVEN_MICROBATCHES, "plan.microbatches",
             f"a batch of {t.batch} in {plan.microbatches} microbatches")
     check(not plan.shard_units or "dp_shard" in mesh.names, "plan.shard_units", "needs a 'dp_shard' mesh axis")
-    check(not (plan.shard_units and plan.mixed_precision()), "plan.shard_units",
-          "not with mixed precision (harness: the emulating reference models one fully_shard group per stage)")
     names = units(model)
     stages = plan.num_stages(mesh.axis_size("pp"))
     require(len(plan.cuts) == stages - 1 and all(a < b for a, b in zip((0, *plan.cuts), plan.cuts))
@@ -276,6 +274,7 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
                      + (f", mp_policy={policy}" if policy else "") + ")"
                      + (", after fully_shard on each of its top-level modules"
                         + ("" if plan.unit_reshard_after_forward else " (reshard_after_forward=False)")
+                        + (" with the same mp_policy" if policy else "")
                         if plan.shard_units else ""))
     for c in plan.checkpoints:
         when = ("before" if c.before else "after") + " fully_shard" if "dp_shard" in case.mesh.names else ""

@@ -97,10 +97,12 @@ def zero_bubble_expanded_gradient(case: Case) -> bool:
 
 def zero_bubble_fsdp_reshard_after_forward(case: Case) -> bool:
     """ScheduleInterleavedZeroBubble or ScheduleZBVZeroBubble with ``fully_shard(reshard_after_forward=True)`` on each
-    stage (the shrunk cases: pp 2 x dp_shard 2; ScheduleDualPipeV trained the same cases)."""
+    stage, or on the units inside it (``shard_units``: a unit's group is resharded after its forward alike; with
+    the stage's False and the units' True the units' weights get no gradient, with both False the case trains)
+    (the shrunk cases: pp 2 x dp_shard 2; ScheduleDualPipeV trained the same cases)."""
     plan = case.plan
     return (plan.schedule in ("interleaved_zero_bubble", "zbv") and "dp_shard" in case.mesh.names
-            and plan.reshard_after_forward)
+            and (plan.reshard_after_forward or (plan.shard_units and plan.unit_reshard_after_forward)))
 
 
 def scale_grads_over_accumulated_steps(case: Case) -> bool:

@@ -1,5 +1,6 @@
 """Mixed precision of the pipeline family: one FSDP2 ``MixedPrecisionPolicy`` given to every stage's ``fully_shard``
-(as torchtitan gives one policy to each stage's ``fully_shard`` calls), on a mesh with a ``dp_shard`` axis.
+(as torchtitan gives one policy to each stage's ``fully_shard`` calls), on a mesh with a ``dp_shard`` axis; under
+``shard_units`` to each unit's ``fully_shard`` too, as torchtitan gives it to each block's and the stage's.
 
 Every stage is the root of its own ``fully_shard`` tree.  It computes in ``param_dtype`` (the model's dtype without
 one), casts the floating-point inputs it receives to it where ``cast_forward_inputs`` (the first stage the model's
@@ -8,7 +9,11 @@ one is set; ``reduce_dtype`` reduces its gradients and, since every microbatch b
 sync off (``PipelineStage.backward_maybe_with_nosync``), accumulates them ("If also gradient reduction is disabled
 via set_requires_gradient_sync, then FSDP will accumulate gradients using reduce_dtype", ``MixedPrecisionPolicy``).
 So, as dtypes go, the pipelined model is one wrapped module: every layer sees ``param_dtype``, the loss is computed
-on the last stage's output dtype, parameters and gradients stay in the model's dtype.
+on the last stage's output dtype, parameters and gradients stay in the model's dtype.  Units inside a stage add
+casts at their boundaries (to ``output_dtype``, back to ``param_dtype`` by the next unit): ``output_dtype`` is
+float32 or the model's dtype, never less precise than ``param_dtype``, so each such round trip is exact, forward and
+backward, and the one-group-per-stage emulation stays bit for bit (the validation refuses the plans where the next
+unit would not cast back).
 
 Torch-free.
 """
@@ -66,15 +71,18 @@ def validate_precision(case: Case) -> None:
     if case.model.input != "embedding":
         check(mp.cast_forward_inputs or compute == master, "plan.precision.cast_forward_inputs",
               f"the first stage computes in {compute} but receives the model's {master} input: it must cast it")
-    if case.plan.cuts:  # a later stage receives the stage before's output
+    # a later stage receives the stage before's output; under shard_units a later unit the unit before's
+    units = case.plan.shard_units and any(len(u) > 1 for u in case.plan.stage_units(case.model))
+    if case.plan.cuts or units:
         check(mp.cast_forward_inputs or output == compute, "plan.precision.cast_forward_inputs",
-              f"a stage computes in {compute} but receives the stage before's {output} output: it must cast it")
+              f"a stage (or a unit) computes in {compute} but receives the {output} output of the one before: it "
+              "must cast it")
         # FSDP2 casts inputs to param_dtype only ("cast_forward_inputs: ... whether FSDP should cast the forward's
         # floating-point input tensors to param_dtype or not", MixedPrecisionPolicy): without one there is no cast
         check(bool(mp.param_dtype) or output == compute, "plan.precision.output_dtype",
-              f"a stage computes in {compute} (no param_dtype) but sends the next stage its {output} output, which "
-              "it would not cast (FSDP2 casts forward inputs to param_dtype only): the next stage's layers would "
-              "see two dtypes")
+              f"a stage (or a unit) computes in {compute} (no param_dtype) but sends the next its {output} output, "
+              "which it would not cast (FSDP2 casts forward inputs to param_dtype only): the next one's layers "
+              "would see two dtypes")
 
 
 def promise(case: Case) -> dtypes.Promise:
