@@ -38,14 +38,31 @@ def _markers(table: str) -> tuple[str, str]:
     return f"<!-- known-bugs:{table}:start -->", f"<!-- known-bugs:{table}:end -->"
 
 
+def replace_section(readme: str, start: str, end: str, body: str) -> str:
+    """``readme`` with what lies between the marker lines ``start`` and ``end`` replaced by ``body`` (ValueError
+    where a marker is missing)."""
+    pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
+    if not pattern.search(readme):
+        raise ValueError(f"the README has no {start} ... {end} section")
+    return pattern.sub(lambda _: f"{start}\n{body}\n{end}", readme)
+
+
+def write_or_check(readme: Path, new: str, check: bool, stale: str) -> int:
+    """Write ``new`` into ``readme`` (0), or with ``check`` say whether it already holds it (0, or 1 printing
+    ``stale``)."""
+    if not check:
+        readme.write_text(new)
+        return 0
+    if new != readme.read_text():
+        print(f"{readme}: {stale}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def updated(readme: str, bugs: tuple[KnownBug, ...]) -> str:
     """``readme`` with every table replaced by the one the data gives (ValueError where a marker is missing)."""
     for table in TABLES:
-        start, end = _markers(table)
-        pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
-        if not pattern.search(readme):
-            raise ValueError(f"the README has no {start} ... {end} section")
-        readme = pattern.sub(lambda _: f"{start}\n{render(bugs, table)}\n{end}", readme)
+        readme = replace_section(readme, *_markers(table), render(bugs, table))
     return readme
 
 
@@ -61,16 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.write or args.check):
         print("\n\n".join(render(bugs, t) for t in TABLES))
         return 0
-    text = args.readme.read_text()
-    new = updated(text, bugs)
-    if args.check:
-        if new != text:
-            print(f"{args.readme}: the known-bug tables differ from {args.known_bugs}: run "
-                  "python -m parityfuzz.triage.table --write", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(new)
-    return 0
+    return write_or_check(args.readme, updated(args.readme.read_text(), bugs), args.check,
+                          f"the known-bug tables differ from {args.known_bugs}: run python -m "
+                          "parityfuzz.triage.table --write")
 
 
 if __name__ == "__main__":

@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
 from parityfuzz.triage import corpus, replay
 from parityfuzz.triage.known import DEFAULT_PATH, KnownBug, shipped, version_key
+from parityfuzz.triage.table import replace_section, write_or_check
 
 CORPUS = DEFAULT_PATH.parent
 RESULTS = CORPUS / corpus.VERSIONS_DIR
@@ -132,14 +132,6 @@ def render(docs: list[dict], bugs: tuple[KnownBug, ...]) -> str:
     return "\n".join(rows + tail)
 
 
-def updated(readme: str, table: str) -> str:
-    start, end = MARKERS
-    pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
-    if not pattern.search(readme):
-        raise ValueError(f"the README has no {start} ... {end} section")
-    return pattern.sub(lambda _: f"{start}\n{table}\n{end}", readme)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="parityfuzz versions", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -171,19 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.write or args.check):
             print(table)
             return 0
-        readme = args.readme.read_text()
-        new = updated(readme, table)
+        new = replace_section(args.readme.read_text(), *MARKERS, table)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.check:
-        if new != readme:
-            print(f"{args.readme}: the versions table differs from {args.directory} (parityfuzz versions table "
-                  "--write)", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(new)
-    return 0
+    return write_or_check(args.readme, new, args.check,
+                          f"the versions table differs from {args.directory}: run parityfuzz versions table --write")
 
 
 if __name__ == "__main__":
