@@ -136,14 +136,16 @@ def promise(case: Case) -> dtypes.Promise:
 
 
 def expected_error(case: Case, device_type: str) -> ExpectedError | None:
-    """On a machine without an accelerator FSDP1 refuses CPU offload (it pins memory on the accelerator) and
+    """On a machine without an accelerator FSDP1 refuses CPU offload (it pins memory on the accelerator: a CPU build of
+    torch and a CUDA build without a GPU word the error differently) and
     ``sync_module_states`` (it broadcasts from the accelerator), with these errors, when it wraps.  Anywhere,
     a LOCAL state dict of instances given a ``device_mesh`` is refused at the save ("DeviceMesh is not
     compatible with LOCAL_STATE_DICT. Please set state_dict_type to SHARDED_STATE_DICT")."""
     if device_type == "cpu" and case.plan.sync_module_states:  # checked first when both are set
         return ExpectedError("ValueError", "`sync_module_states=True`, which requires them to be on GPU")
-    if device_type == "cpu" and case.plan.offload:
-        return ExpectedError("RuntimeError", "Cannot access accelerator device when none is available")
+    if device_type == "cpu" and case.plan.offload:  # (a CUDA build without a GPU says it in its own words)
+        return ExpectedError("RuntimeError", "Cannot access accelerator device when none is available"
+                                             "|Found no NVIDIA driver on your system")
     if case.checkpoint.save == "fsdp1_local" and case.family == "fsdp1" and case.plan.sharding in HYBRID \
             and case.plan.hybrid_via == "mesh":
         return ExpectedError("RuntimeError", "DeviceMesh is not compatible with LOCAL_STATE_DICT")
