@@ -1,0 +1,67 @@
+"""A block compiled on its own (block.compile(), as torchtitan compiles each transformer block) whose input is the
+local output of a RowwiseParallel module (use_local_output=True, the default) breaks the backward to the layers
+before it: with the block frozen its output does not require grad (the embedding silently gets no gradient); with it
+trainable the backward raises AttributeError "'Tensor' object has no attribute '_local_tensor'" in the redistribute's
+backward.  The same model in eager mode trains.
+
+    torchrun --nproc-per-node=2 tp-local-output-into-a-compiled-block.py   (CPU, gloo)
+
+Model: Embedding(8, 4) RowwiseParallel(input_layouts=Replicate()) over tp=2 -> Block (x + Linear(4, 4)(x)) -> sum; the block
+eager, or compiled with backend="aot_eager".  RowwiseParallel returns its all-reduced output as an
+AsyncCollectiveTensor view; that is the compiled block's input.  Prints, per case, whether the embedding's gradient
+matches a single-process run.  Exit 1: a compiled case differs or raises (the bug); exit 0: all match.
+Variants run: backend="inductor" (exit 1, the same two outcomes); the whole model compiled instead of the block
+(exit 0); ColwiseParallel(output_layouts=Replicate()) on a Linear(4, 4) in place of the rowwise embedding (exit 1);
+the embedding's output passed through .wait() / + 0 before the block (exit 0).
+"""
+import copy
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate
+from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+class Block(nn.Module):  # a residual block, as a transformer block is
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x + self.lin(x)
+
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+torch.manual_seed(0)
+ref = nn.Sequential(nn.Embedding(8, 4), Block())
+tokens = torch.tensor([[1, 2, 5, 7]])
+ref(tokens).sum().backward()
+bug = False
+for frozen in (True, False):
+    for compiled in (False, True):
+        model = copy.deepcopy(ref)
+        model.zero_grad(set_to_none=True)
+        model[1].requires_grad_(not frozen)
+        parallelize_module(model, mesh, {"0": RowwiseParallel(input_layouts=Replicate())})
+        if compiled:
+            torch._dynamo.reset()
+            model[1].compile(backend="aot_eager")
+        try:
+            out = model(tokens)
+            out.sum().backward() if out.requires_grad else None
+            g = model[0].weight.grad
+            ok = g is not None and torch.allclose(g.full_tensor(), ref[0].weight.grad)
+            msg = "embedding gradient None" if g is None else f"embedding gradient matches: {ok}"
+        except AttributeError as e:
+            ok, msg = False, f"AttributeError {e}"
+        bug |= not ok
+        if rank == 0:
+            print(f"block {'frozen   ' if frozen else 'trainable'} {'compiled' if compiled else 'eager   '}: {msg}"
+                  f"{'' if ok else '   <-- BUG'}")
+dist.barrier()  # lets every rank finish its sends before the group is torn down
+dist.destroy_process_group()
+sys.exit(1 if bug else 0)
