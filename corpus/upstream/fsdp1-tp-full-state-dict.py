@@ -14,7 +14,9 @@ sub-mesh (FULL_SHARD, use_orig_params=True), one Adam step.  Rank 0 prints:
 2. torch.distributed.checkpoint.state_dict with full_state_dict=True: set_model_state_dict(get_model_state_dict's
    full, plain tensors) on every rank.
 Exit 1: a FULL_STATE_DICT value is still tp-sharded or a load/save raised (the bug); exit 0: full and loadable.
-Variants run: mesh (dp=2, tp=1) on 2 processes (exit 0); use_orig_params=False (exit 1, the same).
+Variants run: no tensor parallelism (plain FSDP1, 2 processes; exit 0); mesh (dp=2, tp=1) on 2 processes, DTensor
+parameters without tp sharding: the values hold every element, but the optimizer's torch.save and
+set_model_state_dict fail the same (exit 1); use_orig_params=False (exit 1, the same three failures).
 """
 import io
 import sys
