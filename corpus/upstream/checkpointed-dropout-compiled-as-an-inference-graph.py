@@ -40,7 +40,9 @@ for checkpointed in (False, True):
         compiled(torch.randn(2, 4)).sum().backward()
         ok, msg = model[2].weight.grad is not None, "forward and backward ok"
     except Exception as e:  # torch._dynamo.exc.BackendCompilerFailed
-        ok, msg = False, f"{type(e).__name__}: {str(e).splitlines()[1 if len(str(e).splitlines()) > 1 else 0][:120]}"
+        lines = str(e).splitlines()
+        reason = next((line for line in lines if line.startswith("RuntimeError")), lines[0]).split(". ")[0]
+        ok, msg = False, f"{type(e).__name__}: {reason}"
     bug |= not ok
     print(f"Dropout {'checkpointed' if checkpointed else 'plain       '}: {msg}{'' if ok else '   <-- BUG'}")
 sys.exit(1 if bug else 0)

@@ -42,7 +42,8 @@ class Residual(nn.Module):
 def run(model, x, loss_fn, compiled):
     model = copy.deepcopy(model)
     checkpoint(model.body if hasattr(model, "body") else model.inner)
-    x = x.clone().requires_grad_(x.requires_grad)
+    x = x.detach().clone().requires_grad_(x.requires_grad)
+    torch._dynamo.reset()
     fn = torch.compile(model, backend="aot_eager") if compiled else model
     loss_fn(fn(x)).backward()
     return [p.grad for p in model.parameters()] + ([x.grad] if x.requires_grad else [])
@@ -60,7 +61,7 @@ for name, (model, x, loss_fn) in cases.items():
         err = max((g - e).abs().max().item() for g, e in zip(got, eager))
         ok, msg = err < 1e-5, f"max |gradient error| vs eager {err:.3g}"
     except Exception as e:  # torch.utils.checkpoint.CheckpointError, or the backend's error
-        ok, msg = False, f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+        ok, msg = False, f"{type(e).__name__}: {str(e).splitlines()[0].split(': ')[-1][:100]}"
     bug |= not ok
     print(f"case {name}: {msg}{'' if ok else '   <-- BUG'}")
 sys.exit(1 if bug else 0)

@@ -11,11 +11,12 @@ missing, falls back to per-tensor buf.mul_().add_(grad): a's plain buffer plus a
 dispatch.  Each run is compared with the same training of the plain model in one process.
 Prints, for foreach=True and foreach=False, whether two steps succeed and the parameters match.
 Exit 1: foreach=True fails or differs (the bug); exit 0: both match.
-Variants run: weight_decay=0 (exit 0); momentum=0 (exit 0); nothing frozen (exit 0); a frozen instead of b (exit 1);
-without implicit_replication (foreach=True and foreach=False both raise 'got mixed torch.Tensor and DTensor':
-exit 1, a different, documented requirement).
+Variants run: weight_decay=0 (exit 0); momentum=0 (exit 0); nothing frozen (exit 0); a (the plain layer) frozen
+instead of b (exit 0: the late buffer must sit beside a plain parameter's existing one); without implicit_replication
+(exit 1 another way: foreach=True raises 'got mixed torch.Tensor and DTensor' at the first step, foreach=False trains).
 """
 import copy
+import gc
 import sys
 
 import torch
@@ -40,27 +41,34 @@ def train(model, foreach, tp):
             opt.step()
 
 
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-torch.manual_seed(0)
-ref = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
-bug = False
-for foreach in (True, False):
-    expected = copy.deepcopy(ref)
-    train(expected, foreach, tp=False)
-    model = copy.deepcopy(ref)
-    parallelize_module(model, mesh, {"1": ColwiseParallel(output_layouts=Replicate())})
-    try:
-        train(model, foreach, tp=True)
-        ok = all(torch.allclose(p.full_tensor() if hasattr(p, "full_tensor") else p, q)
-                 for p, q in zip(model.parameters(), expected.parameters()))
-        msg = f"parameters after 2 steps match the plain model's: {ok}"
-    except AssertionError as e:
-        ok, msg = False, f"AssertionError {e!r}"
-    bug |= foreach and not ok
-    if rank == 0:
-        print(f"SGD(momentum=0.9, weight_decay=0.1, foreach={foreach}): {msg}{'' if ok else '   <-- BUG'}")
-dist.barrier()  # lets every rank finish its sends before the group is torn down
-dist.destroy_process_group()
-sys.exit(1 if bug else 0)
+def main():
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    bug = False
+    for foreach in (True, False):
+        expected = copy.deepcopy(ref)
+        train(expected, foreach, tp=False)
+        model = copy.deepcopy(ref)
+        parallelize_module(model, mesh, {"1": ColwiseParallel(output_layouts=Replicate())})
+        try:
+            train(model, foreach, tp=True)
+            ok = all([torch.allclose(p.full_tensor() if hasattr(p, "full_tensor") else p, q)
+                      for p, q in zip(model.parameters(), expected.parameters())])
+            msg = f"parameters after 2 steps match the plain model's: {ok}"
+        except AssertionError as e:
+            ok, msg = False, f"AssertionError {e!r}"
+        bug |= foreach and not ok
+        if rank == 0:
+            print(f"SGD(momentum=0.9, weight_decay=0.1, foreach={foreach}): {msg}{'' if ok else '   <-- BUG'}")
+    return bug
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    bug = main()
+    gc.collect()  # frees the process groups the models and meshes hold, before the teardown (else gloo may abort)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if bug else 0)

@@ -11,6 +11,7 @@ zero_grad raises or leaves a non-zero gradient (the bug); exit 0: both zero the 
 Variants run: set_to_none=True (exit 0); fully_shard over a (dp=1, tp=2) mesh added (FSDP2 redistributes the
 gradient; exit 0); SGD(foreach=True) in place of Adam (exit 1); no optimizer step before zero_grad (exit 1).
 """
+import gc
 import sys
 
 import torch
@@ -19,28 +20,36 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-bug = False
-for foreach in (True, False):
-    torch.manual_seed(0)
-    norm = parallelize_module(nn.LayerNorm(4), mesh, SequenceParallel(use_local_output=True))
-    x = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(rank))  # this rank's sequence shard
-    norm(x).pow(2).sum().backward()
-    placements = {n: p.grad.placements for n, p in norm.named_parameters()}
-    opt = torch.optim.Adam(norm.parameters(), lr=0.1, foreach=foreach)
-    opt.step()
-    try:
-        opt.zero_grad(set_to_none=False)
-        ok = all(p.grad.full_tensor().abs().max().item() == 0 for p in norm.parameters())
-        msg = f"gradients zeroed: {ok}"
-    except RuntimeError as e:
-        ok, msg = False, f"RuntimeError {str(e).split('. ')[0]}"
-    bug |= foreach and not ok
-    if rank == 0:
-        print(f"grad placements {placements}; zero_grad(set_to_none=False), foreach={foreach}: {msg}"
-              f"{'' if ok else '   <-- BUG'}")
-dist.barrier()  # lets every rank finish its sends before the group is torn down
-dist.destroy_process_group()
-sys.exit(1 if bug else 0)
+
+def main():
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+    bug = False
+    for foreach in (True, False):
+        torch.manual_seed(0)
+        norm = parallelize_module(nn.LayerNorm(4), mesh, SequenceParallel(use_local_output=True))
+        x = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(rank))  # this rank's sequence shard
+        norm(x).pow(2).sum().backward()
+        placements = {n: p.grad.placements for n, p in norm.named_parameters()}
+        opt = torch.optim.Adam(norm.parameters(), lr=0.1, foreach=foreach)
+        opt.step()
+        try:
+            opt.zero_grad(set_to_none=False)
+            ok = all([p.grad.full_tensor().abs().max().item() == 0 for p in norm.parameters()])
+            msg = f"gradients zeroed: {ok}"
+        except RuntimeError as e:
+            ok, msg = False, f"RuntimeError {str(e).split('. ')[0]}"
+        bug |= foreach and not ok
+        if rank == 0:
+            print(f"grad placements {placements}; zero_grad(set_to_none=False), foreach={foreach}: {msg}"
+                  f"{'' if ok else '   <-- BUG'}")
+    return bug
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    bug = main()
+    gc.collect()  # frees the process groups the models and meshes hold, before the teardown (else gloo may abort)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if bug else 0)

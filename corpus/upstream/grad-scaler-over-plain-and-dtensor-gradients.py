@@ -11,10 +11,11 @@ gradients) on a LayerNorm and fully_shard on the root Linear (DTensor gradients)
 Each part is run with the plain parameter first in the optimizer (the bug) and with the DTensor first, and compared
 with an unscaled single-process step.  Prints one line per run.  Exit 1: a plain-first run raises or differs (the
 bug); exit 0: every run matches.
-Variants run: DTensor parameter first (printed, ok in both parts); part 1 without implicit_replication (both orders
-raise 'got mixed torch.Tensor and DTensor', exit 1); part 1 with float16 autocast (exit 1).
+Variants run: DTensor parameter first (printed: ok in both parts); without implicit_replication (exit 1 another
+way: in both parts and both orders unscale_ raises 'got mixed torch.Tensor and DTensor').
 """
 import copy
+import gc
 import sys
 
 import torch
@@ -40,38 +41,45 @@ def part2(model, mesh):
     return ShardedGradScaler("cpu", init_scale=256.0), model[0], model[1]
 
 
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))  # same data on every rank
-bug = False
-for name, apply, layers in (("1 GradScaler, TP", part1, (nn.Linear(4, 4), nn.Linear(4, 4))),
-                            ("2 ShardedGradScaler, replicate+fully_shard", part2, (nn.LayerNorm(4), nn.Linear(4, 4)))):
-    torch.manual_seed(0)
-    ref = nn.Sequential(*layers)
-    expected = copy.deepcopy(ref)
-    expected(x).sum().backward()
-    torch.optim.SGD(expected.parameters(), lr=0.1).step()
-    for plain_first in (True, False):
-        model = copy.deepcopy(ref)
-        scaler, plain, dtensor = apply(model, mesh)
-        params = [*plain.parameters(), *dtensor.parameters()] if plain_first else \
-            [*dtensor.parameters(), *plain.parameters()]
-        opt = torch.optim.SGD(params, lr=0.1)
-        try:
-            scaler.scale(model(x).sum()).backward()
-            with implicit_replication():
-                scaler.unscale_(opt)
-                scaler.step(opt)
-            ok = all(torch.allclose(p.full_tensor() if hasattr(p, "full_tensor") else p, q)
-                     for p, q in zip(model.parameters(), expected.parameters()))
-            msg = f"parameters match an unscaled step: {ok}"
-        except AttributeError as e:
-            ok, msg = False, f"AttributeError {e}"
-        bug |= not ok
-        if rank == 0:
-            print(f"part {name}, {'plain' if plain_first else 'DTensor'} parameter first: {msg}"
-                  f"{'' if ok else '   <-- BUG'}")
-dist.barrier()  # lets every rank finish its sends before the group is torn down
-dist.destroy_process_group()
-sys.exit(1 if bug else 0)
+def main():
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))  # same data on every rank
+    bug = False
+    for name, apply, first in (("1 GradScaler, TP", part1, lambda: nn.Linear(4, 4)),
+                               ("2 ShardedGradScaler, replicate+fully_shard", part2, lambda: nn.LayerNorm(4))):
+        torch.manual_seed(0)  # the same initial model on every rank
+        ref = nn.Sequential(first(), nn.Linear(4, 4))
+        expected = copy.deepcopy(ref)
+        expected(x).sum().backward()
+        torch.optim.SGD(expected.parameters(), lr=0.1).step()
+        for plain_first in (True, False):
+            model = copy.deepcopy(ref)
+            scaler, plain, dtensor = apply(model, mesh)
+            params = [*plain.parameters(), *dtensor.parameters()] if plain_first else \
+                [*dtensor.parameters(), *plain.parameters()]
+            opt = torch.optim.SGD(params, lr=0.1)
+            try:
+                scaler.scale(model(x).sum()).backward()
+                with implicit_replication():
+                    scaler.unscale_(opt)
+                    scaler.step(opt)
+                ok = all([torch.allclose(p.full_tensor() if hasattr(p, "full_tensor") else p, q)
+                          for p, q in zip(model.parameters(), expected.parameters())])  # a list: all ranks gather
+                msg = f"parameters match an unscaled step: {ok}"
+            except AttributeError as e:
+                ok, msg = False, f"AttributeError {e}"
+            bug |= not ok
+            if rank == 0:
+                print(f"part {name}, {'plain' if plain_first else 'DTensor'} parameter first: {msg}"
+                      f"{'' if ok else '   <-- BUG'}")
+    return bug
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    bug = main()
+    gc.collect()  # frees the process groups the models and meshes hold, before the teardown (else gloo may abort)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if bug else 0)

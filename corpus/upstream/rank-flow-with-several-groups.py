@@ -12,10 +12,12 @@ same-sized reduce-scatters pair up crosswise: a's and b's gradients are mixed, w
 Prints, per parameter, whether its gradient matches the documented one (the mean of the ranks' local gradients, as
 DDP gives).  Exit 1: a gradient differs (the bug); exit 0: all match.
 Variants run: the same branch on both ranks (exit 0); one FSDP group (no fully_shard(model.b); exit 0); b's input
-made to require grad on rank 1 as well (exit 0); a and b of different sizes (Linear(4, 8), Linear(8, 4)): the
-crosswise reduce-scatters do not fit and gloo aborts the process (the crash form; not caught here).
+made to require grad on rank 1 as well (exit 0); b = Linear(4, 8), of another size than a: the crosswise
+reduce-scatters do not fit and gloo aborts rank 1 ('op.preamble.length <= op.nbytes. 40 vs 20', SIGABRT: the crash
+form); without set_reduce_scatter_unused_params(True) (hangs: the case the flag is documented for).
 """
 import copy
+import gc
 import sys
 
 import torch
@@ -36,30 +38,36 @@ class Net(nn.Module):
         return self.b(x)
 
 
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.manual_seed(0)
-ref = Net()
-xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(r)) for r in range(world)]
-expected = {}
-for r in range(world):  # the documented result: each rank's local gradients, averaged (zeros where unused)
-    ref.zero_grad(set_to_none=False)
-    ref(xs[r], r).sum().backward()
-    for n, p in ref.named_parameters():
-        expected[n] = expected.get(n, 0) + p.grad / world
+def main():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    ref = Net()
+    xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    expected = {}
+    for r in range(world):  # the documented result: each rank's local gradients, averaged (zeros where unused)
+        ref.zero_grad(set_to_none=False)
+        ref(xs[r], r).sum().backward()
+        for n, p in ref.named_parameters():
+            expected[n] = expected.get(n, 0) + p.grad / world
+    model = copy.deepcopy(ref)
+    mesh = init_device_mesh("cpu", (world,))
+    fully_shard(model.b, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.set_reduce_scatter_unused_params(True)
+    model(xs[rank], rank).sum().backward()
+    bug = False
+    for n, p in model.named_parameters():
+        ok = p.grad is not None and torch.allclose(p.grad.full_tensor(), expected[n])
+        bug |= not ok
+        if rank == 0:
+            print(f"{n:10s} gradient matches the mean of the ranks' gradients: {ok}{'' if ok else '   <-- BUG'}")
+    return bug
 
-model = copy.deepcopy(ref)
-mesh = init_device_mesh("cpu", (world,))
-fully_shard(model.b, mesh=mesh)
-fully_shard(model, mesh=mesh)
-model.set_reduce_scatter_unused_params(True)
-model(xs[rank], rank).sum().backward()
-bug = False
-for n, p in model.named_parameters():
-    ok = p.grad is not None and torch.allclose(p.grad.full_tensor(), expected[n])
-    bug |= not ok
-    if rank == 0:
-        print(f"{n:10s} gradient matches the mean of the ranks' gradients: {ok}{'' if ok else '   <-- BUG'}")
-dist.barrier()  # lets every rank finish its sends before the group is torn down
-dist.destroy_process_group()
-sys.exit(1 if bug else 0)
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    bug = main()
+    gc.collect()  # frees the process groups the models and meshes hold, before the teardown (else gloo may abort)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if bug else 0)
