@@ -58,7 +58,7 @@ def _rank(path: str, rank: int, nproc: int, port: int, log: str) -> None:
 
 def run_forked(path: Path, tmp_path: Path, timeout_s: float = 120.0) -> tuple[int, str]:
     """Run ``path`` as torchrun would at its world size, each rank forked from the executor's fork server (torch
-    already imported) instead of a fresh interpreter per rank and one for torchrun's agent: the 61 scripts cost CI
+    already imported) instead of a fresh interpreter per rank and one for torchrun's agent: the scripts cost CI
     about a tenth of the time.  Its exit code (the first failing rank's, 124 where the ranks outlive
     ``timeout_s``) and every rank's output."""
     from parityfuzz.executor.pool import start_context

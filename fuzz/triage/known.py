@@ -222,7 +222,7 @@ _OPTIONAL = {"fixed_in"}
 
 def version_key(version: str) -> tuple[int, ...]:
     """A torch version's release numbers (``2.14.1+cu130`` -> ``(2, 14, 1)``), for ordering."""
-    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0].split("a")[0].split("rc")[0])[:3])
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
 def _record(path: Path, index: int, raw: dict) -> KnownBug:
