@@ -10,7 +10,7 @@ with replicate from torch.distributed._composable.replicate_with_fsdp. Prints th
 which states are roots. Exit 1: the forward raises (the bug); exit 0: two steps train.
 Variants run: fully_shard on the root instead of replicate: exit 0 (model[0] not a root); fully_shard instead of
 replicate on the innermost Linear: exit 0 (but model[0] is still a root of its own: see
-fully-shard-below-a-replicate-root-unused-in-a-later-backward); no innermost call: exit 0 (model[0] a root of its
+fully-shard-roots-of-their-own-unused-in-a-later-backward); no innermost call: exit 0 (model[0] a root of its
 own); no fully_shard in the middle: exit 0; no root call: exit 0 (model[0] the only root).
 """
 import os

@@ -13,8 +13,9 @@ Prints per step the gated Linear's .grad as model.parameters() shows it, and the
 Exit 1: .grad is None or the evaluation differs (the bug); exit 0: both match the local model.
 Variants run: fully_shard(model) on the root as well: exit 0; reshard_after_forward=True on the Gate: exit 0; the
 Gate second in the Sequential (its output then needs a gradient, so its pre-backward hook runs): exit 0; gated Linear
-used on both microbatches: exit 0; replicate_with_fsdp on the root instead (the Gate stays a root of its own): exit 1
-(fully-shard-below-a-replicate-root-unused-in-a-later-backward); one process: exit 1.
+used on both microbatches: exit 0; replicate(model) from torch.distributed._composable.replicate_with_fsdp on the root
+instead (its lazy init adopts only replicate states, so the Gate stays a root of its own): exit 1, the same numbers;
+one process: exit 1.
 """
 import copy
 import os

@@ -57,18 +57,11 @@ def replicate_inside_replicate_with_fsdp(case: Case) -> bool:
 
 def replicate_unsynced_with_a_gate(case: Case) -> bool:
     """The DDP-based replicate on a module at, above or below a gate, with its gradient sync off on the non-last
-    microbatches (plan.no_sync)."""
+    microbatches (plan.no_sync): a DDP none of whose parameters may be used on the synced microbatch."""
     gates = case.model.gates()
     return (case.plan.no_sync and case.train.microbatches > 1
             and any(api == "replicate" and any(under(path, (g,)) or under(g, (path,)) for g in gates)
                     for path, api in case.plan.data_parallel().items()))
-
-
-def replicate_unsynced_with_a_gate_and_another_call(case: Case) -> bool:
-    """The DDP-based replicate, gradient sync off on the non-last microbatches, near a gate, beside or within
-    another data-parallel call (a fully_shard or a second replicate, nested either way or side by side), over more
-    than one step (the reducer fails at the step after the gate's parameter went unused)."""
-    return replicate_unsynced_with_a_gate(case) and len(case.plan.data_parallel()) > 1 and case.train.steps > 1
 
 
 def grad_scaler_over_plain_and_dtensor_gradients(case: Case) -> bool:
