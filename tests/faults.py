@@ -1220,6 +1220,25 @@ class UnitsAccumulateInComputeDtype(_InsidePipeline):
         _patch_once(FSDPParamGroup, "post_backward", make)
 
 
+class NonBatchChunksOutOfOrder(_InsidePipeline):
+    """An input split along a dimension other than the batch (``args_chunk_spec``, e.g. the sequence) comes out of
+    ``split_args_kwargs_into_chunks`` with its last two microbatches swapped, while the target (split along its
+    dimension 0 apart) keeps its order: the last two microbatches are trained toward each other's targets."""
+
+    def inject(self):
+        from torch.distributed.pipelining import microbatch
+
+        def make(original):
+            def _split_tensor(tensor, spec, num_chunks):
+                chunks = list(original(tensor, spec, num_chunks))
+                if spec.split_dim != 0 and len(chunks) > 1:
+                    chunks[-2], chunks[-1] = chunks[-1], chunks[-2]
+                return chunks
+            return _split_tensor
+
+        _patch_once(microbatch, "_split_tensor", make)
+
+
 class SequenceParallelGradNotReducedInStages(_InsidePipeline):
     """:class:`SequenceParallelGradNotReduced` under pipelining: a sequence-parallel norm inside a stage keeps its
     tp-rank's partial gradient (what the pipeline family's tensor parallelism must be checked for)."""

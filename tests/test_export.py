@@ -167,16 +167,17 @@ def test_a_pipeline_that_unfreezes_evaluates_and_shards_over_tp_exports_to_a_scr
     check_outcome(torchrun(script, case.world_size), None)
 
 
-def test_a_fault_inside_pipelining_shows_in_the_exported_script(executor, tmp_path):
+@pytest.mark.parametrize("fault", ["DividedByStageCount", "NonBatchChunksOutOfOrder"])
+def test_a_fault_inside_pipelining_shows_in_the_exported_script(executor, tmp_path, fault):
     """A pipeline case written out (the split, the stages, the schedule, the microbatch reference, the stages other
-    ranks hold): with scale_grads dividing by the stage count the script finds the fuzzer's divergence; on unmodified
-    torch it passes."""
+    ranks hold): with scale_grads dividing by the stage count, or the sequence microbatches (args_chunk_spec, the
+    target split to match) out of order, the script finds the fuzzer's divergence; on unmodified torch it passes."""
     from tests.test_pipeline import FAULTS
 
-    case = FAULTS["DividedByStageCount"][0].validate()
-    verdict = verify_case(dataclasses.replace(case, system="tests.faults:DividedByStageCount"), executor)
+    case = FAULTS[fault][0].validate()
+    verdict = verify_case(dataclasses.replace(case, system=f"tests.faults:{fault}"), executor)
     assert verdict.kind == "mismatch", verdict.describe()
-    script_shows_the_fault(tmp_path, "DividedByStageCount", case, verdict)
+    script_shows_the_fault(tmp_path, fault, case, verdict)
 
 
 def test_a_mixed_precision_pipeline_exports_its_policy_and_the_emulating_reference(executor, tmp_path):

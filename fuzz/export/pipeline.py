@@ -30,7 +30,8 @@ from parityfuzz.run import build
 from parityfuzz.systems import fsdp2_tp
 from parityfuzz.systems import pipeline as system
 
-IMPORTS = "from torch.distributed import pipelining\n" + TP_IMPORTS  # (fully_shard and the checkpoints among them)
+IMPORTS = ("from torch.distributed import pipelining\nfrom torch.distributed.pipelining.microbatch import TensorChunkSpec\n"
+           + TP_IMPORTS)  # (fully_shard and the checkpoints among them)
 
 PIPELINED = '''
 class Pipelined(nn.Module):
@@ -68,8 +69,9 @@ class Pipelined(nn.Module):
         get_mesh = lambda names, layout: self.mesh[names if len(names) > 1 else names[0]]  # DTensor activations
         stages = [pipelining.PipelineStage(m, i, self.count, self.device, group=self.group, get_mesh=get_mesh)
                   for i, m in zip(self.mine, self.stage_modules)]
+        split = {"args_chunk_spec": (TensorChunkSpec(SPLIT_DIM),)} if SPLIT_DIM else {}
         self.schedule = SCHEDULE(stages[0] if SINGLE_STAGE else stages, n_microbatches=PIPELINE_MICROBATCHES,
-                                 loss_fn=loss_fn, scale_grads=SCALE_GRADS)
+                                 loss_fn=chunk_loss(loss_fn, SPLIT_DIM), scale_grads=SCALE_GRADS, **split)
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         for module in self.stage_modules:
@@ -100,7 +102,8 @@ def run_schedule(model, call, x, y):
     """The input where this rank holds the first stage, the target and a list for the losses where it holds the
     last; the last stage's microbatch losses added up, sent to every rank of the pipeline."""
     losses = []
-    call(*((x,) if model.has_first else ()), **({"target": y, "losses": losses} if model.has_last else {}))
+    call(*((x,) if model.has_first else ()),
+         **({"target": y.movedim(SPLIT_DIM, 0), "losses": losses} if model.has_last else {}))
     total = pipeline_loss_total([plain_loss(l) for l in losses]) if model.has_last else torch.zeros((), dtype=LOSS_DTYPE, device=x.device)
     dist.broadcast(total, group=model.group, group_src=model.last_rank)
     return total
@@ -136,13 +139,13 @@ REFERENCE_PASS = '''
 def reference_pass(model, x, y, scaler, spike, last):
     """The plan's microbatches in turn (the harness's function below), DDP's sync on the step's last pass."""
     with contextlib.nullcontext() if last else model.no_sync():
-        return microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SCALE_GRADS, MICROBATCHES > 1,
+        return microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SPLIT_DIM, SCALE_GRADS, MICROBATCHES > 1,
                                     lambda xs, ys: loss_fn(model(xs), ys), lambda loss: loss.backward())
 
 
 def reference_evaluate(model, x, y):
     """The plan's microbatches forward only, their losses added up."""
-    return forward_only(lambda xs, ys: loss_fn(model(xs), ys), x, y, PIPELINE_MICROBATCHES)
+    return forward_only(lambda xs, ys: loss_fn(model(xs), ys), x, y, PIPELINE_MICROBATCHES, SPLIT_DIM)
 '''
 
 EMULATED_PASS = '''
@@ -153,14 +156,14 @@ def reference(inner, device, mesh):
 def reference_pass(model, x, y, scaler, spike, last):
     """The plan's microbatches in turn through the emulation (the harness's function below): every step() reduces;
     the noise samples (perturbed references) run them last to first, as the harness's do."""
-    return emulated_microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SCALE_GRADS,
+    return emulated_microbatches_in_turn(model, x, y, PIPELINE_MICROBATCHES, SPLIT_DIM, SCALE_GRADS,
                                          lambda xs, ys: loss_fn(model(xs), ys),
                                          lambda loss: reference_backward(model, loss), reverse=model.perturbed)
 
 
 def reference_evaluate(model, x, y):
     """The plan's microbatches forward only, their losses added up."""
-    return forward_only(lambda xs, ys: loss_fn(model(xs), ys), x, y, PIPELINE_MICROBATCHES)
+    return forward_only(lambda xs, ys: loss_fn(model(xs), ys), x, y, PIPELINE_MICROBATCHES, SPLIT_DIM)
 
 
 reference_step_context = reference_loss_context = contextlib.nullcontext
@@ -181,6 +184,7 @@ def constants(case: Case) -> str:
         f"SCHEDULE = pipelining.{cls}",
         f"SINGLE_STAGE = {layout == 'single'}  # the schedule takes one stage per rank (else a list)",
         f"PIPELINE_MICROBATCHES = {plan.microbatches}",
+        f"SPLIT_DIM = {plan.split_dim}  # the input dimension the schedule splits into microbatches",
         f"SCALE_GRADS = {plan.scale_grads}",
         f"LOSS_DTYPE = torch.{promise(case).output('')}  # the last stage's output's, and so its losses'",
     ]) + "\n"
@@ -228,7 +232,8 @@ def parts(case: Case) -> Parts:
     plan: PipelinePlan = case.plan
     block = "" if "Block" in classes_used(case) else inspect.getsource(build.Block) + "\n\n"
     plan_source = "\n\n".join([constants(case), block + inspect.getsource(system.Stage),
-                               inspect.getsource(system.pipeline_loss_total), inspect.getsource(fsdp2_tp.plain_loss),
+                               inspect.getsource(system.chunk_loss), inspect.getsource(system.pipeline_loss_total),
+                               inspect.getsource(fsdp2_tp.plain_loss),
                                stage_source(case), PIPELINED.strip()])
     clip = inspect.getsource(system.clip_over_pipeline) + "\n\n" + CLIP.strip() + "\n"
     return Parts(imports=IMPORTS, apply_plan=plan_source + "\n\n" + OPTIMIZER.strip() + "\n", clip=clip,

@@ -39,6 +39,8 @@ FAULTS = (
     ("zero buckets", "zero", "zero", "ZeroBucketFromWrongRank"),
     ("composable", "composable", "composable", "ReplicateUnderFullyShardUnaveraged"),
     ("pipeline", "pipeline", "pipeline", "LastMicrobatchWeightGradLost"),
+    ("pipeline units' precision", "pipeline", "pipeline", "UnitsAccumulateInComputeDtype"),
+    ("pipeline sequence microbatches", "pipeline", "pipeline", "NonBatchChunksOutOfOrder"),
 )
 
 

@@ -42,9 +42,26 @@ NO_PARAMETER_SHARED_ACROSS_STAGES = Rule(
     "hold would be two copies trained apart")
 EVEN_MICROBATCHES = Rule(
     "pipeline.even-microbatches",
-    "the batch splits into microbatches of one size (the batch is a multiple of the microbatch count)",
+    "the input splits into microbatches of one size (the dimension the schedule splits, the batch or the sequence, "
+    "is a multiple of the microbatch count)",
     "torch/distributed/pipelining/stage.py: PipelineStage: 'Dynamic mode: Metadata is inferred from the first "
     "microbatch at runtime': every later microbatch is received into buffers of the first one's shape")
+SPLIT_SPEC_SCHEDULES = Rule(
+    "pipeline.split-spec-schedules",
+    "the input is split along a dimension other than the batch only under a schedule that takes args_chunk_spec "
+    "(every one but ScheduleLoopedBFS)",
+    "torch/distributed/pipelining/schedules.py: _PipelineSchedule: '# args_chunk_spec and kwargs_chunk_spec specify "
+    "how to chunk inputs. They are used to convert batch to microbatches in `step(x)`'; PipelineScheduleSingle, "
+    "ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble and ScheduleDualPipeV take it, "
+    "ScheduleLoopedBFS.__init__ has no such parameter (its inputs split along dimension 0)")
+NO_MICROBATCH_OF_PADDING_ALONE = Rule(
+    "pipeline.no-microbatch-of-padding-alone",
+    "microbatches split along the sequence take no padded tokens under a mean loss: a microbatch of later positions "
+    "may hold padding alone (only a sequence's first token is never padding), and its mean over no token is nan "
+    "in both systems, leaving nothing to compare",
+    "torch/nn/functional.py: cross_entropy: ignore_index: 'Specifies a target value that is ignored and does not "
+    "contribute to the input gradient. When size_average is True, the loss is averaged over non-ignored targets': "
+    "a microbatch with no such target averages over none (0 / 0)")
 REENTRANT_ONLY_IN_THE_FIRST_STAGE = Rule(
     "pipeline.reentrant-only-in-the-first-stage",
     "a reentrant activation checkpoint only inside the first stage, and only under a schedule that runs a full "

@@ -78,6 +78,14 @@ class _Held(nn.Module):
                     yield name, module
 
 
+def chunk_loss(loss_fn, dim: int):
+    """The schedule's ``loss_fn`` where it splits the input along ``dim``: the schedules split a target along its
+    dimension 0 whatever the input's ``args_chunk_spec`` (``_TARGET_CHUNK_SPEC``), so the target goes in with ``dim``
+    moved first (``target.movedim(dim, 0)``) and each microbatch's is moved back here (the very view
+    ``tensor_split`` along ``dim`` gives)."""
+    return loss_fn if dim == 0 else lambda output, target: loss_fn(output, target.movedim(0, dim))
+
+
 def pipeline_loss_total(losses: list[torch.Tensor]) -> torch.Tensor:
     """The step's recorded loss: the microbatch losses added in order (the same arithmetic in both systems)."""
     total = losses[0].detach().clone()
@@ -162,14 +170,16 @@ class PipelineSystem(TensorParallel, System):
         given a DTensor activation finds its mesh by the axis names (``get_mesh``: "used during dynamic DTensor
         inference")."""
         from torch.distributed import pipelining
+        from torch.distributed.pipelining.microbatch import TensorChunkSpec
 
         plan = self.case.plan
         stages = [pipelining.PipelineStage(module, index, self.count, self.ctx.device, group=self.pp_group,
                                            get_mesh=self.get_mesh)
                   for index, module in zip(self.mine, self.stage_modules)]
         cls = getattr(pipelining, SCHEDULES[plan.schedule][0])
+        split = {"args_chunk_spec": (TensorChunkSpec(plan.split_dim),)} if plan.split_dim else {}
         return cls(stages[0] if plan.layout() == "single" else stages, n_microbatches=plan.microbatches,
-                   loss_fn=self.loss, scale_grads=plan.scale_grads)
+                   loss_fn=chunk_loss(self.loss, plan.split_dim), scale_grads=plan.scale_grads, **split)
 
     def unfreeze(self, names: set[str]) -> None:
         """The stages and the schedule built anew around the same modules once parameters are unfrozen: a
@@ -227,7 +237,7 @@ class PipelineSystem(TensorParallel, System):
     def _run(self, call, batch, target):
         losses: list[torch.Tensor] = []
         args = (batch,) if self.has_first else ()
-        kwargs = {"target": target, "losses": losses} if self.has_last else {}
+        kwargs = {"target": target.movedim(self.case.plan.split_dim, 0), "losses": losses} if self.has_last else {}
         call(*args, **kwargs)
         total = pipeline_loss_total([plain_loss(loss) for loss in losses]) if self.has_last else torch.zeros(
             (), dtype=torch_dtype(promise(self.case).output("")), device=self.ctx.device)
@@ -243,7 +253,7 @@ class PipelineReference(DDPSystem):
     name = "pipeline_reference"
 
     def forward_backward(self, batch, target, path=None):
-        """The plan's microbatches (the batch split along dim 0, as the schedules split it) one after another,
+        """The plan's microbatches (the input split along ``plan.split_dim``, as the schedules split it) one after another,
         DDP's sync on the last.  ``scale_grads`` makes a ``step()`` train as if its loss were the mean over its
         microbatches ("This setting should match the configuration of your loss_fn, which may either average
         losses (scale_grads=True) or sum losses (scale_grads=False)", ``schedules.py``): one call per optimizer
@@ -251,11 +261,11 @@ class PipelineReference(DDPSystem):
         calls (``train.microbatches``) each microbatch's loss is divided before its backward, so that only that
         call's share is scaled."""
         plan = self.case.plan
-        return microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
+        return microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.split_dim, plan.scale_grads,
                                     self.case.train.microbatches > 1, self.forward_loss, self.backward)
 
     def evaluation_loss(self, batch, target):
-        return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches)
+        return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches, self.case.plan.split_dim)
 
 
 class PipelineMixedPrecisionReference(EmulatedReference):
@@ -303,26 +313,30 @@ class PipelineMixedPrecisionReference(EmulatedReference):
             self.model.finish_backward()
 
         plan = self.case.plan
-        return emulated_microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.scale_grads,
-                                             self.forward_loss, backward, reverse=self.role == "perturbed_reference")
+        return emulated_microbatches_in_turn(self.model, batch, target, plan.microbatches, plan.split_dim,
+                                             plan.scale_grads, self.forward_loss, backward,
+                                             reverse=self.role == "perturbed_reference")
 
     def evaluation_loss(self, batch, target):
-        return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches)
+        return forward_only(self.forward_loss, batch, target, self.case.plan.microbatches, self.case.plan.split_dim)
 
 
-def forward_only(forward_loss, batch, target, n: int) -> torch.Tensor:
-    """An evaluation pass of the references: the ``n`` microbatches forward only, their losses added up."""
-    return pipeline_loss_total([forward_loss(x, y) for x, y in zip(batch.tensor_split(n), target.tensor_split(n))])
+def forward_only(forward_loss, batch, target, n: int, dim: int) -> torch.Tensor:
+    """An evaluation pass of the references: the ``n`` microbatches (along ``dim``) forward only, their losses added
+    up."""
+    return pipeline_loss_total([forward_loss(x, y) for x, y in zip(batch.tensor_split(n, dim),
+                                                                    target.tensor_split(n, dim))])
 
 
-def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, forward_loss, backward):
-    """The reference's ``step()``: the batch split along dim 0 into ``n`` microbatches (as the schedules split it),
+def microbatches_in_turn(model, batch, target, n, dim, scale_grads, accumulating, forward_loss, backward):
+    """The reference's ``step()``: the input and target split along ``dim`` into ``n`` microbatches (as the
+    schedules split the input, ``torch.tensor_split``, and :func:`chunk_loss` the target),
     each one's loss backpropagated on its own, DDP's sync on the last; where ``scale_grads`` this call's share of
     the gradients divided by ``n``: afterwards where one call makes the optimizer step, else each loss before its
     backward (``accumulating``).  Returns the losses added up (:func:`pipeline_loss_total`)."""
     scaled = scale_grads and n > 1
     losses = []
-    for index, (x, y) in enumerate(zip(batch.tensor_split(n), target.tensor_split(n))):
+    for index, (x, y) in enumerate(zip(batch.tensor_split(n, dim), target.tensor_split(n, dim))):
         with contextlib.nullcontext() if index == n - 1 else model.no_sync():
             loss = forward_loss(x, y)
             backward(loss / n if scaled and accumulating else loss)
@@ -334,9 +348,10 @@ def microbatches_in_turn(model, batch, target, n, scale_grads, accumulating, for
     return pipeline_loss_total(losses)
 
 
-def emulated_microbatches_in_turn(emulation, batch, target, n, scale_grads, forward_loss, backward,
+def emulated_microbatches_in_turn(emulation, batch, target, n, dim, scale_grads, forward_loss, backward,
                                   reverse: bool = False):
-    """:class:`PipelineMixedPrecisionReference`'s ``step()``: the batch split along dim 0 into ``n`` microbatches, each
+    """:class:`PipelineMixedPrecisionReference`'s ``step()``: the input and target split along ``dim`` into ``n``
+    microbatches, each
     one's loss backpropagated on its own (``backward`` also ends the emulation's backward), gradient sync off but on
     the last run; where ``scale_grads`` the master gradients this call reduced divided by ``n`` before what earlier
     calls left is added back.  ``reverse``: the microbatches run last to first (the noise samples': see the class).
@@ -345,7 +360,7 @@ def emulated_microbatches_in_turn(emulation, batch, target, n, scale_grads, forw
     earlier = {name: m.grad for name, m in masters.items()} if scale_grads and n > 1 else {}
     for name in earlier:
         masters[name].grad = None
-    pairs = list(zip(batch.tensor_split(n), target.tensor_split(n)))
+    pairs = list(zip(batch.tensor_split(n, dim), target.tensor_split(n, dim)))
     order = list(range(n))[::-1] if reverse else list(range(n))
     losses = [None] * n
     for turn, index in enumerate(order):

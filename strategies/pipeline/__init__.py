@@ -5,8 +5,10 @@ Drawn in this order: world size, the pipeline's size (a divisor of it; the rest 
 one torch 2.13 ships) and its stages per rank (one for the single-stage schedules, two for the V-shaped ones, one or
 two for the looped ones), a model with at least as many top-level modules as stages (no dropout: see the family's
 validation), the cuts between stages, the microbatch count (1 to twice the stage count: below, equal to and above
-it, a multiple of it or not; where the schedule refuses the count the case expects its error), ``scale_grads``, the
-training spec (its batch made a multiple of the microbatch count; what pipelining does not take left out) and
+it, a multiple of it or not; where the schedule refuses the count the case expects its error), the training spec,
+the dimension the schedule splits (the batch, or in one case of three the sequence: ``args_chunk_spec``), the mesh
+and its tensor-parallel plan (below), then the training spec made ``micro`` microbatches along that dimension
+(:func:`microbatched`; what pipelining does not take left out), ``scale_grads`` and
 ``fully_shard``'s ``reshard_after_forward``; where the pipeline leaves more than one rank, how they split between
 ``dp_shard`` and ``tp`` (every factorization: data parallelism alone first), and on a ``tp`` axis the fsdp2_tp
 family's tensor-parallel plan over the whole model (:func:`parityfuzz.strategies.fsdp2_tp.tensor_parallel.tp_plans`;
@@ -92,6 +94,21 @@ def stage_precision(draw, model: ModelSpec, train) -> StagePrecision:
 
 
 @st.composite
+def microbatched(draw, train, micro: int, split_dim: int):
+    """``train`` (its batch and sequence: one microbatch's) as ``micro`` microbatches split along ``split_dim``: the
+    batch ``micro`` times one or two rows, or the sequence ``micro`` times its length (no padding under a mean loss
+    there: rule ``pipeline.no-microbatch-of-padding-alone``); a summed loss's learning rate stays per term."""
+    if split_dim == 0:
+        batch = micro * draw(st.integers(1, 2))
+        lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr
+        return dataclasses.replace(train.unscaled(), batch=batch, lr=lr)
+    seq = micro * train.seq_len
+    lr = train.lr * train.seq_len / seq if train.loss == "sum" else train.lr
+    pad = train.pad if train.loss == "sum" else 0.0
+    return dataclasses.replace(train.unscaled(), seq_len=seq, lr=lr, pad=pad)
+
+
+@st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
@@ -106,21 +123,23 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                                       unique=True)))) if stages > 1 else ()
     micro = draw(st.integers(1, 2 * stages))
     train = draw(training(model, max_steps=max_steps, swarm=swarm))
-    batch = micro * draw(st.integers(1, 2))
-    lr = train.lr * train.batch / batch if train.loss == "sum" else train.lr  # (a summed loss's lr is per term)
-    train = dataclasses.replace(train.unscaled(), batch=batch, lr=lr, nonroot="", autocast="", to_float64=False)
+    # the batch, or (one in three) the sequence where the schedule takes args_chunk_spec
+    split_dim = draw(st.sampled_from((0, 0, 1))) if schedule != "looped_bfs" else 0
     rest = ws // pp
     tp = draw(st.sampled_from([t for t in range(1, rest + 1) if rest % t == 0]))
     dp = rest // tp
     axes = [("pp", pp)] + [(name, size) for name, size in (("dp_shard", dp), ("tp", tp)) if size > 1]
     mesh = MeshSpec(tuple(size for _, size in axes), tuple(name for name, _ in axes))
     styles, loss_parallel = (), False
-    if tp > 1:
+    if tp > 1:  # (over the sequence a microbatch holds, which the stages' styles shard)
         train = draw(sequence_for_tp(train, tp))
         styles, loss_parallel = draw(tp_plans(model, tp, train.seq_len))
+    train = dataclasses.replace(draw(microbatched(train, micro, split_dim)), nonroot="", autocast="",
+                                to_float64=False)
+    if tp > 1:
         train = tp_training(train, loss_parallel, low_precision=False)
     first = tuple(units(model)[:cuts[0]] if cuts else units(model)) if swarm and "reentrant" in swarm else ()
-    plan = PipelinePlan(schedule=schedule, microbatches=micro, stages_per_rank=per_rank, cuts=cuts,
+    plan = PipelinePlan(schedule=schedule, microbatches=micro, split_dim=split_dim, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
                         checkpoints=draw(checkpoints(model, first)), tp=styles, loss_parallel=loss_parallel,
                         precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else StagePrecision())

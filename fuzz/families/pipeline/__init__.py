@@ -27,6 +27,7 @@ Layouts: a single-stage schedule (``gpipe``, ``1f1b``) gives rank ``r`` of the p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from parityfuzz.case.core import Case, ExpectedError, Plan
@@ -56,7 +57,11 @@ class PipelinePlan(Plan):
     on vocabulary-sharded logits under ``loss_parallel()`` around ``schedule.step`` (as torchtitan's train context
     holds it); ``precision`` the ``MixedPrecisionPolicy`` of every stage's ``fully_shard``
     (:mod:`parityfuzz.families.pipeline.precision`).  ``shard_units``: as torchtitan composes them, ``fully_shard``
-    first on each top-level module of the stage (its blocks, ``unit_reshard_after_forward``), then on the stage."""
+    first on each top-level module of the stage (its blocks, ``unit_reshard_after_forward``), then on the stage.
+    ``split_dim``: the input dimension the schedule splits into microbatches (``args_chunk_spec=
+    (TensorChunkSpec(split_dim),)``): 0 the batch, 1 the sequence; the schedules split a target along its dimension 0
+    whatever the input's spec (``_TARGET_CHUNK_SPEC``), so the target goes in with that dimension moved first and the
+    loss moves it back (:func:`parityfuzz.systems.pipeline.chunk_loss`)."""
 
     family = "pipeline"
 
@@ -72,6 +77,7 @@ class PipelinePlan(Plan):
     tp: tuple[Parallelize, ...] = ()
     loss_parallel: bool = False
     precision: StagePrecision = StagePrecision()
+    split_dim: int = 0
 
     def mixed_precision(self) -> bool:
         return self.precision.active()
@@ -152,8 +158,14 @@ def validate(case: Case) -> None:
             rules.STAGES_PER_RANK, "plan.stages_per_rank",
             f"{plan.schedule} with {plan.stages_per_rank} stages per rank")
     check(plan.microbatches >= 1, "plan.microbatches", f"must be >= 1, got {plan.microbatches}")
-    require(t.batch % plan.microbatches == 0, rules.EVEN_MICROBATCHES, "plan.microbatches",
-            f"a batch of {t.batch} in {plan.microbatches} microbatches")
+    check(plan.split_dim in (0, 1), "plan.split_dim", f"must be 0 (the batch) or 1 (the sequence), got {plan.split_dim}")
+    require(plan.split_dim == 0 or plan.schedule != "looped_bfs", rules.SPLIT_SPEC_SCHEDULES, "plan.split_dim",
+            f"split along dimension {plan.split_dim} under {plan.schedule}")
+    split = (t.batch, "batch") if plan.split_dim == 0 else (t.seq_len, "sequence")
+    require(split[0] % plan.microbatches == 0, rules.EVEN_MICROBATCHES, "plan.microbatches",
+            f"a {split[1]} of {split[0]} in {plan.microbatches} microbatches")
+    require(plan.split_dim == 0 or not t.pad or t.loss == "sum", rules.NO_MICROBATCH_OF_PADDING_ALONE, "train.pad",
+            f"padded tokens with a {t.loss} loss over microbatches split along the sequence")
     check(not plan.shard_units or "dp_shard" in mesh.names, "plan.shard_units", "needs a 'dp_shard' mesh axis")
     names = units(model)
     stages = plan.num_stages(mesh.axis_size("pp"))
@@ -176,7 +188,7 @@ def validate(case: Case) -> None:
         check(not bare, "compile.paths", f"pipeline ranks {bare} hold no compiled module: a compiled case proves on "
                                          "every rank that it compiled")
     if "tp" in mesh.names:
-        validate_styles(case)
+        validate_styles(microbatch_view(case))
     else:
         check(not plan.tp and not plan.loss_parallel, "plan.tp", "tensor-parallel styles need a 'tp' mesh axis")
     for field, on, why in (
@@ -185,6 +197,15 @@ def validate(case: Case) -> None:
             ("loss_scale", t.loss_scale, "the schedule runs the backward itself: no scaler can scale the loss"),
             ("to_float64", t.to_float64, "not drawn yet")):
         check(not on, f"train.{field}", f"not with pipelining: {why}")
+
+
+def microbatch_view(case: Case) -> Case:
+    """The case as each stage sees it: one microbatch at a time (the sequence a stage's tensor-parallel styles shard
+    is the microbatch's, where the schedule splits along the sequence)."""
+    plan, t = case.plan, case.train
+    if plan.split_dim != 1:
+        return case
+    return dataclasses.replace(case, train=dataclasses.replace(t, seq_len=t.seq_len // plan.microbatches))
 
 
 def check_checkpoint(c) -> None:
@@ -245,6 +266,8 @@ def features(case: Case) -> set[str]:
         tags.add("pp:refused")
     if not plan.scale_grads:
         tags.add("pp:sum_grads")
+    if plan.split_dim:
+        tags.add("pp:split=sequence")
     if mesh.axis_size("dp_shard") > 1:
         tags.add("pp:fully_shard" + ("" if plan.reshard_after_forward else ",no_reshard_after_forward"))
         if plan.shard_units:
@@ -266,7 +289,9 @@ def describe(case: Case) -> tuple[dict[str, str], list[str]]:
             notes[name] = f"stage {s} (pp rank {rank})"
     cls = SCHEDULES[plan.schedule][0]
     lines = [f"schedule: {cls}(stages, n_microbatches={plan.microbatches}"
-             + ("" if plan.scale_grads else ", scale_grads=False") + ")"]
+             + ("" if plan.scale_grads else ", scale_grads=False")
+             + (f", args_chunk_spec=(TensorChunkSpec({plan.split_dim}),)) (the target with dimension "
+                f"{plan.split_dim} moved first, the loss moving it back)" if plan.split_dim else ")")]
     if "dp_shard" in case.mesh.names:
         policy = stage_mp.describe_precision(case)
         lines.append("each stage: fully_shard(stage, mesh=dp_shard"
