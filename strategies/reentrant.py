@@ -73,7 +73,22 @@ def _moved(draw, case: Case):
     moved = (dataclasses.replace(first, path=path, api=first.api if first.api != "composable" else "wrapper"),
              *checkpoints[1:])
     plan = dataclasses.replace(case.plan, checkpoints=moved)
-    return plan if eligible(dataclasses.replace(case, plan=plan), 0) else None
+    return plan if eligible(dataclasses.replace(case, plan=plan), 0) and not _breaks(case, plan) else None
+
+
+def _breaks(case: Case, plan) -> bool:
+    """Whether ``plan`` breaks a rule ``case``'s own plan keeps (:func:`eligible` looks at the moved checkpoint's
+    own rules only: a move into a region with a per-rank gate and an FSDP1 instance broke the family's
+    ``plan.checkpoints`` rule, and the drawn case raised)."""
+    try:
+        dataclasses.replace(case, plan=plan).validate()
+    except CaseError:
+        try:
+            case.validate()
+        except CaseError:
+            return False  # (refused before the move too: not the move's doing)
+        return True
+    return False
 
 
 @st.composite

@@ -25,7 +25,6 @@ from parityfuzz.strategies.checkpoint import checkpointed_cases
 from tests.test_case import simple
 from tests.test_fuzz_loop import body_modules, fuzz
 from tests.test_pipeline import NO_VIEWS, pipeline_case
-from tests.shrinking import the_fault
 
 #: Uneven under 2 and 4 ranks (3 and 5 rows), two Linears of one shape (the optimizer-state swap needs a twin).
 MLP = ModelSpec(body=Node("seq", children=(Node("linear", out=3), Node("act", fn="gelu"), Node("linear", out=5),
@@ -261,7 +260,12 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_checkpoint_fault(executor, tmp_p
     # set_state_dict(broadcast_from_rank0=True) on its way.
     stats = fuzz(executor, tmp_path, system, seed=seed, max_cases=60, max_shrink_runs=8, strategy=strategy,
                  case_timeout_s=10)
-    f = the_fault(stats)
+    mine = [f for f in stats.failures if f.verdict.kind == "mismatch"]
+    # (a shrink may slip into another form of the same fault, a parameter off after the load, and the run keeps
+    # the case first found as well: each is the fault's, passing on unmodified torch)
+    assert mine and all(verify_case(dataclasses.replace(f.case, system=""), executor).ok for f in mine), \
+        stats.summary_line()
+    f = next((f for f in mine if f.verdict.divergence.check == "checkpoint"), mine[0])
     print(f"{fault} seed {seed}: found after {f.cases_to_find} cases / {f.seconds_to_find:.1f}s, shrunk in "
           f"{f.shrink_runs} runs / {f.shrink_seconds:.1f}s to {body_modules(f.case)} modules: {f.verdict.describe()}")
     assert f.verdict.kind == "mismatch" and f.verdict.divergence.check == "checkpoint", f.verdict.describe()
