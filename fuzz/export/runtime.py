@@ -331,7 +331,7 @@ def train(role, dp, device, mesh):
     and its parameters and buffers (after), and the largest local gradient of each parameter (before any
     reduction); a pass is a step, a non-root pass after it (NONROOT), an evaluation forward (EVAL)."""
     model, inner, optim, scheduler = build(role, dp, device, mesh)
-    scaler = make_scaler(LOSS_SCALE, device.type, role == "system" and SHARDED_SCALER)
+    scaler = make_scaler(LOSS_SCALE, device.type, SHARDED_SCALER if role == "system" else REFERENCE_SHARDED_SCALER)
     local, watched = {}, set()
 
     def named():  # asked afresh each time, as a user would: FSDP2 swaps the registered parameters

@@ -34,6 +34,13 @@ def _system(case: Case):
     return system_class(families.get(case.family).system)
 
 
+def _reference(case: Case):
+    """The case's reference class."""
+    from parityfuzz.systems import system_class
+
+    return system_class(case.reference_name())
+
+
 def constants(case: Case) -> str:
     t, m = case.train, case.model
     promise = dtypes.promise(case)
@@ -62,6 +69,8 @@ def constants(case: Case) -> str:
         ("SHARDED_SCALER", _system(case).sharded_scaler and t.scaler != "amp",
          "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
          "torch.amp.GradScaler"),
+        ("REFERENCE_SHARDED_SCALER", _reference(case).unscales_float16(case),
+         "the reference hands its optimizer float16 gradients, which only ShardedGradScaler unscales"),
         ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),
         ("OVERFLOW_IN", t.overflow_in, "the Linear whose first output feature's gradient overflows there (x 2**24), "
                                        "instead of the loss (''): its weight row alone"),

@@ -217,9 +217,19 @@ class System:
 
     def make_scaler(self):
         """The gradient scaler of the case's loss scaling, or None: sharded for a system under test whose
-        gradients are (:attr:`sharded_scaler`)."""
-        return scaling.make_scaler(self.case.train.loss_scale, self.ctx.device.type,
-                                   self.role == "system" and self.sharded_scaler and self.case.train.scaler != "amp")
+        gradients are (:attr:`sharded_scaler`), and for a reference that hands its optimizer float16 gradients
+        (:meth:`unscales_float16`)."""
+        sharded = (self.sharded_scaler and self.case.train.scaler != "amp" if self.role == "system"
+                   else self.unscales_float16(self.case))
+        return scaling.make_scaler(self.case.train.loss_scale, self.ctx.device.type, sharded)
+
+    @classmethod
+    def unscales_float16(cls, case) -> bool:
+        """Whether this reference's optimizer sees float16 gradients under ``case``'s loss scaling:
+        ``torch.amp.GradScaler`` refuses them ("Attempting to unscale FP16 gradients"), ``ShardedGradScaler``
+        takes them (its ``unscale_`` passes ``allow_fp16=True``), with the same arithmetic over replicated
+        gradients.  A reference, as DDP, scales with the former otherwise."""
+        return False
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer the case's training spec names, over :meth:`named_parameters`."""
