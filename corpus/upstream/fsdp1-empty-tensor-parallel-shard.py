@@ -12,8 +12,10 @@ all_gather_object before any FSDP collective, so the script ends instead of hang
 Exit 1: FSDP(...) raised on some rank (the bug); exit 0: it built on every rank.
 Variants run: Linear(4, 2), one row per tp rank (exit 0); Linear(4, 3), uneven but no empty shard (exit 0);
 mesh (dp=2, tp=2) on 4 processes, FULL_SHARD: the same AssertionError on the two tp rank 1 ranks (exit 1);
-use_orig_params=True: the same AssertionError (exit 1), although with Linear(4, 3) it refuses the uneven shard with
-a clear RuntimeError at the first forward ("Cannot flatten unevenly sharded tensor").
+use_orig_params=True: the same AssertionError (exit 1), on 2 processes and on 4 under FULL_SHARD, although with
+Linear(4, 3) it refuses the uneven shard with a clear RuntimeError at the first forward ("Cannot flatten unevenly
+sharded tensor"); Sequential(Linear(4, 1), Linear(1, 4)) with only the first parallelized, so the unit's
+FlatParameter is not empty on any rank (exit 0): the assertion needs a unit whose parameters are all empty there.
 """
 import sys
 

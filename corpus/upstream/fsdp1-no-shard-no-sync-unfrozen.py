@@ -14,7 +14,9 @@ stale mark sets its .grad to None between the microbatches and the next writebac
 Exit 1: the gradient differs from the local model's (the bug); exit 0: it matches.
 Variants run: FULL_SHARD (exit 0); one process under FULL_SHARD (FSDP1 then runs NO_SHARD; exit 1); never frozen
 (exit 0); without no_sync() (exit 0); frozen already when FSDP1 wraps the model (exit 1), and frozen when wrapped but
-unfrozen from step 0 on (exit 0): what matters is a no_sync() step while frozen, not the state at wrapping.
+unfrozen from step 0 on (exit 0): the state at wrapping does not matter; step 0 (frozen) with both microbatches
+synchronized, no_sync() in step 1 only (exit 1); step 0 (frozen) with one microbatch (exit 0): what marks the
+parameter is a second microbatch in a step while it is frozen, no_sync() or not.
 """
 import copy
 import sys

@@ -12,9 +12,15 @@ eager, or compiled with backend="aot_eager".  RowwiseParallel returns its all-re
 AsyncCollectiveTensor view; that is the compiled block's input.  Prints, per case, whether the embedding's gradient
 matches a single-process run.  Exit 1: a compiled case differs or raises (the bug); exit 0: all match.
 Variants run: backend="inductor" (exit 1, the same two outcomes); the whole model compiled, torch.compile(model),
-instead of the block (exit 0); the block a single Linear(4, 4) (exit 0: its output keeps requires_grad and the
-gradient flows); the embedding's output passed through a forward hook returning output + 0 (exit 0);
+instead of the block (exit 0); the block a bare nn.Linear(4, 4) (exit 0, but only because Dynamo compiles no graph
+for a torch.nn module's own forward: nn.Linear, nn.LayerNorm and nn.GELU compiled alone give 0 graphs in one
+process, so it runs eagerly); a user module whose forward is one op, self.lin(x), F.linear(x, w, b) or x * 2 with no
+parameter (exit 1, the same two outcomes: x * 2 gives an output without requires_grad either way), or two,
+self.lin2(self.lin(x)) or gelu(self.lin(x)) (exit 1); an eager GELU between the embedding and the block (exit 0);
+the embedding's output passed through a forward hook returning output + 0 (exit 0);
 RowwiseParallel(output_layouts=Replicate(), use_local_output=False) with a hook returning output.to_local() (exit 1).
+So the trigger is the AsyncCollectiveTensor arriving as a traced graph's input, not the size of the block nor
+use_local_output itself.
 """
 import copy
 import gc

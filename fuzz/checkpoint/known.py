@@ -38,13 +38,16 @@ def full_load_into_uneven_strided_shards(case: Case) -> bool:
 
 
 def load_initializes_state_the_checkpoint_lacks(case: Case) -> bool:
-    """A load through ``set_state_dict`` (the ``full`` or ``dcp`` way) into a stateful optimizer, where a parameter
-    can have no optimizer state at the save: frozen until a step no later than the save, and gated (so unused on
-    the steps after it): what the shrunk cases kept, both."""
-    t = case.train
+    """A full load (``set_state_dict(full_state_dict=True)``, the ``full`` way) with ``strict=False`` into a stateful
+    optimizer of a model that is not FSDP1 (FSDP1's load takes ``FSDP.optim_state_dict_to_load`` and replaces the
+    state), where a parameter can have no optimizer state at the save: frozen until a step no later than the save,
+    and gated (so unused on the steps after it): what the shrunk cases kept, both.  ``strict=True`` refuses such a
+    checkpoint ('Missing optimizer state for parameter'), and the ``dcp`` way's ``dcp.load`` does ('Missing key in
+    checkpoint state_dict')."""
+    t, c = case.train, case.checkpoint
     stateful = t.optimizer in ("adam", "adamw") or bool(t.momentum)
-    return (case.checkpoint.load_way in ("full", "dcp") and stateful and bool(case.model.gates())
-            and any(0 < f.until <= case.checkpoint.step for f in t.frozen))
+    return (c.load_way == "full" and not c.strict and case.resumed().family not in fsdp1_families() and stateful
+            and bool(case.model.gates()) and any(0 < f.until <= c.step for f in t.frozen))
 
 
 def broadcast_through_set_state_dict(case: Case) -> bool:
@@ -52,5 +55,7 @@ def broadcast_through_set_state_dict(case: Case) -> bool:
 
 
 def full_load_flattened(case: Case) -> bool:
-    """A full optimizer state dict (the ``full`` load) saved and loaded with ``flatten_optimizer``."""
-    return case.checkpoint.load_way == "full" and case.checkpoint.flatten_optimizer
+    """A full optimizer state dict (the ``full`` load) saved and loaded with ``flatten_optimizer``, into a model
+    that is not FSDP1 (FSDP1's load takes ``FSDP.optim_state_dict_to_load`` and loads it)."""
+    return (case.checkpoint.load_way == "full" and case.checkpoint.flatten_optimizer
+            and case.resumed().family not in fsdp1_families())

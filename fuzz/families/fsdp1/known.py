@@ -24,7 +24,10 @@ def hybrid_fsdp1_with_shards_of_one(case: Case) -> bool:
 
 
 def clipping_float64_gradients(case: Case) -> bool:
-    return case.train.clip > 0 and (case.train.dtype == "float64" or case.train.to_float64)
+    """Clipping a float64 model where FSDP1 shards (all-NO_SHARD, asked for or through a one-rank shard group,
+    delegates to torch.nn.utils.clip_grad_norm_, which clips it)."""
+    return (case.train.clip > 0 and (case.train.dtype == "float64" or case.train.to_float64)
+            and not runs_unsharded(case))
 
 
 def flat_unit_unused_in_the_last_backward(case: Case) -> bool:
@@ -68,7 +71,7 @@ def orig_params_unused_in_a_step(case: Case) -> bool:
 
 def frozen_instance_unused_in_a_step(case: Case) -> bool:
     """A gate FSDP1 makes an instance of (or may: a size-based policy), frozen as a whole: the gate itself, or
-    every module with parameters under it."""
+    every module with parameters under it (with either use_orig_params: the hooks do not depend on it)."""
     found = units(case)
     frozen = [f.path for f in case.train.frozen]
 
@@ -76,8 +79,7 @@ def frozen_instance_unused_in_a_step(case: Case) -> bool:
         held = [m for m in case.model.param_modules() if under(m, (path,))]
         return under(path, frozen) or (bool(held) and all(under(m, frozen) for m in held))
 
-    return case.plan.use_orig_params and any(
-        (found is None or p in found) and all_frozen(p) for p in case.model.gates())
+    return any((found is None or p in found) and all_frozen(p) for p in case.model.gates())
 
 
 def no_sync_with_a_unit_unused_on_the_last_microbatch(case: Case) -> bool:

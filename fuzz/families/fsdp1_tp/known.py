@@ -17,12 +17,30 @@ def fsdp1_no_shard_tensor_parallel_orig_params(case: Case) -> bool:
 
 
 def fsdp1_empty_tensor_parallel_shard(case: Case) -> bool:
-    return any(size < case.mesh.axis_size("tp") for size in split_sizes(case).values())
+    """A tensor-parallel module whose split dimension is smaller than tp (its shard is empty on the last tp ranks),
+    where the parameters of some FSDP1 instance are all such modules' (its FlatParameter is then empty there); a
+    size-based policy's instances are not known up front. (A rowwise Linear's replicated bias keeps a unit
+    non-empty; not told apart here.)"""
+    empty = [path for path, size in split_sizes(case).items() if size < case.mesh.axis_size("tp")]
+    if not empty:
+        return False
+    found = units(case)
+    if found is None:
+        return True
+    held_by = case.model.param_modules()
+    for unit in found:
+        deeper = [v for v in found if v != unit and under(v, (unit,))]
+        held = [m for m in held_by if under(m, (unit,)) and not under(m, deeper)]
+        if held and all(under(m, empty) for m in held):
+            return True
+    return False
 
 
 def fsdp1_no_sync_tensor_parallel_orig_params(case: Case) -> bool:
-    return case.plan.no_sync and case.plan.use_orig_params and any(p.style in ("colwise", "rowwise", "sequence")
-                                                                   for p in case.plan.tp)
+    """no_sync() with use_orig_params=True over DTensor parameters (any tensor-parallel style makes them, a one-rank
+    tp mesh included) under a sharded strategy (unsharded, fsdp1_no_shard_tensor_parallel_orig_params fails first)."""
+    return (case.plan.no_sync and case.plan.use_orig_params and not runs_unsharded(case)
+            and any(p.style in ("colwise", "rowwise", "sequence") for p in case.plan.tp))
 
 
 def fsdp1_clipping_tensor_parallel_parameters(case: Case) -> bool:
@@ -39,11 +57,12 @@ def fsdp1_over_a_frozen_tensor_parallel_parameter(case: Case) -> bool:
 
 
 def sharded_round_trip(case: Case) -> bool:
-    """Sharded optimizer state of FSDP1 on a tensor-parallel mesh loaded through set_state_dict (not FSDP1's own
-    SHARDED recipe: :func:`sharded_recipe`)."""
+    """A sharded optimizer state dict loaded into FSDP1 (use_orig_params=True: _shard_orig_param_state) on a
+    tensor-parallel mesh through set_state_dict, whatever wrote it (a DCP save, full or sharded, or FSDP1's SHARDED
+    one); not FSDP1's own SHARDED recipe (:func:`sharded_recipe` fails first)."""
     c = case.checkpoint
-    return (bool(c) and case.family == "fsdp1_tp" and c.save in ("dcp", "fsdp1_sharded") and not c.full_state_dict
-            and c.load_way == "dcp" and case.mesh.axis_size("tp") > 1)
+    return (bool(c) and case.family == "fsdp1_tp" and case.plan.use_orig_params
+            and c.save in ("dcp", "fsdp1_sharded") and c.load_way == "dcp" and case.mesh.axis_size("tp") > 1)
 
 
 def sharded_recipe(case: Case) -> bool:
@@ -53,9 +72,24 @@ def sharded_recipe(case: Case) -> bool:
         case.mesh.axis_size("dp_shard")
 
 
+def _dtensor_parameters(case: Case) -> bool:
+    """Some parameter is a DTensor (every parameter-holding style makes one, a one-rank tp mesh included)."""
+    return any(p.style in ("colwise", "rowwise", "sequence") for p in case.plan.tp)
+
+
 def full_state_dict(case: Case) -> bool:
+    """FSDP1's own FULL_STATE_DICT save (FSDP.optim_state_dict) over DTensor parameters: its optimizer state keeps
+    them tp-sharded, unpicklable or tied to the writer's tp group."""
     c = case.checkpoint
-    return case.family == "fsdp1_tp" and (c.save in ("full", "fsdp1_full") or (c.save == "dcp" and c.full_state_dict))
+    return bool(c) and case.family == "fsdp1_tp" and c.save == "fsdp1_full" and _dtensor_parameters(case)
+
+
+def set_full_model_state_dict(case: Case) -> bool:
+    """DSD's full model state dict (plain full tensors) loaded by set_state_dict(full_state_dict=True) into FSDP1
+    over DTensor parameters."""
+    c = case.checkpoint
+    return (bool(c) and case.family == "fsdp1_tp" and c.save == "full" and c.load_way == "full"
+            and _dtensor_parameters(case))
 
 
 def compiled_tensor_parallel_unit_after_another_shape(case: Case) -> bool:

@@ -86,10 +86,30 @@ def foreach_sgd_weight_decay_over_plain_and_tensor_parallel_params(case: Case) -
             and bool(parallel) and any(not under(m, parallel) for m in case.model.param_modules()))
 
 
-def a_split_dimension_of_size_one_or_below_tp(case: Case) -> bool:
-    """A parallelized module whose split dimension has size 1, or is smaller than tp (a rank holds nothing)."""
+def a_view_of_a_sharded_dimension_of_size_one(case: Case) -> bool:
+    """A tensor-parallel Linear whose split dimension has size 1, viewed so that DTensor's view rule drops the
+    sharded size-1 dim: a RowwiseParallel Linear of input width 1 at sequence length 1 (the forward's view
+    (b, 1, 1) -> (b, 1), any tp), or on a tp axis of size 1 a ColwiseParallel Linear of output width 1 with a bias
+    (the backward's view of the bias gradient (1, 1) -> (1,), any sequence length; over a larger tp the gradient is
+    Replicate by then, the record a-split-dimension-smaller-than-tp)."""
     tp = case.mesh.axis_size("tp")
-    return any(n == 1 or chunk_leaves_a_rank_empty(n, tp) for n in _split_sizes(case))
+    model = case.model
+    for p in case.plan.tp:
+        if p.path == "inp":
+            continue
+        if p.style == "rowwise" and model.input_width(p.path) == 1 and case.train.seq_len == 1:
+            return True
+        if p.style == "colwise" and tp == 1 and model.output_width(p.path) == 1 and _has_bias(case, p.path):
+            return True
+    return False
+
+
+def a_split_dimension_smaller_than_tp(case: Case) -> bool:
+    """A parallelized module whose split dimension is smaller than tp (DTensor's ``is_tensor_shardable`` refuses a
+    Shard of a dimension smaller than the mesh, so the weight's gradient comes back Replicate); a dimension that
+    merely leaves the last rank empty (5 over 4) trains."""
+    tp = case.mesh.axis_size("tp")
+    return any(0 < n < tp for n in _split_sizes(case))
 
 
 def init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:

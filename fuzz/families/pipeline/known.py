@@ -43,13 +43,43 @@ def _stage_output_is_view(case: Case, stage: list[str]) -> bool:
     return view
 
 
-def _split_units(case: Case) -> list[str]:
-    """The top-level modules of the stages whose backward a split-backward schedule splits: every stage but the first
+def _split_stages(case: Case) -> list[int]:
+    """The stages whose backward a split-backward schedule splits on some microbatch: every stage but the first
     (stage.py, backward_one_chunk: 'Skip the backward for the first stage since we will perform the weight update
-    with autograd.backward in backward_weight_one_chunk')."""
-    if case.plan.schedule not in SPLIT_BACKWARD:
+    with autograd.backward in backward_weight_one_chunk'); under ScheduleDualPipeV none on a pipeline of one rank,
+    whose order (schedules.py, ScheduleDualPipeV._calculate_single_rank_operations) runs every backward of stage 1
+    in full (its only input step is stage 0's), and every stage but the first over two ranks or more (each has an
+    input step: a first microbatch in its 'I1W1F1' phase, or a last in its 'B1B0' one)."""
+    plan = case.plan
+    if plan.schedule not in SPLIT_BACKWARD:
         return []
-    return [unit for stage in case.plan.stage_units(case.model)[1:] for unit in stage]
+    pp = case.mesh.axis_size("pp")
+    if plan.schedule == "dualpipev" and pp == 1:
+        return []
+    return list(range(1, plan.num_stages(pp)))
+
+
+def _first_split_stages(case: Case) -> list[int]:
+    """The stages whose first backward (microbatch 0) is split, its input step running right after the stage's
+    forward: every split stage under ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble (they split every
+    backward); under ScheduleDualPipeV stages pp + 1 .. 2 pp - 1, the second stage of ranks 0 .. pp - 2, whose
+    'I1W1F1' phase splits its first pp - 1 - rank microbatches (the others run full backwards before their input
+    step, or have none)."""
+    split = _split_stages(case)
+    if case.plan.schedule == "dualpipev":
+        return [s for s in split if s > case.mesh.axis_size("pp")]
+    return split
+
+
+def _units_of(case: Case, stages: list[int]) -> list[str]:
+    """The top-level modules of ``stages``."""
+    units = case.plan.stage_units(case.model)
+    return [unit for s in stages if s < len(units) for unit in units[s]]
+
+
+def _split_units(case: Case) -> list[str]:
+    """The top-level modules of the stages whose backward a split-backward schedule splits (:func:`_split_stages`)."""
+    return _units_of(case, _split_stages(case))
 
 
 def _nodes_in(case: Case, units: list[str]) -> list:
@@ -66,17 +96,13 @@ def zero_bubble_stage_output_view(case: Case) -> bool:
         _stage_output_is_view(case, stage) for stage in plan.stage_units(case.model)[1:-1])
 
 
-def _first_units(case: Case) -> list[str]:
-    """The first top-level module of every stage after the first."""
-    return [units[0] for units in case.plan.stage_units(case.model)[1:]]
-
-
 def zero_bubble_stage_input_without_grad(case: Case) -> bool:
-    """A schedule that splits the backward, with a stage after the first whose input may not require grad (nothing
-    trainable before it: parameterless or frozen modules only)."""
+    """A schedule that splits the backward, with a stage whose backward it splits (:func:`_split_stages`: under
+    ScheduleDualPipeV, a pipeline of two ranks or more) whose input may not require grad (nothing trainable before
+    it: parameterless or frozen modules only)."""
     frozen = frozenset(f.path for f in case.train.frozen)
-    return case.plan.schedule in SPLIT_BACKWARD and any(
-        not case.model.input_requires_grad(unit, frozen) for unit in _first_units(case))
+    units = case.plan.stage_units(case.model)
+    return any(not case.model.input_requires_grad(units[s][0], frozen) for s in _split_stages(case) if s < len(units))
 
 
 def zero_bubble_module_called_twice(case: Case) -> bool:
@@ -88,21 +114,27 @@ def zero_bubble_module_called_twice(case: Case) -> bool:
 
 def zero_bubble_expanded_gradient(case: Case) -> bool:
     """A schedule that splits the backward, with a parameter used through a broadcast (a ``scale`` module's
-    ``w.sum(0)``: its gradient is an expanded view) in a stage whose backward it splits, and something that writes
-    into the stored gradient in place: a later microbatch, a later ``step()`` call of the same optimizer step, or
-    gradient clipping."""
+    ``w.sum(0)``: its gradient is an expanded view) in a stage whose first backward it splits (the weight step
+    stores the expanded view as the .grad; :func:`_first_split_stages`: under ScheduleDualPipeV stages pp + 1 ..
+    2 pp - 1 only, the other stages' weight steps adding into the dense .grad their full backwards stored), and
+    something that writes into the stored gradient in place: a later microbatch, a later ``step()`` call of the same
+    optimizer step, or gradient clipping."""
     writes = case.plan.microbatches > 1 or case.train.microbatches > 1 or case.train.clip > 0
-    return writes and any(node.kind == "scale" for node in _nodes_in(case, _split_units(case)))
+    return writes and any(node.kind == "scale"
+                          for node in _nodes_in(case, _units_of(case, _first_split_stages(case))))
 
 
 def zero_bubble_fsdp_reshard_after_forward(case: Case) -> bool:
-    """ScheduleInterleavedZeroBubble or ScheduleZBVZeroBubble with ``fully_shard(reshard_after_forward=True)`` on each
-    stage, or on the units inside it (``shard_units``: a unit's group is resharded after its forward alike; with
-    the stage's False and the units' True the units' weights get no gradient, with both False the case trains)
-    (the shrunk cases: pp 2 x dp_shard 2; ScheduleDualPipeV trained the same cases)."""
+    """A schedule that splits the backward, with ``fully_shard(reshard_after_forward=True)`` on each stage, or on the
+    units inside it (``shard_units``: a unit's group is resharded after its forward alike; with the stage's False
+    and the units' True the units' weights get no gradient, with both False the case trains), and parameters in a
+    stage whose input step runs right after its forward (:func:`_first_split_stages`: every stage but the first
+    under ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble; under ScheduleDualPipeV stages pp + 1 .. 2 pp - 1,
+    whose first microbatches' gradients are lost; none on one rank) (the shrunk cases: pp 2 x dp_shard 2)."""
     plan = case.plan
-    return (plan.schedule in ("interleaved_zero_bubble", "zbv") and "dp_shard" in case.mesh.names
-            and (plan.reshard_after_forward or (plan.shard_units and plan.unit_reshard_after_forward)))
+    return ("dp_shard" in case.mesh.names
+            and (plan.reshard_after_forward or (plan.shard_units and plan.unit_reshard_after_forward))
+            and any(under(m, _units_of(case, _first_split_stages(case))) for m in case.model.param_modules()))
 
 
 def scale_grads_over_accumulated_steps(case: Case) -> bool:
@@ -154,13 +186,19 @@ def flattened_load_into_an_empty_parameter_group(case: Case) -> bool:
 
 def zero_bubble_fsdp_accumulates_in_param_dtype(case: Case) -> bool:
     """A schedule that splits the backward, over stages ``fully_shard``-ed with a ``MixedPrecisionPolicy`` whose
-    ``reduce_dtype`` differs from the dtype the stages compute in, over several microbatches: two weight steps of a
-    stage with no input step between them add their gradients in the compute dtype."""
+    ``reduce_dtype`` differs from the dtype the stages compute in, where a stage's weight step is followed by another
+    weight step or a full backward of it with no input step between them (FSDP's post-backward, which moves .grad to
+    the reduce_dtype accumulator, runs in the input step or the full backward): the two add their gradients in the
+    compute dtype.  From the schedules' orders (schedules.py, ``_calculate_single_rank_operations``): over a pipeline
+    of two ranks or more, ScheduleInterleavedZeroBubble with 2 microbatches or more, ScheduleZBVZeroBubble with
+    more microbatches than ranks, ScheduleDualPipeV always (it takes 2 pp or more); on one rank none."""
     from parityfuzz.case.dtypes import model_dtype
 
     plan = case.plan
     mp = plan.precision
-    return (plan.schedule in SPLIT_BACKWARD and "dp_shard" in case.mesh.names and plan.microbatches > 1
+    pp = case.mesh.axis_size("pp")
+    pairs = {"interleaved_zero_bubble": plan.microbatches > 1, "zbv": plan.microbatches > pp, "dualpipev": True}
+    return (pairs.get(plan.schedule, False) and pp > 1 and "dp_shard" in case.mesh.names
             and bool(mp.reduce_dtype) and mp.reduce_dtype != mp.compute(model_dtype(case)))
 
 

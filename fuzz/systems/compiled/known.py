@@ -5,7 +5,7 @@ show in it.  Torch-free."""
 from __future__ import annotations
 
 from parityfuzz.case import Case, under
-from parityfuzz.case.model import PARAM_KINDS
+from parityfuzz.case.model import PARAM_KINDS, child_names
 
 
 def _checkpoints(case: Case, composable_only: bool = False) -> list[str]:
@@ -29,21 +29,63 @@ def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
     return any(p != q and under(p, (q,)) for p in paths for q in c.paths)
 
 
+#: Node kinds the builder makes a bare ``torch.nn`` module (``nn.Linear``, an activation, a norm, ``nn.Dropout``):
+#: compiled on its own, Dynamo skips its frame (``torch/nn`` code) and compiles no graph, so it runs eagerly.
+_BUILTIN_LEAVES = ("linear", "act", "layernorm", "rmsnorm", "dropout")
+
+
+def _outputs(nodes: dict, path: str) -> set[str]:
+    """The module paths whose output is the output of the module at ``path``, unchanged."""
+    node, out = nodes.get(path), {path}
+    if node is None:
+        return out
+    if node.kind == "mlp":
+        return out | {f"{path}.fc2"}
+    if node.kind == "attention":
+        return out | {f"{path}.o"}
+    if node.kind in ("seq", "block", "twice") and node.children:
+        return out | _outputs(nodes, f"{path}.{child_names(node)[-1]}")
+    return out
+
+
+def _inputs(case: Case, nodes: dict, path: str) -> set[str]:
+    """The module paths whose output is the input of the module at ``path``, unchanged."""
+    if path == "body":
+        return {"inp"} if case.model.input == "embedding" else set()
+    if path == "head":
+        return _outputs(nodes, "body")
+    parent, _, name = path.rpartition(".")
+    node = nodes[parent]
+    if node.kind in ("seq", "block"):
+        names = child_names(node)
+        i = names.index(name)
+        return _inputs(case, nodes, parent) if i == 0 else _outputs(nodes, f"{parent}.{names[i - 1]}")
+    first = {"mlp": ("fc1",), "attention": ("q", "k", "v")}.get(node.kind, ("inner",))
+    if name in first:  # an MLP's fc1, an attention's q, k and v, a residual's, twice's or gate's inner
+        return _inputs(case, nodes, parent)
+    return set()
+
+
 def tp_local_output_into_a_compiled_block(case: Case) -> bool:
-    """A compiled block (not the whole model) and, outside every compiled block, a tensor-parallel module whose
-    output is reduced and handed on as a local tensor (``RowwiseParallel`` or ``PrepareModuleOutput`` with
-    ``use_local_output=True``): the asynchronous collective's local tensor is what a compiled block may take.  In a
-    pipeline stage also a ``ColwiseParallel`` module whose output is gathered (``output_layouts=Replicate()``), which
-    trains outside a pipeline."""
+    """A compiled block (not the whole model, nor a bare ``torch.nn`` module, which Dynamo leaves eager) whose
+    input is, with no eager op in between, the output of a tensor-parallel module outside it that reduces its
+    output and hands it on as a local tensor (``RowwiseParallel`` or ``PrepareModuleOutput`` with
+    ``use_local_output=True``): the asynchronous collective's ``AsyncCollectiveTensor`` is then the compiled
+    graph's input.  In a pipeline stage also a ``ColwiseParallel`` module whose output is gathered
+    (``output_layouts=Replicate()``), which trains outside a pipeline."""
     c = case.compile
     if not c or c.form == "model":
         return False
+    nodes = dict(case.model.body.walk("body"))
 
     def handed_on(p) -> bool:
-        return p.style in ("rowwise", "prepare_output") or (
-            case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate")
+        return p.use_local_output and (p.style in ("rowwise", "prepare_output") or (
+            case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate"))
 
-    return any(handed_on(p) and p.use_local_output and not under(p.path, c.paths) for p in getattr(case.plan, "tp", ()))
+    sources = {p.path for p in getattr(case.plan, "tp", ()) if handed_on(p)}
+    return any(nodes[q].kind not in _BUILTIN_LEAVES and any(s in _inputs(case, nodes, q) and not under(s, (q,))
+                                                            for s in sources)
+               for q in c.paths if q in nodes)
 
 
 def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
