@@ -52,16 +52,17 @@ def can_reshard(case: Case) -> bool:
             and case.reference_name() in PLAIN_REFERENCES)
 
 
-#: What a load resumes (:func:`reshards`), drawn before the case where the case's own draws follow it
-#: (:func:`checkpointed_cases`).
-KINDS = st.sampled_from(reshards())
+def kinds() -> st.SearchStrategy[str]:
+    """What a load resumes (:func:`reshards`, read when drawn: a family registered after import counts), drawn
+    before the case where the case's own draws follow it (:func:`checkpointed_cases`)."""
+    return st.sampled_from(reshards())
 
 
 @st.composite
 def resumes(draw, case: Case, world_sizes: tuple[int, ...], kind: str | None = None) -> dict:
     """``world_size``, ``mesh`` and ``plan`` of the resumed case (``{}``: the case's own); ``kind``: what it resumes
     (:func:`reshards`), drawn here where None."""
-    kind = (draw(KINDS) if kind is None else kind) if can_reshard(case) else "none"
+    kind = (draw(kinds()) if kind is None else kind) if can_reshard(case) else "none"
     if case.system and kind not in ("none", "world_size", case.family):
         kind = "none"  # a named system under test runs its own family's plans
     others = [w for w in world_sizes if w != case.world_size and w > 1]
@@ -168,7 +169,7 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     # What the load resumes is decided first as well: drawn after the case, at the end of a long choice sequence,
     # Hypothesis's first few hundred cases gave the later kinds next to nothing (resumes into pipeline stages: 0 of
     # 300 checkpoint cases, against 29 into FSDP2; the kinds' shares fell with their place in the list).
-    kind = draw(KINDS)
+    kind = draw(kinds())
     drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system)
     case = draw(drawn.filter(lambda c: c.reference_name() in ROLLBACK_REFERENCES) if rollback else drawn)
     # A case torch refuses (an expected error) trains to no checkpoint, and one with tensors of a value per rank

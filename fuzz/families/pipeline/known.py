@@ -132,9 +132,10 @@ def zero_bubble_fsdp_reshard_after_forward(case: Case) -> bool:
     under ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble; under ScheduleDualPipeV stages pp + 1 .. 2 pp - 1,
     whose first microbatches' gradients are lost; none on one rank) (the shrunk cases: pp 2 x dp_shard 2)."""
     plan = case.plan
+    split = _units_of(case, _first_split_stages(case))
     return ("dp_shard" in case.mesh.names
             and (plan.reshard_after_forward or (plan.shard_units and plan.unit_reshard_after_forward))
-            and any(under(m, _units_of(case, _first_split_stages(case))) for m in case.model.param_modules()))
+            and any(under(m, split) for m in case.model.param_modules()))
 
 
 def scale_grads_over_accumulated_steps(case: Case) -> bool:
