@@ -98,8 +98,29 @@ def test_a_run_reports_each_dimensions_share_first_case_pairs_and_the_thin_ones(
     assert "autocast" in cov["thin"] and "compile" not in cov["thin"]
     assert "post_optim_event" not in cov["shares"] and cov["not_drawn"] == {"post_optim_event": "not this family's"}
     lines = dimension_lines(cov)
-    assert lines[0].startswith("  dimensions: compile 30% (first at 4s)")
+    assert lines[0].startswith("  dimensions (of 20 cases drawn, shrink runs apart): compile 30% (first at 4s)")
     assert any(line.startswith("  WARNING") and "autocast" in line for line in lines)
+
+
+def test_shrink_runs_stay_out_of_the_dimension_table():
+    """A shrink runs hundreds of variants of one failing case: they count as cases, not in the dimension shares."""
+    from parityfuzz.engine.stats import TargetStats
+    from parityfuzz.judge.verdict import Verdict
+
+    drawn = draws(targets.strategy("fsdp2", (2,)).filter(lambda c: c.train.eval), 1)[0]
+    plain = draws(targets.strategy("fsdp2", (2,)).filter(lambda c: not c.features() & {"dim:eval"}), 1)[0]
+    stats = TargetStats("fsdp2")
+    stats.count(drawn, Verdict("pass"))
+    stats.count(plain, Verdict("pass"))
+    for _ in range(8):
+        stats.count(plain, Verdict("pass"), shrinking=True)
+    cov = stats.dimensions()
+    assert stats.cases == 10 and cov["drawn"] == 2 and cov["shares"]["eval"] == 0.5
+    assert stats.to_dict()["dimensions"]["cases"]["eval"] == 1
+    from parityfuzz.engine.merge import _merge_target  # (two xdist workers' reports)
+
+    merged = _merge_target(stats.to_dict(), stats.to_dict())["dimensions"]
+    assert merged["drawn"] == 4 and merged["cases"]["eval"] == 2 and merged["shares"]["eval"] == 0.5
 
 
 def test_dimension_tags_are_features_of_the_case():

@@ -218,7 +218,8 @@ class Fuzzer:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
                     best.update(case=case, verdict=verdict)
-                stats.count(case, verdict, time.monotonic() - self.started, why, time.monotonic() - began)
+                stats.count(case, verdict, time.monotonic() - self.started, why, time.monotonic() - began,
+                            shrinking=bool(found))
                 if found:
                     stats.shrink_runs += 1
                 if not verdict.ok and not found:

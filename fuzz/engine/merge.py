@@ -15,18 +15,19 @@ def _add(a: dict, b: dict) -> dict:
 
 def _merge_target(a: dict, b: dict) -> dict:
     out = dict(a)
-    for key in ("cases", "generate_seconds", "shrink_seconds", "shrink_runs", "reduce_seconds", "reduce_runs",
+    for key in ("cases", "explored_cases", "generate_seconds", "shrink_seconds", "shrink_runs", "reduce_seconds", "reduce_runs",
                 "distinct_feature_combinations"):
         out[key] = a.get(key, 0) + b.get(key, 0)
     for key in ("verdicts", "cut_short", "explained", "explained_seconds", "throttled", "feature_counts",
-                "pair_counts"):
+                "pair_counts", "explored_dimension_counts", "explored_dimension_pairs"):
         out[key] = _add(a.get(key, {}), b.get(key, {}))
     out["distinct_feature_pairs"] = len(out["pair_counts"])
     out["near_miss_combinations"] = a.get("near_miss_combinations", 0) + b.get("near_miss_combinations", 0)  # at most
     out["timing"] = merge_timing(a.get("timing", {}), b.get("timing", {}))
     fa, fb = a.get("dimension_first_seconds", {}), b.get("dimension_first_seconds", {})
     out["dimension_first_seconds"] = {d: min(t for t in (fa.get(d), fb.get(d)) if t is not None) for d in {**fa, **fb}}
-    out["dimensions"] = dimension_coverage(out["cases"], out["feature_counts"], out["pair_counts"],
+    out["dimensions"] = dimension_coverage(out["explored_cases"], out["explored_dimension_counts"],
+                                           out["explored_dimension_pairs"],
                                            out["dimension_first_seconds"], a.get("dimension_support", {}))
     slices = Counter()
     for t, kind, *n in a.get("timeline", []) + b.get("timeline", []):

@@ -57,14 +57,19 @@ class TargetStats:
     #: empty for a target of the user's own) and the run's seconds at each dimension's first case.
     support: dict = field(default_factory=dict)
     first_seen: dict = field(default_factory=dict)
+    #: The cases drawn outside shrinking, and their training-loop dimension tags and pairs of them: the dimension
+    #: table's denominator and counts (a shrink runs hundreds of variants of one failing case).
+    explored: int = 0
+    explored_dimensions: Counter = field(default_factory=Counter)
+    explored_pairs: Counter = field(default_factory=Counter)
     #: The time a schedule gave the target (:meth:`parityfuzz.engine.schedule.Schedule.summary`); None where the
     #: target ran alone.
     schedule: dict | None = None
 
     def count(self, case: Case, verdict: Verdict, at: float = 0.0, why: Explanation | None = None,
-              seconds: float = 0.0) -> None:
+              seconds: float = 0.0, shrinking: bool = False) -> None:
         """Count a case as the search saw it (``verdict``), with what explains it where it failed, and the
-        ``seconds`` its run took."""
+        ``seconds`` its run took; ``shrinking``: a shrink run (left out of the dimension table)."""
         self.cases += 1
         mode = "compiled" if case.compile else "eager"
         self.run_cases[mode] += 1
@@ -84,6 +89,11 @@ class TargetStats:
                 self.first_seen.setdefault(tag[len(DIMENSION):], round(at, 1))
         self.features.update(feats)
         self.pairs.update(" & ".join(p) for p in combinations(sorted(feats), 2))
+        if not shrinking:
+            self.explored += 1
+            dims = sorted(tag for tag in feats if tag.startswith(DIMENSION))
+            self.explored_dimensions.update(dims)
+            self.explored_pairs.update(" & ".join(p) for p in combinations(dims, 2))
         self.combinations[feats] += 1
         if verdict.ok and verdict.closeness >= NEAR_MISS:
             self.near_miss_combinations.add(feats)
@@ -97,7 +107,8 @@ class TargetStats:
 
     def dimensions(self) -> dict:
         """:func:`dimension_coverage` of this target's cases."""
-        return dimension_coverage(self.cases, self.features, self.pairs, self.first_seen, self.support)
+        return dimension_coverage(self.explored, self.explored_dimensions, self.explored_pairs, self.first_seen,
+                                  self.support)
 
     def seed_grids(self) -> dict[str, dict]:
         """How much of each seed test's grid about this target's families the run covered
@@ -142,6 +153,9 @@ class TargetStats:
             **({"schedule": self.schedule} if self.schedule is not None else {}),
             "shares": {k: round(v, 4) for k, v in self.shares().items()},
             "dimensions": self.dimensions(),
+            "explored_cases": self.explored,
+            "explored_dimension_counts": dict(sorted(self.explored_dimensions.items())),
+            "explored_dimension_pairs": dict(sorted(self.explored_pairs.items())),
             "dimension_first_seconds": dict(self.first_seen),
             "dimension_support": dict(self.support),
             "feature_counts": dict(sorted(self.features.items())),
@@ -157,8 +171,8 @@ THIN = 5
 
 
 def dimension_coverage(cases: int, features, pairs, first_seen: dict, support: dict) -> dict:
-    """What a run's ``cases`` (with their ``features`` and ``pairs`` counts, and ``first_seen``: the run's seconds at
-    each dimension's first case) did with the training-loop dimensions (:mod:`parityfuzz.case.dimensions`): per
+    """What a run's ``cases`` (those drawn outside shrinking, with their ``features`` and ``pairs`` counts, and
+    ``first_seen``: the run's seconds at each dimension's first case) did with the training-loop dimensions (:mod:`parityfuzz.case.dimensions`): per
     dimension the target draws (``support``; without one, every dimension met) its cases, share of the cases and
     seconds to its first case; per pair of them met together, its share; the ones drawn in fewer than :data:`THIN`
     cases (``thin``); and the ones the target does not draw, with why."""
@@ -171,7 +185,7 @@ def dimension_coverage(cases: int, features, pairs, first_seen: dict, support: d
         n = pairs.get(f"{DIMENSION}{a} & {DIMENSION}{b}", 0)
         if n:
             together[f"{a} & {b}"] = share(n)
-    return {"cases": count, "shares": {d: share(n) for d, n in count.items()},
+    return {"drawn": cases, "cases": count, "shares": {d: share(n) for d, n in count.items()},
             "first_seconds": {d: first_seen[d] for d in drawn if d in first_seen},
             "pairs": together, "thin": [d for d in drawn if count[d] < THIN],
             "not_drawn": {d: why for d, why in support.items() if why}}

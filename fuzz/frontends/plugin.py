@@ -491,7 +491,8 @@ def dimension_lines(coverage: dict) -> list[str]:
     if not coverage["shares"]:
         return []
     first = coverage["first_seconds"]
-    lines = ["  dimensions: " + ", ".join(f"{d} {s:.0%}" + (f" (first at {first[d]:.0f}s)" if d in first else "")
+    drawn = f" (of {coverage['drawn']} cases drawn, shrink runs apart)" if "drawn" in coverage else ""
+    lines = [f"  dimensions{drawn}: " + ", ".join(f"{d} {s:.0%}" + (f" (first at {first[d]:.0f}s)" if d in first else "")
                                          for d, s in coverage["shares"].items())]
     pairs = sorted(coverage["pairs"].items(), key=lambda kv: -kv[1])[:3]
     if pairs:

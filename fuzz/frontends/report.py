@@ -155,7 +155,9 @@ def dimensions_html(coverage: dict | None) -> str:
                      f'</tr>' for d, why in coverage.get("not_drawn", {}).items())
     return ('<table><tr><th class="l">dimension</th><th>share</th><th>cases</th><th>first</th><th></th></tr>'
             + "".join(rows) + absent + "</table>"
-            + f'<p class="muted">{len(coverage.get("pairs", {}))} pairs of dimensions met together</p>')
+            + f'<p class="muted">{len(coverage.get("pairs", {}))} pairs of dimensions met together'
+            + (f'; shares of the {coverage["drawn"]} cases drawn (shrink runs apart)' if "drawn" in coverage else "")
+            + '</p>')
 
 
 def finding_html(f: dict) -> str:
