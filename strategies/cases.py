@@ -22,13 +22,15 @@ from parityfuzz.strategies.swarm import swarms
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,
-          perturb: bool = True) -> st.SearchStrategy[Case]:
+          perturb: bool = True, within: tuple[str, ...] | None = None) -> st.SearchStrategy[Case]:
     """Valid parity cases of ``family`` on ``world_sizes`` ranks.
 
     ``system`` and ``reference`` override the family's (a plug-in or test-only faulty system as
     ``module:attribute``); ``""`` keeps the family's own (its reference rule picks the emulating ``ddp_mp``
     under mixed precision).  ``max_depth`` bounds the nesting of the model tree, ``max_steps`` the training
-    steps; ``perturb`` draws delays on random ranks of the system under test.
+    steps; ``perturb`` draws delays on random ranks of the system under test; ``within``: the training-loop dimensions
+    the cases may draw, of those the family supports (None: all of them; a checkpoint that resumes the case into
+    another family draws only what both take).
 
     Each case first draws which of its family's training-loop dimensions it may draw (its swarm configuration,
     :mod:`parityfuzz.strategies.swarm`); how the rest shrinks is the family strategy's to say (see its module).
@@ -50,7 +52,8 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
     args = (tuple(world_sizes), system, reference, max_depth, max_steps, perturb)
     if "swarm" not in inspect.signature(strategy).parameters:  # a family strategy written before swarms
         return strategy(*args)
-    return _swarmed(strategy, args, dimensions.supported(record))
+    supported = dimensions.supported(record)
+    return _swarmed(strategy, args, supported if within is None else tuple(d for d in supported if d in within))
 
 
 @st.composite

@@ -26,7 +26,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from parityfuzz import families
-from parityfuzz.case import Case, CaseError, MeshSpec
+from parityfuzz.case import Case, CaseError, MeshSpec, dimensions
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
@@ -41,6 +41,14 @@ def reshards() -> tuple[str, ...]:
     """What a load may resume, in shrinking order: the same plan, the same plan at another world size, or a plan
     of a family whose record offers one (:attr:`parityfuzz.families.Family.resume`)."""
     return ("none", "world_size") + tuple(f.name for f in families.records() if f.resume)
+
+
+def _taken_by(kind: str, family: str) -> tuple[str, ...] | None:
+    """The dimensions a case of ``family`` may draw where its load resumes ``kind`` (:func:`reshards`): those the
+    family of the resumed plan takes, where that is another family (None: any)."""
+    if kind in ("none", "world_size", family):
+        return None
+    return dimensions.supported(families.get(kind))
 
 
 def ways_into(case: Case, fmt: str) -> list[str]:
@@ -170,7 +178,10 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     # Hypothesis's first few hundred cases gave the later kinds next to nothing (resumes into pipeline stages: 0 of
     # 300 checkpoint cases, against 29 into FSDP2; the kinds' shares fell with their place in the list).
     kind = draw(kinds())
-    drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system)
+    # A resume into another family's plan is refused where that family does not take a dimension the case drew
+    # (the event then resumes the same plan): such a case draws only the dimensions both families take.
+    drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system,
+                  within=_taken_by(kind, family))
     case = draw(drawn.filter(lambda c: c.reference_name() in ROLLBACK_REFERENCES) if rollback else drawn)
     # A case torch refuses (an expected error) trains to no checkpoint, and one with tensors of a value per rank
     # (FSDP1's ignored modules) cannot keep them through any: not spent here.

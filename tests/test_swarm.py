@@ -74,6 +74,25 @@ def test_a_switched_off_dimension_is_never_drawn_and_a_switched_on_one_often():
     assert sum(t.eval for t in on) > 100
 
 
+def test_a_checkpoint_resuming_another_family_draws_only_the_dimensions_both_take():
+    """A load that resumes a case into another family's plan is refused (and resumes the same plan) where that
+    family does not take a dimension the case drew; the case then draws only what both take: a resume into the
+    pipeline family (no autocast, loss scaling, non-root passes, float64 casts, post-optimizer events) gets a real
+    share of the checkpoint target's cases."""
+    from parityfuzz.strategies import cases
+    from parityfuzz.strategies.checkpoint import _taken_by
+
+    into = dimensions.supported(families.get("pipeline"))
+    assert _taken_by("pipeline", "fsdp2") == into and _taken_by("none", "fsdp2") is None
+    assert _taken_by("pipeline", "pipeline") is None and _taken_by("world_size", "fsdp1") is None
+    drawn = draws(cases(family="fsdp2", world_sizes=(2, 4), within=into), 150)
+    met = Counter(d for c in drawn for d in dimensions.drawn(c))
+    assert set(met) <= set(into) and met["eval"] and met["compile"], met
+    resumed = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4)), 300, seed=1)
+    into_stages = sum(c.family != "pipeline" and c.resumed().family == "pipeline" for c in resumed)
+    assert into_stages / len(resumed) >= 0.02, into_stages  # (0.7% before: the resumed case was refused)
+
+
 def test_the_swarm_configuration_shrinks_to_every_switch_off():
     """Its simplest configuration switches nothing on (and a configuration switching nothing on draws no dimension:
     the test above), so a shrunk case keeps only the dimensions its failure needs."""

@@ -28,6 +28,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, under
+from parityfuzz.case.training import input_requires_grad
 from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error, units
 from parityfuzz.strategies.cases import finish
@@ -39,6 +40,8 @@ from parityfuzz.strategies.training import training
 
 #: Leaves a pipelined model may hold (no dropout: the family's validation says why).
 PIPELINE_LEAVES = tuple(k for k in LEAVES if k != "dropout")
+#: The checkpoint APIs with a reentrant form (the composable checkpoint has none).
+REENTRANT_APIS = tuple(a for a in CHECKPOINT_APIS if a != "composable")
 
 
 @st.composite
@@ -60,13 +63,23 @@ def pipeline_models(draw, stages: int, max_depth: int) -> ModelSpec:
 
 
 @st.composite
-def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = ()) -> tuple[ActivationCheckpoint, ...]:
+def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = (), train=None) -> tuple[ActivationCheckpoint, ...]:
     """Up to two activation checkpoints of modules inside the stages (``finish`` makes the eligible ones
     reentrant: :mod:`parityfuzz.strategies.reentrant`); ``first``: the first stage's units, where the swarm switched
-    ``reentrant`` on: then at least one checkpoint, inside them (a reentrant checkpoint's only place: its rule)."""
+    ``reentrant`` on: then at least one checkpoint, inside them (a reentrant checkpoint's only place: its rule), the
+    first one where it can be reentrant (its input requires grad under ``train``, a wrapper API)."""
     paths = [path for path, _ in model.module_paths() if path]
     if first:
         paths = [p for p in paths if p != "inp" and under(p, first)] or paths
+        able = [p for p in paths if input_requires_grad(model, train, p)]
+        if able:  # (the first checkpoint drawn among them; shrinking keeps it there)
+            head = draw(st.sampled_from(able))
+            rest = draw(st.lists(st.sampled_from([p for p in paths if p != head]), unique=True, max_size=1)) \
+                if len(paths) > 1 else []
+            return (ActivationCheckpoint(head, api=draw(st.sampled_from(REENTRANT_APIS)),
+                                         before=not draw(st.booleans())),
+                    *(ActivationCheckpoint(p, api=draw(st.sampled_from(CHECKPOINT_APIS)),
+                                           before=not draw(st.booleans())) for p in rest))
     picked = draw(st.lists(st.sampled_from(paths), unique=True, min_size=1 if first else 0, max_size=2)) \
         if first or draw(st.booleans()) else []
     return tuple(ActivationCheckpoint(path, api=draw(st.sampled_from(CHECKPOINT_APIS)), before=not draw(st.booleans()))
@@ -112,6 +125,7 @@ def microbatched(draw, train, micro: int, split_dim: int):
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
           perturb: bool, swarm: frozenset[str] | None = None) -> Case:
     ws = draw(world_sizes(allowed))
+    reentrant = bool(swarm and "reentrant" in swarm)
     schedule = draw(st.sampled_from(tuple(SCHEDULES)))
     pp = draw(st.sampled_from([p for p in (2, 2, 4, 4, 3, 8, 1) if ws % p == 0]))  # one stage: rare
     layout = SCHEDULES[schedule][1]
@@ -138,10 +152,10 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                                 to_float64=False)
     if tp > 1:
         train = tp_training(train, loss_parallel, low_precision=False)
-    first = tuple(units(model)[:cuts[0]] if cuts else units(model)) if swarm and "reentrant" in swarm else ()
+    first = tuple(units(model)[:cuts[0]] if cuts else units(model)) if reentrant else ()
     plan = PipelinePlan(schedule=schedule, microbatches=micro, split_dim=split_dim, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
-                        checkpoints=draw(checkpoints(model, first)), tp=styles, loss_parallel=loss_parallel,
+                        checkpoints=draw(checkpoints(model, first, train)), tp=styles, loss_parallel=loss_parallel,
                         precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else StagePrecision())
     if "dp_shard" in mesh.names and draw(st.booleans()):
         # torchtitan's composition: fully_shard on each block of a stage, then on the stage, each with the stage's
