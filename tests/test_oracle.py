@@ -263,6 +263,25 @@ def test_hsdp_replicas_must_agree_though_the_full_tensor_matches():
     assert "system under test" in d.detail
 
 
+def test_a_local_tensor_must_have_the_shape_its_placements_give():
+    """A DTensor whose local piece disagrees with its placements (fully_shard turned an empty (8, 0) tp piece into
+    (0, 0): its full_tensor() is wrong) is a finding, even where the piece holds no value to compare; the rank
+    and both shapes are named."""
+    def empty_tp(local_shape) -> Trace:
+        ranks = []
+        for rank in range(2):  # a (1, 2) (dp_shard, tp) mesh: Shard(0) over dp, Shard(1) over tp of a (4, 1) weight
+            info = ShardInfo(global_shape=(4, 1), placements=(0, 1), mesh_shape=(1, 2), coord=(0, rank))
+            piece = np.ones((4, 1)) if rank == 0 else np.zeros(local_shape)
+            ranks.append(RankTrace(passes=[(0, "")], losses=[Rec("float64", np.array(1.0))],
+                                   grads=[{}], params=[{"w": Rec("float64", piece, info)}]))
+        return Trace(ranks)
+
+    assert compare(empty_tp((4, 0)), empty_tp((4, 0)), PROMISE, TOL).ok
+    d = compare(empty_tp((4, 0)), empty_tp((0, 0)), PROMISE, TOL).divergence
+    assert d.check == "local_shape" and d.ranks == (1,) and d.what == "param"
+    assert "system under test" in d.detail and "[0, 0]" in d.detail and "[4, 0]" in d.detail
+
+
 def test_the_references_replicas_must_agree_too():
     ref = trace(ranks=2)
     set_value(ref, "grad", 0, 1, 0, 1.5)

@@ -8,7 +8,12 @@ Mesh (dp=1, tp=2); a Linear(4 -> 1) is ColwiseParallel(output_layouts=Replicate(
 empty (0, 4) weight and (0,) bias; fully_shard over the dp sub-mesh.  One forward/backward; the gradient is compared
 with a single-process Linear(4, 1).  (On larger meshes the ranks that did not raise block in their next collective.)
 Prints, for TP alone and for TP + FSDP2, whether the backward succeeds and the weight gradient matches.
-Exit 1: TP + FSDP2 fails (the bug); exit 0: both match.
+Then the frozen form (no gradient, so no reduce-scatter): a frozen Linear(1 -> 4) RowwiseParallel over tp (tp rank 1
+holds an empty (4, 0) weight) under fully_shard: prints each rank's local weight shape under TP alone and under
+TP + fully_shard, which turns the empty (4, 0) piece into (0, 0) (FSDPParam._init_sharded_param narrows an empty
+shard to length 0 along the FSDP dimension); full_tensor() then returns (0, 1)-shaped garbage on that rank and the
+others fail in the mismatched all-gather (not called here).
+Exit 1: TP + FSDP2 fails or the frozen local shape differs (the bug); exit 0: both match.
 Variants run: Linear(4 -> 2) (no empty shard; exit 0); 4 ranks, mesh (dp=2, tp=2) (exit 1); Linear(4 -> 3) over
 tp=4 on 4 ranks (chunks 1, 1, 1, 0; exit 1).
 """
@@ -22,7 +27,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 OUT = 1
 
@@ -57,8 +62,27 @@ def main():
         results[name] = ok
         if rank == 0:
             print(f"{name:16s}: {msg}{'' if ok else '   <-- BUG'}")
-    bug = not results["TP + fully_shard"]
-    return bug
+    frozen_ok = frozen_form(mesh, rank)
+    return not (results["TP + fully_shard"] and frozen_ok)
+
+
+def frozen_form(mesh, rank):
+    """A frozen RowwiseParallel Linear(1 -> 4): whether fully_shard keeps every rank's local weight shape."""
+    torch.manual_seed(0)
+    tp_only = nn.Linear(1, 4)
+    tp_only.requires_grad_(False)
+    both = copy.deepcopy(tp_only)
+    for model in (tp_only, both):
+        parallelize_module(model, mesh["tp"], RowwiseParallel(input_layouts=Replicate()))
+    fully_shard(both, mesh=mesh["dp"])
+    shapes = [None] * dist.get_world_size()
+    dist.all_gather_object(shapes, (tuple(tp_only.weight.to_local().shape), tuple(both.weight.to_local().shape)))
+    ok = all(alone == sharded for alone, sharded in shapes)
+    if rank == 0:
+        for r, (alone, sharded) in enumerate(shapes):
+            print(f"frozen, rank {r}: local weight {alone} under TP alone, {sharded} under TP + fully_shard"
+                  f"{'' if alone == sharded else '   <-- BUG'}")
+    return ok
 
 
 if __name__ == "__main__":

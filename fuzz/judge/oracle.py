@@ -289,6 +289,10 @@ def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: flo
         held[role] = recs
     suts, refs = held["system under test"], held["reference"]
     for role, recs in held.items():
+        for r, rec in recs.items():
+            if rec is not None and rec.misfit():
+                p.fail(what, name, "local_shape", f"in the {role}: rank {r}'s {rec.misfit()}", ranks=(r,))
+    for role, recs in held.items():
         none = [r for r, rec in recs.items() if rec is None]
         if none and len(none) < len(recs):
             p.fail(what, name, "uneven_grad", f"in the {role}: ranks {none} have no gradient, the others do",

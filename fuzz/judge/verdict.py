@@ -17,6 +17,7 @@ CHECKS = {
     "extra_grad": "a gradient the reference does not have",
     "uneven_grad": "a gradient on some ranks only",
     "shape": "shapes differ",
+    "local_shape": "a DTensor's local tensor does not have the shape its placements give",
     "missing": "a tensor is missing",
     "passes": "the passes of training differ",
     "collectives": "ranks issued different collectives",

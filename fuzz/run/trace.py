@@ -51,6 +51,20 @@ class Rec:
     value: Array
     shard: ShardInfo | None = None
 
+    def misfit(self) -> str:
+        """Where this DTensor record's local piece does not have the shape its placements give: what it has and
+        what they give ("" where it fits, or for a plain tensor)."""
+        if self.shard is None:
+            return ""
+        want = tuple(s.stop - s.start for s in self.shard.region())
+        got = tuple(self.value.shape)
+        if got == want:
+            return ""
+        places = ", ".join("Replicate()" if d < 0 else f"Shard({d})" for d in self.shard.placements)
+        return (f"local tensor of shape {list(got)}, where its placements ({places} on a mesh of shape "
+                f"{list(self.shard.mesh_shape)}, coordinate {list(self.shard.coord)}) give {list(want)} of the global "
+                f"{list(self.shard.global_shape)}")
+
     def region_key(self) -> tuple:
         """Which part of the global tensor this record holds (equal keys: replicas of one region)."""
         if self.shard is None:
@@ -70,12 +84,9 @@ def assemble(pieces: list[Rec]) -> Rec:
         if key in written:
             continue
         written.add(key)
-        region = piece.shard.region()
-        target = out[region]
-        if target.shape != piece.value.shape:
-            raise ValueError(f"local piece of shape {piece.value.shape} does not fit region {region} "
-                             f"of {first.shard.global_shape} ({piece.shard})")
-        out[region] = piece.value
+        if piece.misfit():  # (the oracle reports these first: check "local_shape")
+            raise ValueError(f"a {piece.misfit()}")
+        out[piece.shard.region()] = piece.value
     return Rec(first.dtype, out)
 
 

@@ -32,7 +32,8 @@ DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.syst
 #: wrong result (training, a state dict, a dtype) comes before memory or placement, a hang and a loud crash.
 KINDS = ("wrong training", "wrong state dict", "wrong dtype", "memory or placement", "hang", "crash")
 #: The kind a mismatch signature shows, by the oracle's check (every other check: wrong training).
-MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_error": "crash"}
+MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_error": "crash",
+                  "local_shape": "memory or placement"}
 #: The kind the harness's own invariant checks show (an ``InvariantViolation`` from this frame: what it checks).
 INVARIANT_KINDS = {"systems/fsdp2.py:check_resharded": "memory or placement",
                    "systems/fsdp1.py:_check_gradient_shape": "wrong training"}
