@@ -281,3 +281,31 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
     finally:
         for name in loaded:
             sys.modules.pop(name, None)
+
+
+def test_an_exception_of_the_harness_is_a_finding_and_the_run_goes_on(tmp_path, monkeypatch):
+    """An exception the harness itself raises while running or judging a case (a trace the oracle cannot
+    assemble ended a whole 10-minute run) is that case's verdict: an error of role ``harness``, shrunk and written
+    to the corpus, named as parityfuzz's own defect, and the run draws on."""
+    from parityfuzz.engine import fuzzer as engine
+    from parityfuzz.judge.verdict import HARNESS, PASS
+
+    judged = []
+
+    def verify(case, executor, timeout=None):
+        judged.append(case)
+        if case.world_size == 4:
+            raise ValueError("a local piece does not fit its region")
+        return Verdict(PASS)
+
+    monkeypatch.setattr(engine, "verify_case", verify)
+    pools = type("Pools", (), {"pool": lambda self, ws: None})()
+    options = FuzzOptions(corpus_dir=tmp_path, seed=1, max_cases=40, max_shrink_runs=20, stop_after=0)
+    stats = Fuzzer(options, pools, log=lambda *_: None).fuzz("fsdp2", cases(world_sizes=(2, 4)), budget_s=BUDGET_S)
+    assert stats.failures
+    for failure in stats.failures:  # (a later round may meet it again where its shrunk case sets no precondition)
+        rank, = failure.verdict.ranks
+        assert failure.verdict.kind == "error" and rank["role"] == HARNESS and rank["type"] == "ValueError"
+        assert "not by torch" in failure.verdict.describe() and "Traceback" in rank["traceback"]
+        assert failure.corpus_path is not None and corpus.load(failure.corpus_path).case.world_size == 4
+    assert stats.verdicts["pass"] > 0 and len(judged) >= 40  # (the run went on after it)

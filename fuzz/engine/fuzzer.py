@@ -58,7 +58,7 @@ from parityfuzz.engine.soak import precondition, remember, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.engine.throttle import Throttle
 from parityfuzz.executor import Executor
-from parityfuzz.judge.verdict import PASS, Verdict
+from parityfuzz.judge.verdict import PASS, Verdict, harness_error
 from parityfuzz.judge.verify import locate, verify_case
 from parityfuzz.triage import IN_CORPUS, Explanation, Found, corpus, explain
 
@@ -338,8 +338,13 @@ class Fuzzer:
         return out
 
     def _run(self, case: Case, timeout: float | None) -> Verdict:
-        """Run and check a case: its verdict as the oracle gave it (what explains a failure is asked apart)."""
-        return verify_case(case, self.executor, timeout)
+        """Run and check a case: its verdict as the oracle gave it (what explains a failure is asked apart).  An
+        exception of the harness's own is the case's verdict (:func:`harness_error`), not the end of every target's
+        run: a 10-minute run ended when the oracle could not assemble a malformed DTensor."""
+        try:
+            return verify_case(case, self.executor, timeout)
+        except Exception as e:  # (KeyboardInterrupt and SystemExit pass)
+            return harness_error(e)
 
     @staticmethod
     def _explained(case: Case, verdict: Verdict,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import traceback
 from dataclasses import asdict, dataclass, field
 
 PASS, MISMATCH, ERROR, CRASH, HANG = "pass", "mismatch", "error", "crash", "hang"
@@ -218,6 +219,19 @@ class Verdict:
                    ranks=tuple(data.get("ranks", ())), note=data.get("note", ""),
                    closeness=data.get("closeness", 0.0), origin=origin or None, tags=tuple(data.get("tags", ())),
                    compile_seconds=data.get("compile_seconds", 0.0))
+
+
+#: The role of an error the harness itself raised (:func:`harness_error`).
+HARNESS = "harness"
+
+
+def harness_error(error: BaseException) -> Verdict:
+    """The verdict of a case whose run or judgement raised ``error`` in the harness itself (a trace it cannot
+    assemble, an oracle bug): an error of role :data:`HARNESS`, with its traceback.  A parityfuzz defect to fix,
+    never a torch finding (no known-bug record takes that role); a run records it, shrunk, and goes on."""
+    return Verdict(ERROR, ranks=({"rank": 0, "role": HARNESS, "status": "error", "type": type(error).__name__,
+                                  "message": f"{error} (raised by parityfuzz itself, not by torch: a harness defect)",
+                                  "traceback": "".join(traceback.format_exception(error)), "torch_frame": ""},))
 
 
 def _one_line(message: str, limit: int = 300) -> str:
