@@ -9,3 +9,13 @@ from parityfuzz.case import Case
 
 def ddp_static_graph_with_no_sync(case: Case) -> bool:
     return case.plan.static_graph and case.train.microbatches > 1
+
+
+def sgd_foreach_nesterov_changes_gradients(case: Case) -> bool:
+    """SGD with nesterov momentum through its foreach implementation, with no weight decay and no ``maximize``
+    (either copies the gradients first), under loss scaling (the harness records the gradients after the
+    optimizer step only there, where it must unscale them first): ZeroRedundancyOptimizer's owner of a parameter
+    alone adds the momentum buffer into its ``.grad``."""
+    t = case.train
+    return (t.optimizer == "sgd" and t.nesterov and t.foreach and not t.weight_decay and not t.maximize
+            and bool(t.loss_scale))
