@@ -170,11 +170,34 @@ def hybrid_sharded_recipe(case: Case) -> bool:
 
 
 def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
-    """A compiled FSDP1 forward under ``torch.no_grad()`` (the evaluation pass) while the flat parameters hold
-    the step's gradients: sharded (a gradient of the shard's size on the unsharded parameter) or in mixed
-    precision (a gradient in another dtype than the cast parameter)."""
-    return (bool(case.compile) and case.train.eval
-            and (not runs_unsharded(case) or case.plan.mixed_precision()))
+    """A compiled FSDP1 forward traced while the flat parameters hold gradients, sharded (a gradient of the
+    shard's size on the unsharded parameter) or in mixed precision (a gradient in another dtype than the cast
+    parameter): under ``torch.no_grad()`` (the evaluation pass fails the grad-mode guard), or where a per-rank gate
+    at or around a compiled module first runs its inner module on a rank after a backward (a later microbatch, or a
+    later step whose gradients ``zero_grad`` keeps), so that the rank compiles it then."""
+    if not case.compile or (runs_unsharded(case) and not case.plan.mixed_precision()):
+        return False
+    return case.train.eval or _a_gate_compiled_after_a_backward(case)
+
+
+def _a_gate_compiled_after_a_backward(case: Case) -> bool:
+    """A per-rank gate at, inside or around a compiled module whose first use on some rank (the forward index
+    ``step * microbatches + microbatch`` where ``index + rank`` is a multiple of its period) follows a backward whose
+    gradients the flat parameters still hold: a later microbatch of the step, or a later step where ``zero_grad``
+    keeps them."""
+    t = case.train
+    compiled = [""] if case.compile.form == "model" else list(case.compile.paths)
+
+    def late(node) -> bool:
+        for rank in range(case.world_size):
+            first = (-rank) % node.period
+            if first < t.steps * t.microbatches and (first % t.microbatches or (first and t.zero_grad != "none")):
+                return True
+        return False
+
+    return any(node.kind == "gate" and node.by_rank and late(node)
+               and any(under(path, (c,)) or under(c, (path,)) for c in compiled)
+               for path, node in case.model.body.walk("body"))
 
 
 def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
