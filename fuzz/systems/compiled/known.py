@@ -100,3 +100,19 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
         return any(node.kind in kinds for q, node in nodes if under(q, (path,)))
 
     return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention")) for p in _checkpoints(case))
+
+
+def rng_recompute_beside_a_saved_device_mesh(case: Case) -> bool:
+    """The model compiled with ``aot_eager`` (inductor trains), a tensor-parallel parameter (a DTensor: its
+    gradient's flattened form saves the DeviceMesh, an opaque object) and an activation checkpoint (not the
+    composable one, which fails otherwise) on a module holding a dropout: ``functionalize_rng_ops`` appends the
+    saved RNG state after the saved opaque objects, so the runtime takes the mesh for a saved tensor.  Blocks
+    compiled alone are left out: not measured."""
+    c = case.compile
+    if not c or c.backend != "aot_eager" or c.form != "model":
+        return False
+    if not any(p.style in ("colwise", "rowwise") for p in getattr(case.plan, "tp", ())):
+        return False
+    dropouts = [q for q, node in case.model.body.walk("body") if node.kind == "dropout"]
+    paths = [p for p in _checkpoints(case) if p not in _checkpoints(case, composable_only=True)]
+    return any(under(q, (p,)) for p in paths for q in dropouts)
