@@ -10,6 +10,7 @@ from parityfuzz.case.checkpoint import fsdp1_families
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 from parityfuzz.case.model import under
 from parityfuzz.families.fsdp1 import HYBRID, units
+from parityfuzz.systems.compiled.known import checkpointed_paths, local_outputs_handed_on, outputs_of
 
 
 def runs_unsharded(case: Case) -> bool:
@@ -240,3 +241,22 @@ def reentrant_unit_recomputed_by_an_outer_checkpoint(case: Case) -> bool:
     if found is None:
         return any(c.reentrant and above(c.path) for c in case.plan.checkpoints)
     return any(c.reentrant and (u := unit_of(c)) is not None and above(u) for c in case.plan.checkpoints)
+
+
+def tp_local_output_after_a_checkpointed_instance(case: Case) -> bool:
+    """The whole model compiled, and an activation checkpoint on a module holding an FSDP1 instance strictly inside
+    it: FSDP1's lazy init breaks the graph inside Dynamo's checkpoint operator, so the whole checkpointed module runs
+    eagerly, and where its output is, unchanged, the local output of a tensor-parallel module inside it
+    (``RowwiseParallel``), the graph that resumes in the model's forward (the head's, after an embedding input)
+    takes that ``AsyncCollectiveTensor`` as its input: the record ``tp-local-output-into-a-compiled-block``
+    reached through a graph break."""
+    if not case.compile or case.compile.form != "model" or case.model.input != "embedding":
+        return False
+    inner = units(case)
+    if inner is None:  # (a size policy: the instances are not known up front)
+        return False
+    nodes = dict(case.model.body.walk("body"))
+    sources = local_outputs_handed_on(case)
+    return any(p in outputs_of(nodes, "body") and any(s in outputs_of(nodes, p) for s in sources)
+               for p in checkpointed_paths(case) if any(w and w != p and under(w, (p,)) for w in inner))
+

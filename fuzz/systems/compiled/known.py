@@ -66,6 +66,27 @@ def _inputs(case: Case, nodes: dict, path: str) -> set[str]:
     return set()
 
 
+def local_outputs_handed_on(case: Case) -> set[str]:
+    """The tensor-parallel modules that reduce their output and hand it on as a local tensor (the asynchronous
+    collective's ``AsyncCollectiveTensor``): ``RowwiseParallel`` or ``PrepareModuleOutput`` with
+    ``use_local_output=True``; in a pipeline stage also a ``ColwiseParallel`` module gathering its output."""
+    def handed_on(p) -> bool:
+        return p.use_local_output and (p.style in ("rowwise", "prepare_output") or (
+            case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate"))
+
+    return {p.path for p in getattr(case.plan, "tp", ()) if handed_on(p)}
+
+
+def outputs_of(nodes: dict, path: str) -> set[str]:
+    """The module paths whose output is the output of the module at ``path``, unchanged."""
+    return _outputs(nodes, path)
+
+
+def checkpointed_paths(case: Case) -> list[str]:
+    """The paths an activation checkpoint is applied to (any API)."""
+    return _checkpoints(case)
+
+
 def tp_local_output_into_a_compiled_block(case: Case) -> bool:
     """A compiled block (not the whole model, nor a bare ``torch.nn`` module, which Dynamo leaves eager) whose
     input is, with no eager op in between, the output of a tensor-parallel module outside it that reduces its
@@ -77,12 +98,7 @@ def tp_local_output_into_a_compiled_block(case: Case) -> bool:
     if not c or c.form == "model":
         return False
     nodes = dict(case.model.body.walk("body"))
-
-    def handed_on(p) -> bool:
-        return p.use_local_output and (p.style in ("rowwise", "prepare_output") or (
-            case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate"))
-
-    sources = {p.path for p in getattr(case.plan, "tp", ()) if handed_on(p)}
+    sources = local_outputs_handed_on(case)
     return any(nodes[q].kind not in _BUILTIN_LEAVES and any(s in _inputs(case, nodes, q) and not under(s, (q,))
                                                             for s in sources)
                for q in c.paths if q in nodes)
