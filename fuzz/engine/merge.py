@@ -15,8 +15,8 @@ def _add(a: dict, b: dict) -> dict:
 
 def _merge_target(a: dict, b: dict) -> dict:
     out = dict(a)
-    for key in ("cases", "explored_cases", "generate_seconds", "shrink_seconds", "shrink_runs", "reduce_seconds", "reduce_runs",
-                "distinct_feature_combinations"):
+    for key in ("cases", "explored_cases", "generate_seconds", "shrink_seconds", "shrink_runs", "reduce_seconds",
+                "reduce_runs", "distinct_feature_combinations"):
         out[key] = a.get(key, 0) + b.get(key, 0)
     for key in ("verdicts", "cut_short", "explained", "explained_seconds", "throttled", "feature_counts",
                 "pair_counts", "explored_dimension_counts", "explored_dimension_pairs"):

@@ -172,10 +172,10 @@ THIN = 5
 
 def dimension_coverage(cases: int, features, pairs, first_seen: dict, support: dict) -> dict:
     """What a run's ``cases`` (those drawn outside shrinking, with their ``features`` and ``pairs`` counts, and
-    ``first_seen``: the run's seconds at each dimension's first case) did with the training-loop dimensions (:mod:`parityfuzz.case.dimensions`): per
-    dimension the target draws (``support``; without one, every dimension met) its cases, share of the cases and
-    seconds to its first case; per pair of them met together, its share; the ones drawn in fewer than :data:`THIN`
-    cases (``thin``); and the ones the target does not draw, with why."""
+    ``first_seen``: the run's seconds at each dimension's first case) did with the training-loop dimensions
+    (:mod:`parityfuzz.case.dimensions`): per dimension the target draws (``support``; without one, every dimension
+    met) its cases, share of the cases and seconds to its first case; per pair of them met together, its share; the
+    ones drawn in fewer than :data:`THIN` cases (``thin``); and the ones the target does not draw, with why."""
     drawn = [d for d in NAMES if support.get(d, "") == ""] if support else \
         [d for d in NAMES if features.get(DIMENSION + d)]
     count = {d: features.get(DIMENSION + d, 0) for d in drawn}
