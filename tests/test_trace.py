@@ -39,5 +39,7 @@ def test_assemble_inverts_dtensor_splitting(shape, placements, mesh):
 def test_piece_that_does_not_fit_is_an_error():
     bad = pieces(np.zeros((4, 2)), (0,), (2,))
     bad[1] = Rec("float64", np.zeros((3, 2)), bad[1].shard)
-    with pytest.raises(ValueError, match="does not fit"):
+    assert not bad[0].misfit()
+    assert bad[1].misfit().startswith("local tensor of shape [3, 2], where its placements (Shard(0)")
+    with pytest.raises(ValueError, match=r"local tensor of shape \[3, 2\], where its placements .* give \[2, 2\]"):
         assemble(bad)
