@@ -290,8 +290,8 @@ def _compare_tensor(p: _Pass, what: str, name: str, promise: Promise, scale: flo
     suts, refs = held["system under test"], held["reference"]
     for role, recs in held.items():
         for r, rec in recs.items():
-            if rec is not None and rec.misfit():
-                p.fail(what, name, "local_shape", f"in the {role}: rank {r}'s {rec.misfit()}", ranks=(r,))
+            if rec is not None and (misfit := rec.misfit()):
+                p.fail(what, name, "local_shape", f"in the {role}: rank {r}'s {misfit}", ranks=(r,))
     for role, recs in held.items():
         none = [r for r, rec in recs.items() if rec is None]
         if none and len(none) < len(recs):

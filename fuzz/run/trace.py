@@ -84,8 +84,9 @@ def assemble(pieces: list[Rec]) -> Rec:
         if key in written:
             continue
         written.add(key)
-        if piece.misfit():  # (the oracle reports these first: check "local_shape")
-            raise ValueError(f"a {piece.misfit()}")
+        misfit = piece.misfit()
+        if misfit:  # (the oracle reports these first: check "local_shape")
+            raise ValueError(f"a {misfit}")
         out[piece.shard.region()] = piece.value
     return Rec(first.dtype, out)
 

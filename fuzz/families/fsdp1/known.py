@@ -256,7 +256,6 @@ def tp_local_output_after_a_checkpointed_instance(case: Case) -> bool:
     if inner is None:  # (a size policy: the instances are not known up front)
         return False
     nodes = dict(case.model.body.walk("body"))
-    sources = local_outputs_handed_on(case)
-    return any(p in outputs_of(nodes, "body") and any(s in outputs_of(nodes, p) for s in sources)
+    sources, last = local_outputs_handed_on(case), outputs_of(nodes, "body")
+    return any(p in last and any(s in outputs_of(nodes, p) for s in sources)
                for p in checkpointed_paths(case) if any(w and w != p and under(w, (p,)) for w in inner))
-

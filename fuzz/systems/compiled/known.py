@@ -8,7 +8,7 @@ from parityfuzz.case import Case, under
 from parityfuzz.case.model import PARAM_KINDS, child_names
 
 
-def _checkpoints(case: Case, composable_only: bool = False) -> list[str]:
+def checkpointed_paths(case: Case, composable_only: bool = False) -> list[str]:
     """The paths an activation checkpoint is applied to, whatever the plan calls it: a plan's ``checkpoints`` (only
     those with ``torch.distributed._composable.checkpoint`` where ``composable_only``), a composable plan's
     ``applies`` of ``checkpoint``."""
@@ -21,7 +21,7 @@ def _checkpoints(case: Case, composable_only: bool = False) -> list[str]:
 def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
     """The composable ``checkpoint`` on a module that a compiled region holds strictly inside it: the whole model
     compiled, or a compiled block above the module (compiling the checkpointed module itself trains)."""
-    c, paths = case.compile, _checkpoints(case, composable_only=True)
+    c, paths = case.compile, checkpointed_paths(case, composable_only=True)
     if not c or not paths:
         return False
     if c.form == "model":
@@ -34,7 +34,7 @@ def composable_checkpoint_inside_a_compiled_region(case: Case) -> bool:
 _BUILTIN_LEAVES = ("linear", "act", "layernorm", "rmsnorm", "dropout")
 
 
-def _outputs(nodes: dict, path: str) -> set[str]:
+def outputs_of(nodes: dict, path: str) -> set[str]:
     """The module paths whose output is the output of the module at ``path``, unchanged."""
     node, out = nodes.get(path), {path}
     if node is None:
@@ -44,7 +44,7 @@ def _outputs(nodes: dict, path: str) -> set[str]:
     if node.kind == "attention":
         return out | {f"{path}.o"}
     if node.kind in ("seq", "block", "twice") and node.children:
-        return out | _outputs(nodes, f"{path}.{child_names(node)[-1]}")
+        return out | outputs_of(nodes, f"{path}.{child_names(node)[-1]}")
     return out
 
 
@@ -53,13 +53,13 @@ def _inputs(case: Case, nodes: dict, path: str) -> set[str]:
     if path == "body":
         return {"inp"} if case.model.input == "embedding" else set()
     if path == "head":
-        return _outputs(nodes, "body")
+        return outputs_of(nodes, "body")
     parent, _, name = path.rpartition(".")
     node = nodes[parent]
     if node.kind in ("seq", "block"):
         names = child_names(node)
         i = names.index(name)
-        return _inputs(case, nodes, parent) if i == 0 else _outputs(nodes, f"{parent}.{names[i - 1]}")
+        return _inputs(case, nodes, parent) if i == 0 else outputs_of(nodes, f"{parent}.{names[i - 1]}")
     first = {"mlp": ("fc1",), "attention": ("q", "k", "v")}.get(node.kind, ("inner",))
     if name in first:  # an MLP's fc1, an attention's q, k and v, a residual's, twice's or gate's inner
         return _inputs(case, nodes, parent)
@@ -75,16 +75,6 @@ def local_outputs_handed_on(case: Case) -> set[str]:
             case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate"))
 
     return {p.path for p in getattr(case.plan, "tp", ()) if handed_on(p)}
-
-
-def outputs_of(nodes: dict, path: str) -> set[str]:
-    """The module paths whose output is the output of the module at ``path``, unchanged."""
-    return _outputs(nodes, path)
-
-
-def checkpointed_paths(case: Case) -> list[str]:
-    """The paths an activation checkpoint is applied to (any API)."""
-    return _checkpoints(case)
 
 
 def tp_local_output_into_a_compiled_block(case: Case) -> bool:
@@ -115,7 +105,8 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     def holds(path: str, kinds) -> bool:
         return any(node.kind in kinds for q, node in nodes if under(q, (path,)))
 
-    return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention")) for p in _checkpoints(case))
+    return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention"))
+               for p in checkpointed_paths(case))
 
 
 def rng_recompute_beside_a_saved_device_mesh(case: Case) -> bool:
@@ -130,5 +121,6 @@ def rng_recompute_beside_a_saved_device_mesh(case: Case) -> bool:
     if not any(p.style in ("colwise", "rowwise") for p in getattr(case.plan, "tp", ())):
         return False
     dropouts = [q for q, node in case.model.body.walk("body") if node.kind == "dropout"]
-    paths = [p for p in _checkpoints(case) if p not in _checkpoints(case, composable_only=True)]
+    composable = set(checkpointed_paths(case, composable_only=True))
+    paths = [p for p in checkpointed_paths(case) if p not in composable]
     return any(under(q, (p,)) for p in paths for q in dropouts)
