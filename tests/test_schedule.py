@@ -141,6 +141,15 @@ def test_run_schedule_stops_at_the_failure_limit_and_files_each_targets_time():
     assert any("new pairs" in line for line in logs)
 
 
+def test_run_schedule_starts_no_slice_once_its_until_holds():
+    """The fault benchmark's early end: a failure of ``b`` ends the run though ``a`` found one first."""
+    runs = {"a": _StandIn("a", 1, failures_at=(20,)), "b": _StandIn("b", 1, failures_at=(60,))}
+    schedule = run_schedule(runs, 600, log=lambda m: None, until=lambda: bool(runs["b"].stats.failures))
+    assert len(runs["a"].stats.failures) == 1 and len(runs["b"].stats.failures) == 1
+    assert sum(schedule.spent.values()) < 600
+    assert run_schedule({"c": _StandIn("c", 1)}, 600, log=lambda m: None, until=lambda: False).spent["c"] == 600
+
+
 SCHEDULED = textwrap.dedent("""
     import pytest
     from parityfuzz.strategies import cases

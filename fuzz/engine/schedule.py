@@ -209,11 +209,12 @@ class Schedule:
 def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callable[[str], None] = print,
                  deadline: float = float("inf"), stop_after: int = 0,
                  on_slice: Callable[[Slice], None] | None = None,
-                 on_schedule: Callable[[Schedule], None] | None = None) -> Schedule:
+                 on_schedule: Callable[[Schedule], None] | None = None,
+                 until: Callable[[], bool] | None = None) -> Schedule:
     """Give ``runs`` (target name -> :class:`parityfuzz.engine.fuzzer.TargetRun`) ``budget_s`` seconds of generation
-    by :class:`Schedule`, no slice going past ``deadline`` (:func:`time.monotonic`) and none starting after it or
-    once the runs found ``stop_after`` distinct failures between them (0: no such limit); each run is finished at
-    the end (its summary logged).  ``on_schedule`` is handed the schedule before its first slice (so an interrupted
+    by :class:`Schedule`, no slice going past ``deadline`` (:func:`time.monotonic`) and none starting after it,
+    once the runs found ``stop_after`` distinct failures between them (0: no such limit) or once ``until()`` is
+    true; each run is finished at the end (its summary logged).  ``on_schedule`` is handed the schedule before its first slice (so an interrupted
     run's report still has it)."""
     schedule = Schedule(list(runs), budget_s, adaptive=adaptive)
     if on_schedule is not None:
@@ -225,7 +226,7 @@ def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callab
     for run in runs.values():  # (many slices each: a round cut by a slice's end waits for the next)
         run.pausable = schedule.adaptive and len(runs) > 1
     try:
-        _slices(schedule, runs, log, deadline, stop_after, on_slice)
+        _slices(schedule, runs, log, deadline, stop_after, on_slice, until)
     finally:
         for run in runs.values():
             run.close()
@@ -237,13 +238,15 @@ def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callab
 
 
 def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline: float, stop_after: int,
-            on_slice: Callable[[Slice], None] | None) -> None:
+            on_slice: Callable[[Slice], None] | None, until: Callable[[], bool] | None) -> None:
     while (choice := schedule.next()) is not None:
         if time.monotonic() >= deadline:
             log(f"schedule: the run's deadline is reached with {schedule.left:.0f}s of generation left: no further "
                 "slice")
             break
         if stop_after and sum(len(r.stats.failures) for r in runs.values()) >= stop_after:
+            break
+        if until is not None and until():
             break
         name, seconds, reason = choice
         run = runs[name]

@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=480.0,
                         help="--schedule, --faults: seconds per run (default 480; 420 is the user's figure)")
     parser.add_argument("--seeds", default="1,2", help="--schedule, --faults: fuzz seeds (default 1,2)")
+    parser.add_argument("--full-budget", action="store_true",
+                        help="--faults: run every target for the whole budget even after the fault is found (by "
+                             "default a run ends at its first find, which the rest of the budget cannot change)")
     args = parser.parse_args(argv)
     given = " ".join(argv if argv is not None else sys.argv)
     if args.faults is not None:
@@ -390,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{', '.join(f[3] for f in fault_bench.FAULTS)})")
         sizes = tuple(int(w) for w in args.world_sizes.split(",")) if "--world-sizes" in given else (1, 2, 3, 4)
         return _shown(fault_bench.run(chosen, [int(s) for s in args.seeds.split(",")], args.budget, sizes,
-                                      log=(lambda m: None) if args.json else print), args.json, fault_bench.print_table)
+                                      log=(lambda m: None) if args.json else print,
+                                      stop_when_found=not args.full_budget), args.json, fault_bench.print_table)
     if args.schedule:
         from parityfuzz.frontends import schedule_bench
 

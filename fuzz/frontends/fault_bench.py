@@ -57,9 +57,10 @@ def planted_strategy(name: str, world_sizes: tuple[int, ...], target: str, famil
 
 
 def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: float, world_sizes: tuple[int, ...],
-            shrink_budget_s: float, log: Callable[[str], None]) -> dict:
+            shrink_budget_s: float, log: Callable[[str], None], stop_when_found: bool = True) -> dict:
     """Every target under the adaptive schedule for ``budget_s``, ``fault`` planted: whether it was found, when, and
-    how small its shrunk case is."""
+    how small its shrunk case is.  With ``stop_when_found`` no slice starts after the fault's first find (the find,
+    its time and its shrunk case are what they would be in the whole budget; the other targets' findings fewer)."""
     from parityfuzz.engine import Fuzzer, FuzzOptions
     from parityfuzz.engine.schedule import run_schedule
     from parityfuzz.frontends import targets
@@ -72,13 +73,20 @@ def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: flo
                           reduce_budget_s=0.0, locate=False)
     fuzzer = Fuzzer(options, executor, log=lambda m: None, dimensions=targets.dimensions)
     runs = {n: fuzzer.start(n, planted_strategy(n, world_sizes, target, family, system)) for n in targets.names()}
+    clean: dict[int, bool] = {}  # a failure of the planted target -> whether its case passes without the fault
+
+    def judged() -> list:
+        for f in runs[target].stats.failures:
+            if id(f) not in clean:
+                clean[id(f)] = verify_case(dataclasses.replace(f.case, system=""), executor).ok
+        return runs[target].stats.failures
+
     began = time.monotonic()
-    run_schedule(runs, budget_s, adaptive=True, log=lambda m: None)
+    run_schedule(runs, budget_s, adaptive=True, log=lambda m: None,
+                 until=(lambda: any(clean[id(f)] for f in judged())) if stop_when_found else None)
     seconds = time.monotonic() - began
-    mine, torch_findings = [], []
-    for f in runs[target].stats.failures:
-        clean = verify_case(dataclasses.replace(f.case, system=""), executor)
-        (mine if clean.ok else torch_findings).append(f)
+    mine = [f for f in judged() if clean[id(f)]]
+    torch_findings = [f for f in judged() if not clean[id(f)]]
     first = min(mine, key=lambda f: f.found_at) if mine else None
     out = {"fault": name, "label": label, "target": target, "seed": seed, "seconds": round(seconds, 1),
            "found": first is not None, "first_find_s": round(first.found_at, 1) if first else None,
@@ -95,7 +103,7 @@ def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: flo
 
 
 def run(faults: tuple, seeds: list[int], budget_s: float, world_sizes: tuple[int, ...], shrink_budget_s: float = 60.0,
-        log: Callable[[str], None] = print) -> dict:
+        log: Callable[[str], None] = print, stop_when_found: bool = True) -> dict:
     """Every fault on every seed; per fault the seeds that found it."""
     from parityfuzz.executor import Executor
 
@@ -106,7 +114,7 @@ def run(faults: tuple, seeds: list[int], budget_s: float, world_sizes: tuple[int
         for fault in faults:
             for seed in seeds:
                 log(f"{fault[3]} ({fault[0]}, {fault[1]} target), fuzz seed {seed}, {budget_s:.0f}s")
-                runs.append(one_run(ex, fault, seed, budget_s, world_sizes, shrink_budget_s, log))
+                runs.append(one_run(ex, fault, seed, budget_s, world_sizes, shrink_budget_s, log, stop_when_found))
     found = sum(r["found"] for r in runs)
     both = sum(all(r["found"] for r in runs if r["fault"] == f[3]) for f in faults)
     return {"budget_seconds": budget_s, "seeds": seeds, "world_sizes": list(world_sizes), "runs": runs,
