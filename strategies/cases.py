@@ -17,7 +17,7 @@ from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.training import input_requires_grad
 from parityfuzz.strategies.compiled import compiles
 from parityfuzz.strategies.perturbation import delays
-from parityfuzz.strategies.reentrant import reentrant
+from parityfuzz.parts.activation_checkpoint.strategy import reentrant
 from parityfuzz.strategies.swarm import swarms
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
@@ -66,7 +66,7 @@ def _swarmed(draw, strategy, args: tuple, supported: tuple[str, ...]) -> Case:
 def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool,
            swarm: frozenset[str] | None = None) -> Case:
     """The case a family strategy drew the parts of: its seed, delays, reentrant checkpoints
-    (:mod:`parityfuzz.strategies.reentrant`) and ``torch.compile`` of the system under test
+    (:mod:`parityfuzz.parts.activation_checkpoint.strategy`) and ``torch.compile`` of the system under test
     (:mod:`parityfuzz.strategies.compiled`) drawn last (they shrink first to 0, none, non-reentrant and eager),
     validated.  ``swarm``: the dimensions its configuration switched on (None: each by its own coin)."""
     switched = (lambda name: None) if swarm is None else swarm.__contains__

@@ -18,13 +18,14 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from parityfuzz.case import ACTIVATIONS, ModelSpec, Node
+from parityfuzz.case.model import CONTAINER_KINDS
 
 #: Widths, simplest first.  3, 5, 17 do not divide 2 or 4 (uneven shards); 1 and 2
 #: give a dim-0 smaller than the shard count.
 WIDTHS = (4, 16, 3, 17, 8, 1, 2, 5)
 VOCABS = (8, 17, 3, 16)
 LEAVES = ("linear", "act", "layernorm", "mlp", "attention", "dropout", "scale")
-CONTAINERS = ("seq", "block", "residual", "twice", "gate")
+CONTAINERS = CONTAINER_KINDS
 
 
 def _node(draw, width: int, depth: int, rank_period: int = 0, leaves: tuple[str, ...] = LEAVES) -> Node:

@@ -14,7 +14,7 @@ from parityfuzz.case.training import ParamGroup
 from parityfuzz.case.checkpoint import Checkpoint, reshard_kind
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
-from parityfuzz.families.fsdp2 import ActivationCheckpoint
+from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
 from parityfuzz.families.pipeline import PipelinePlan

@@ -133,7 +133,7 @@ def test_the_plan_is_written_out_as_torch_calls():
 
 
 def test_a_pipeline_plan_is_written_out_stage_by_stage():
-    from parityfuzz.families.fsdp2 import ActivationCheckpoint
+    from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
     from tests.test_pipeline import pipeline_case
 
     case = pipeline_case("interleaved_1f1b", dp=2, reshard_after_forward=False, checkpoints=(
@@ -143,9 +143,10 @@ def test_a_pipeline_plan_is_written_out_stage_by_stage():
     assert "STAGE_UNITS = [['body.0'], ['body.1'], ['body.2'], ['body.3']]" in script
     assert "STAGES_OF_RANK = [[0, 2], [1, 3]]" in script
     stage = script[script.index("def stage_module"):script.index("class Pipelined")]
-    assert stage.index('checkpoint(resolve(model, "body.2.0"))') < stage.index(
+    assert stage.index("apply_checkpoint(model, 'body.2.0')") < stage.index(
         'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward=False)') < stage.index(
-        'setattr(resolve(model, "body"), "3", checkpoint_wrapper(getattr(resolve(model, "body"), "3")))')
+        "apply_checkpoint(model, 'body.3', 'wrapper')")
+    assert script.index("def apply_checkpoint(") < script.index("def stage_module")  # the harness's own, copied
 
 
 @pytest.mark.parametrize("which", ["tensor parallel", "first stage frozen"])

@@ -13,7 +13,7 @@ from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.case.compiled import Compile
 from parityfuzz.case.errors import CaseError
 from parityfuzz.case.training import Freeze
-from parityfuzz.families.fsdp2 import ActivationCheckpoint
+from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.families.fsdp2_tp import Parallelize
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error
 from parityfuzz.families.pipeline.schedules import SPLIT_BACKWARD

@@ -159,8 +159,10 @@ def test_reentrant_switched_on_moves_a_checkpoint_that_cannot_be_reentrant_aroun
     leaves the plan alone."""
     from hypothesis import find
 
-    from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
-    from parityfuzz.strategies.reentrant import reentrant
+    from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+
+    from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
+    from parityfuzz.parts.activation_checkpoint.strategy import reentrant
     from tests.test_case import simple
 
     body = Node("seq", children=(Node("linear", out=4), Node("seq", children=(Node("dropout", p=0.5),

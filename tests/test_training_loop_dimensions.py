@@ -21,7 +21,8 @@ from parityfuzz.case.dtypes import promise
 from parityfuzz.engine.stats import TargetStats, merge_timing
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
-from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.judge.verdict import PASS, Verdict
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.run.build import IGNORE_INDEX, target_for
@@ -30,7 +31,7 @@ from parityfuzz.rules import RuleViolation
 from parityfuzz.strategies import cases
 from parityfuzz.strategies.checkpoint import checkpointed_cases
 from parityfuzz.strategies.compiled import compiles
-from parityfuzz.strategies.reentrant import eligible
+from parityfuzz.parts.activation_checkpoint.strategy import eligible
 from tests.drawing import find
 from tests.test_case import simple
 from tests.shrinking import the_fault

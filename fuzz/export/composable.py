@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp2
-from parityfuzz.export.parts import Parts
+from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.families.composable import ComposablePlan
 
 IMPORTS = ("from torch.distributed._composable import checkpoint, replicate\n"
@@ -103,7 +103,7 @@ def refusal(case: Case) -> str | None:
 
 
 def call_line(c) -> str:
-    module = fsdp2._at(c.path)
+    module = at(c.path)
     if c.api == "fully_shard":
         return f"fully_shard({module}, mesh=mesh, reshard_after_forward={c.reshard_after_forward!r})"
     if c.api == "replicate":
@@ -124,13 +124,13 @@ def parts(case: Case) -> Parts:
              '    raise InvariantViolation(f"parameter names changed by composing: {sorted(set(names) ^ set(after))[:5]} "',
              '                             f"(order kept: {sorted(names) == sorted(after)})")',
              'check_managed(model, "after the calls")']
-    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
+    apply_plan = function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
                                 "(parityfuzz.systems.composable).", lines, "return model")
-    sync = [f"{fsdp2._at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
+    sync = [f"{at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
             for path, api in plan.data_parallel().items()] if plan.no_sync else []
     if plan.post_optim_event:
         sync.insert(0, fsdp2.POST_OPTIM_EVENT)
-    accumulate = fsdp2.function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
+    accumulate = function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
                                 "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync, "return contextlib.nullcontext()")
     head = (f"GATED = {gated}  # a gate leaves parameters unused on some forwards: replicate must be told\n"
             f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"

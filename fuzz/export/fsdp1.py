@@ -10,19 +10,18 @@ import inspect
 
 from parityfuzz.case import Case
 from parityfuzz.case.model import children_first
-from parityfuzz.export import fsdp2
 from parityfuzz.export.model import classes_used
-from parityfuzz.export.parts import Parts
+from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.families.fsdp1 import HYBRID, FSDP1Plan
+from parityfuzz.parts.activation_checkpoint import export as ac_export
+from parityfuzz.systems import base
 from parityfuzz.systems import fsdp1 as system
 
-IMPORTS = ("import functools\n"
+IMPORTS = (ac_export.IMPORTS +
            "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"
            "                                    MixedPrecision, ShardingStrategy)\n"
            "from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, "
-           "size_based_auto_wrap_policy\n"
-           "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-           "    CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)\n")
+           "size_based_auto_wrap_policy\n")
 
 #: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``parityfuzz.systems.fsdp1.KIND_CLASSES``).
 KIND_CLASSES = {"linear": "nn.Linear", "seq": "nn.Sequential", "layernorm": "nn.LayerNorm", "rmsnorm": "nn.RMSNorm",
@@ -46,7 +45,7 @@ def policy_lines(case: Case) -> list[str]:
     if plan.wrapping == "size":
         return [f"policy = functools.partial(size_based_auto_wrap_policy, min_num_params={plan.min_num_params})"]
     if plan.wrapping == "lambda":
-        return [f"targets = {{{', '.join(f'id({fsdp2._at(p)})' for p in plan.wraps)}}}",
+        return [f"targets = {{{', '.join(f'id({at(p)})' for p in plan.wraps)}}}",
                 "policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in targets)"]
     return ["policy = None"]
 
@@ -91,14 +90,14 @@ START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must 
 def plan_lines(case: Case, mesh: str = "") -> list[str]:
     plan: FSDP1Plan = case.plan
     lines = [START_ELSEWHERE] if plan.sync_module_states else []
-    lines += [fsdp2.checkpoint_line(c) for c in plan.checkpoints if c.before]
+    lines += [ac_export.call(c) for c in plan.checkpoints if c.before]
     lines += kwargs_lines(case, mesh) + policy_lines(case)
     if plan.wrapping == "manual":
         for path in children_first(plan.wraps):
             lines.append(f'owner, attr = holder(model, "{path}")\n'
                          "setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))")
     lines.append("model = FSDP(model, auto_wrap_policy=policy, **kwargs)")
-    lines += [fsdp2.checkpoint_line(c) for c in plan.checkpoints if not c.before]
+    lines += [ac_export.call(c) for c in plan.checkpoints if not c.before]
     return lines
 
 
@@ -125,7 +124,7 @@ def records_source(tensor_parallel: bool = False) -> str:
         + (ON_TP if tensor_parallel else "") +
         "    return {name: whole(g) for name, g in grads.items()}\n",
         inspect.getsource(system._flat_gradients),
-        "class InvariantViolation(AssertionError):\n    pass\n",
+        inspect.getsource(base.InvariantViolation),
         inspect.getsource(system._check_gradient_shape),
         "_GRAD_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)\n",
     ])
@@ -133,8 +132,9 @@ def records_source(tensor_parallel: bool = False) -> str:
 
 def parts(case: Case) -> Parts:
     plan: FSDP1Plan = case.plan
-    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "FSDP1 as the case's plan says "
-                                "(parityfuzz.systems.fsdp1).", plan_lines(case), "return model")
+    apply_plan = ac_export.definitions(plan.checkpoints) + function(
+        "apply_plan(model, mesh, device)", "FSDP1 as the case's plan says (parityfuzz.systems.fsdp1).",
+        plan_lines(case), "return model")
     accumulate = ("def accumulate(model, micro, last):\n"
                   f"    return model.no_sync() if {plan.no_sync} and not last else contextlib.nullcontext()\n")
     clip = "def clip(model, params, max_norm):\n    model.clip_grad_norm_(max_norm)\n"

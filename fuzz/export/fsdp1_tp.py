@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 from parityfuzz.case import Case
-from parityfuzz.export import fsdp1, fsdp2
+from parityfuzz.export import fsdp1
 from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS, style_source
-from parityfuzz.export.parts import Parts
+from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.parts.activation_checkpoint import export as ac_export
+
 
 def refusal(case: Case) -> str | None:
     return fsdp1.refusal(case)
@@ -18,12 +20,13 @@ def refusal(case: Case) -> str | None:
 def parts(case: Case) -> Parts:
     plan = case.plan
     lines = ['tp_mesh = mesh["tp"]']
-    lines += [f"parallelize_module({fsdp2._at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
+    lines += [f"parallelize_module({at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
     lines.append("TP_PLACEMENTS.update({case_name(n): (p.device_mesh, p.placements, p.shape, p.stride())\n"
                  "                      for n, p in model.named_parameters() if isinstance(p, DTensor)})")
     lines += fsdp1.plan_lines(case, mesh='mesh["dp_shard"]')
-    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP1 on the dp_shard "
-                                "sub-mesh (parityfuzz.systems.fsdp1_tp).", lines, "return model")
+    apply_plan = ac_export.definitions(plan.checkpoints) + function(
+        "apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP1 on the dp_shard sub-mesh "
+        "(parityfuzz.systems.fsdp1_tp).", lines, "return model")
     base = fsdp1.parts(case)
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     return dataclasses.replace(

@@ -5,36 +5,16 @@ from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.case.model import children_first
-from parityfuzz.export.parts import Parts
-from parityfuzz.families.fsdp2 import ActivationCheckpoint, FSDP2Plan, Wrap
+from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.parts.activation_checkpoint import export as ac_export
 
-IMPORTS = ("import functools\n"
-           "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard\n"
-           "from torch.distributed._composable import checkpoint\n"
-           "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-           "    CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)\n")
+IMPORTS = (ac_export.IMPORTS + "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, "
+           "fully_shard\n")
 
 
 def refusal(case: Case) -> str | None:
     return None
-
-
-def _at(path: str) -> str:
-    return f'resolve(model, "{path}")' if path else "model"
-
-
-def checkpoint_line(c: ActivationCheckpoint) -> str:
-    if c.api == "composable":
-        return f"checkpoint({_at(c.path)})"
-    if c.api == "apply":
-        wrapper = ("functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.REENTRANT)" if c.reentrant
-                   else "checkpoint_wrapper")
-        return (f"target = {_at(c.path)}\n"
-                f"apply_activation_checkpointing(model, checkpoint_wrapper_fn={wrapper}, "
-                "check_fn=lambda m: m is target)")
-    parent, _, name = c.path.rpartition(".")
-    impl = ", checkpoint_impl=CheckpointImpl.REENTRANT" if c.reentrant else ""
-    return f'setattr({_at(parent)}, "{name}", checkpoint_wrapper(getattr({_at(parent)}, "{name}"){impl}))'
 
 
 def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:
@@ -44,7 +24,7 @@ def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:
         kwargs.append("offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available())")
     if w.mixed_precision():
         kwargs.append(f"mp_policy={mp_policy(w)}")
-    return f"fully_shard({_at(w.path)}, {', '.join(kwargs)})"
+    return f"fully_shard({at(w.path)}, {', '.join(kwargs)})"
 
 
 def mp_policy(w: Wrap) -> str:
@@ -57,26 +37,21 @@ def mp_policy(w: Wrap) -> str:
 
 def plan_lines(plan: FSDP2Plan, mesh: str = "mesh") -> list[str]:
     """The calls, in FSDP2System.wrap's order."""
-    lines = [checkpoint_line(c) for c in plan.checkpoints if c.before]
+    lines = [ac_export.call(c) for c in plan.checkpoints if c.before]
     for w in children_first(plan.wraps, lambda w: w.path):
         lines.append(fully_shard_line(w, mesh))
-    lines += [checkpoint_line(c) for c in plan.checkpoints if not c.before]
+    lines += [ac_export.call(c) for c in plan.checkpoints if not c.before]
     if plan.reduce_scatter_unused:
         lines.append("model.set_reduce_scatter_unused_params(True)")
     for p in plan.prefetch:
         if p.forward:
-            lines.append(f"{_at(p.path)}.set_modules_to_forward_prefetch([{', '.join(_at(t) for t in p.forward)}])")
+            lines.append(f"{at(p.path)}.set_modules_to_forward_prefetch([{', '.join(at(t) for t in p.forward)}])")
         if p.backward:
-            lines.append(f"{_at(p.path)}.set_modules_to_backward_prefetch([{', '.join(_at(t) for t in p.backward)}])")
+            lines.append(f"{at(p.path)}.set_modules_to_backward_prefetch([{', '.join(at(t) for t in p.backward)}])")
     if plan.forward_method:
         lines.append("from torch.distributed.fsdp import register_fsdp_forward_method\n"
                      'register_fsdp_forward_method(model, "forward_alt")')
     return lines
-
-
-def function(signature: str, doc: str, lines: list[str], end: str = "") -> str:
-    body = [f'    """{doc}"""'] + ["    " + line.replace("\n", "\n    ") for line in lines]
-    return "\n".join([f"def {signature}:", *body, *([f"    {end}"] if end else [])]) + "\n"
 
 
 #: ``set_post_optim_event`` on the root at a step's first microbatch (``plan.post_optim_event``).
@@ -92,9 +67,9 @@ def accumulate_source(case: Case) -> str:
         lines.append(POST_OPTIM_EVENT)
     if plan.unshard_first:
         lines.append("if micro == 0:  # every wrapped module's all-gather issued up front, left pending (1F1B)")
-        lines.append("    PENDING[:] = [" + ", ".join(f"{_at(w.path)}.unshard(async_op=True)" for w in plan.wraps) + "]")
+        lines.append("    PENDING[:] = [" + ", ".join(f"{at(w.path)}.unshard(async_op=True)" for w in plan.wraps) + "]")
     if case.train.microbatches > 1:
-        lines += [f"{_at(path)}.set_requires_gradient_sync(last, recurse=False)" for path in plan.no_sync]
+        lines += [f"{at(path)}.set_requires_gradient_sync(last, recurse=False)" for path in plan.no_sync]
         if not plan.reshard_after_backward:
             lines.append("model.set_reshard_after_backward(last)")
     if plan.no_all_reduce:
@@ -121,7 +96,8 @@ def parts(case: Case, mesh_line: str = "") -> Parts:
                           "return model")
     forward = ("def forward(model, batch):\n    return model.forward_alt(batch)\n" if plan.forward_method
                else "def forward(model, batch):\n    return model(batch)\n")
-    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + apply_plan,
+    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints)
+                 + apply_plan,
                  accumulate=accumulate_source(case), after_backward=AFTER_BACKWARD, forward=forward)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp2
-from parityfuzz.export.parts import Parts
+from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.families.fsdp2_tp import Parallelize
 
 LAYOUTS = {"replicate": "Replicate()", "shard_seq": "Shard(1)", "shard_last": "Shard(-1)"}
@@ -44,16 +45,17 @@ def style_source(p: Parallelize) -> str:
 def parts(case: Case) -> Parts:
     plan = case.plan
     lines = ['tp_mesh = mesh["tp"]']
-    lines += [f"parallelize_module({fsdp2._at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
+    lines += [f"parallelize_module({at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
     if plan.wraps:
         dp = tuple(a for a in case.mesh.names if a != "tp")
         lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
     lines += fsdp2.plan_lines(plan, mesh="dp_mesh")
-    apply_plan = fsdp2.function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP2 on the data-parallel "
-                                "sub-mesh (parityfuzz.systems.fsdp2_tp).", lines, "return model")
+    apply_plan = function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP2 on the data-parallel "
+                          "sub-mesh (parityfuzz.systems.fsdp2_tp).", lines, "return model")
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     base = fsdp2.parts(case)
-    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + apply_plan,
+    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints)
+                 + apply_plan,
                  accumulate=base.accumulate, after_backward=base.after_backward, forward=base.forward,
                  contexts=f"step_context = implicit_replication  # a model only partly tensor parallel\n"
                           f"loss_context = {loss}\n")
@@ -68,7 +70,7 @@ def reference_title(case: Case) -> str:
 
 def reference_source(case: Case) -> tuple:
     # the plan's styles applied to the reference's own model first (the system's calls)
-    styles = "".join(f"    parallelize_module({fsdp2._at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
+    styles = "".join(f"    parallelize_module({at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
                      f"{style_source(p)})\n" for p in case.plan.tp)
     from parityfuzz.systems import fsdp2_tp as system
 

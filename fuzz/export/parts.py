@@ -42,3 +42,14 @@ class Parts:
     system_evaluate: str = "def system_evaluate(model, x, y):\n    return loss_fn(forward(model, x), y)\n"
     records: str = ("def gradients(model, named):\n    return {name: whole(p.grad) for name, p in named}\n\n\n"
                     "def parameters(model, named):\n    return {name: whole(p) for name, p in named}\n")
+
+
+def at(path: str) -> str:
+    """The script's expression for the module at a case path of ``model``."""
+    return f'resolve(model, "{path}")' if path else "model"
+
+
+def function(signature: str, doc: str, lines: list[str], end: str = "") -> str:
+    """A function's source: ``def signature:``, its docstring, ``lines`` (each may span lines), ``end``."""
+    body = [f'    """{doc}"""'] + ["    " + line.replace("\n", "\n    ") for line in lines]
+    return "\n".join([f"def {signature}:", *body, *([f"    {end}"] if end else [])]) + "\n"

@@ -19,13 +19,13 @@ from parityfuzz.case.model import under
 from parityfuzz.case.dtypes import promise
 from parityfuzz.export import fsdp2 as fsdp2_export
 from parityfuzz.export import reference
-from parityfuzz.export.fsdp2 import _at, checkpoint_line, function
 from parityfuzz.export.reference import dtype_literal
 from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS
 from parityfuzz.export.fsdp2_tp import style_source
 from parityfuzz.export.model import classes_used
-from parityfuzz.export.parts import Parts
+from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan
+from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.run import build
 from parityfuzz.systems import fsdp2_tp
 from parityfuzz.systems import pipeline as system
@@ -206,9 +206,9 @@ def stage_source(case: Case) -> str:
                 lines.extend("    " + line(e).replace("\n", "\n    ") for e in held)
 
     def checkpoints(before: bool) -> None:
-        per_stage([c for c in plan.checkpoints if (c.before or not sharded) == before], checkpoint_line)
+        per_stage([c for c in plan.checkpoints if (c.before or not sharded) == before], ac_export.call)
 
-    per_stage(plan.tp, lambda p: f'parallelize_module({_at(p.path)}, mesh["tp"], {style_source(p)})')
+    per_stage(plan.tp, lambda p: f'parallelize_module({at(p.path)}, mesh["tp"], {style_source(p)})')
     checkpoints(True)
     if sharded:
         mp = plan.precision
@@ -234,7 +234,7 @@ def parts(case: Case) -> Parts:
     plan_source = "\n\n".join([constants(case), block + inspect.getsource(system.Stage),
                                inspect.getsource(system.chunk_loss), inspect.getsource(system.pipeline_loss_total),
                                inspect.getsource(fsdp2_tp.plain_loss),
-                               stage_source(case), PIPELINED.strip()])
+                               ac_export.definitions(plan.checkpoints) + stage_source(case), PIPELINED.strip()])
     clip = inspect.getsource(system.clip_over_pipeline) + "\n\n" + CLIP.strip() + "\n"
     return Parts(imports=IMPORTS, apply_plan=plan_source + "\n\n" + OPTIMIZER.strip() + "\n", clip=clip,
                  optimizer="make_pipeline_optimizer",

@@ -11,8 +11,7 @@ from __future__ import annotations
 import inspect
 
 from parityfuzz.case import Case
-from parityfuzz.export.fsdp2 import function
-from parityfuzz.export.parts import Parts
+from parityfuzz.export.parts import Parts, function
 from parityfuzz.families.zero import ZeroPlan
 from parityfuzz.systems import zero as system
 

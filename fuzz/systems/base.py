@@ -134,6 +134,10 @@ def unwrap(module: nn.Module) -> nn.Module:
     return module
 
 
+class InvariantViolation(AssertionError):
+    """The system under test left the model in a state its contract rules out (reported as an ERROR verdict)."""
+
+
 class System:
     """One way to train a case's model.
 

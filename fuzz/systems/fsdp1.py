@@ -33,7 +33,8 @@ from parityfuzz.run import build
 from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
-from parityfuzz.systems.fsdp2 import InvariantViolation, apply_checkpoint
+from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
+from parityfuzz.systems.base import InvariantViolation
 
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.run.build``).
 KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
@@ -106,7 +107,7 @@ class FSDP1System(System):
             self._start_elsewhere(model)
         for c in plan.checkpoints:
             if c.before:
-                apply_checkpoint(model, c)
+                apply_checkpoint(model, c.path, c.api, c.reentrant)
         kwargs = self.fsdp_kwargs(model)
         policy = self.auto_wrap_policy(model)
         if plan.wrapping == "manual":
@@ -118,7 +119,7 @@ class FSDP1System(System):
             self._check_hybrid_groups(model)
         for c in plan.checkpoints:
             if not c.before:
-                apply_checkpoint(model, c)
+                apply_checkpoint(model, c.path, c.api, c.reentrant)
         return model
 
     def _start_elsewhere(self, model: nn.Module) -> None:

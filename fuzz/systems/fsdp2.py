@@ -14,39 +14,16 @@ step's last backward; on an accelerator the root is fed its inputs on the CPU
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from parityfuzz.case.model import children_first
-from parityfuzz.families.fsdp2 import ActivationCheckpoint, Wrap
+from parityfuzz.families.fsdp2 import Wrap
+from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
 from parityfuzz.run.record import torch_dtype as dtype
-from parityfuzz.systems.base import System, resolve
-
-
-def apply_checkpoint(model: nn.Module, c: ActivationCheckpoint, **kwargs) -> None:
-    """ActivationCheckpoint the module at ``c.path`` with ``c.api``; ``kwargs`` go to the checkpoint function."""
-    if c.api == "composable":
-        from torch.distributed._composable import checkpoint
-
-        checkpoint(resolve(model, c.path), **kwargs)
-        return
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
-
-    if c.reentrant:
-        kwargs = {**kwargs, "checkpoint_impl": CheckpointImpl.REENTRANT}
-
-    if c.api == "apply":
-        target = resolve(model, c.path)
-        apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **kwargs),
-                                       check_fn=lambda m: m is target)
-        return
-    parent_path, _, name = c.path.rpartition(".")
-    parent = resolve(model, parent_path)
-    setattr(parent, name, checkpoint_wrapper(getattr(parent, name), **kwargs))
+from parityfuzz.systems.base import InvariantViolation, System, resolve
 
 
 def mp_policy(w: Wrap) -> MixedPrecisionPolicy:
@@ -62,15 +39,11 @@ def set_post_optim_event(root, device: torch.device) -> None:
     root.set_post_optim_event(event)
 
 
-class InvariantViolation(AssertionError):
-    """FSDP2 left the model in a state its contract rules out (reported as an ERROR verdict)."""
-
-
 class FSDP2System(System):
     name = "fsdp2"
     sharded_scaler = True
     converts_after_wrap = True  # train.to_float64: .to(torch.float64) on the sharded model
-    checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every ActivationCheckpoint in the plan
+    checkpoint_kwargs: dict = {}  # passed to the checkpoint function of every activation checkpoint of the plan
 
     def data_parallel_mesh(self):
         """The mesh ``fully_shard`` takes: the case's whole mesh (1-D, or HSDP's 2-D)."""
@@ -81,7 +54,7 @@ class FSDP2System(System):
         mesh = self.data_parallel_mesh() if plan.wraps else None
         for c in plan.checkpoints:
             if c.before:
-                apply_checkpoint(model, c, **self.checkpoint_kwargs)
+                apply_checkpoint(model, c.path, c.api, c.reentrant, **self.checkpoint_kwargs)
         # Children before parents: deepest paths first, the root ("") last.
         for w in children_first(plan.wraps, lambda w: w.path):
             offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
@@ -89,7 +62,7 @@ class FSDP2System(System):
                         offload_policy=offload, mp_policy=mp_policy(w))
         for c in plan.checkpoints:
             if not c.before:
-                apply_checkpoint(model, c, **self.checkpoint_kwargs)
+                apply_checkpoint(model, c.path, c.api, c.reentrant, **self.checkpoint_kwargs)
         if plan.reduce_scatter_unused:
             model.set_reduce_scatter_unused_params(True)
         for p in plan.prefetch:

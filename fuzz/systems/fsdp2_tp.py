@@ -19,7 +19,8 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 
 from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
 from parityfuzz.systems.base import resolve
-from parityfuzz.systems.fsdp2 import FSDP2System, InvariantViolation
+from parityfuzz.systems.base import InvariantViolation
+from parityfuzz.systems.fsdp2 import FSDP2System
 from parityfuzz.systems.mp_reference import FSDP2Precision, MixedPrecisionReference
 
 LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}

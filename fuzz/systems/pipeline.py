@@ -33,7 +33,7 @@ from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
 from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
 from parityfuzz.systems.ddp import DDPSystem
-from parityfuzz.systems.fsdp2 import apply_checkpoint
+from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
 from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel, plain_loss
 from parityfuzz.systems.masters import EmulatedReference
 from parityfuzz.systems.mp_reference import FSDP2Precision
@@ -142,7 +142,7 @@ class PipelineSystem(TensorParallel, System):
             held = [c for c in plan.checkpoints if under(c.path, units[index])]
             for c in held:
                 if c.before or not sharded:
-                    apply_checkpoint(module, c)
+                    apply_checkpoint(module, c.path, c.api, c.reentrant)
             if sharded:
                 for unit in units[index] if plan.shard_units else ():  # torchtitan's: each block, then the stage
                     fully_shard(resolve(model, unit), mesh=mesh["dp_shard"],
@@ -151,7 +151,7 @@ class PipelineSystem(TensorParallel, System):
                             **mp_policy(plan.precision))
                 for c in held:
                     if not c.before:
-                        apply_checkpoint(module, c)
+                        apply_checkpoint(module, c.path, c.api, c.reentrant)
             modules.append(module)
         self.stage_modules = modules
         self.held_units = rank_modules(case)[spec.coords(self.ctx.rank)["pp"]]

@@ -22,7 +22,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from parityfuzz.systems.base import make_scheduler, optimizer_parts
 from parityfuzz.systems.ddp import DDPSystem
-from parityfuzz.systems.fsdp2 import InvariantViolation
+from parityfuzz.systems.base import InvariantViolation
 
 
 class _ZeroTraining(DDPSystem):

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case, MeshSpec, ModelSpec, under
 from parityfuzz.families.fsdp1 import (HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan,
                                       checkpoint_flow_problem, rank_flow_problem)
-from parityfuzz.families.fsdp2 import ActivationCheckpoint
+from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
 from parityfuzz.strategies.fsdp1.precision import precisions

@@ -27,7 +27,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from parityfuzz.case import MeshSpec, ModelSpec
-from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint, FSDP2Plan, Prefetch, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan, Prefetch, Wrap
+from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint
 from parityfuzz.strategies.coins import RARE
 
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, under
 from parityfuzz.case.training import input_requires_grad
-from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint
+from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error, units
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.fsdp2.precision import LOW
@@ -65,7 +65,7 @@ def pipeline_models(draw, stages: int, max_depth: int) -> ModelSpec:
 @st.composite
 def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = (), train=None) -> tuple[ActivationCheckpoint, ...]:
     """Up to two activation checkpoints of modules inside the stages (``finish`` makes the eligible ones
-    reentrant: :mod:`parityfuzz.strategies.reentrant`); ``first``: the first stage's units, where the swarm switched
+    reentrant: :mod:`parityfuzz.parts.activation_checkpoint.strategy`); ``first``: the first stage's units, where the swarm switched
     ``reentrant`` on: then at least one checkpoint, inside them (a reentrant checkpoint's only place: its rule), the
     first one where it can be reentrant (its input requires grad under ``train``, a wrapper API)."""
     paths = [path for path, _ in model.module_paths() if path]

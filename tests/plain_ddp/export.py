@@ -2,7 +2,7 @@
 microbatches."""
 
 from parityfuzz.case import Case
-from parityfuzz.export.fsdp2 import function
+from parityfuzz.export.parts import function
 from parityfuzz.export.parts import Parts
 
 

@@ -24,8 +24,8 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp1 import grids
-from parityfuzz.families.fsdp2 import ActivationCheckpoint, checkpoint_tags
-from parityfuzz.rules import checkpointing
+from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint, checkpoint_tags
+from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 from parityfuzz.rules import fsdp1 as fsdp1_rules
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")

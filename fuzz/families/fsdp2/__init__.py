@@ -18,7 +18,8 @@ from parityfuzz.case.errors import CaseError, check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp2 import grids
-from parityfuzz.rules import checkpointing
+from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
+from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 
 
 @dataclass(frozen=True)
@@ -42,27 +43,6 @@ class Wrap:
     def mixed_precision(self) -> bool:
         """Whether this module has a non-default ``MixedPrecisionPolicy``."""
         return bool(self.param_dtype or self.reduce_dtype or self.output_dtype) or not self.cast_forward_inputs
-
-
-CHECKPOINT_APIS = ("composable", "wrapper", "apply")
-
-
-@dataclass(frozen=True)
-class ActivationCheckpoint:
-    """Activation checkpointing of the module at ``path``.
-
-    ``api``: ``composable`` (``torch.distributed._composable.checkpoint``) or
-    ``wrapper`` (``checkpoint_wrapper``, which inserts a ``CheckpointWrapper``
-    into the module tree; not for the root) or ``apply``
-    (``apply_activation_checkpointing`` selecting this module; not for the root).  ``before``: applied before
-    ``fully_shard`` (else after).  ``reentrant``: ``checkpoint_impl=CheckpointImpl.REENTRANT``, torch's
-    ``checkpoint(use_reentrant=True)`` (the wrapper APIs only: the composable API has no reentrant form).
-    """
-
-    path: str
-    api: str = "composable"
-    before: bool = True
-    reentrant: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,12 +180,6 @@ def _validate_rank_gates(case: Case) -> None:
         check(not case.train.nonroot, "train.nonroot",
               "not with per-rank gates (set_reduce_scatter_unused_params zeroes every group's gradients in a "
               "non-root pass)")
-
-
-def checkpoint_tags(checkpoints) -> set[str]:
-    """Feature tags of activation checkpoints: API, before or after the parallel API, reentrant or not."""
-    return {f"ckpt={c.api}/{'before' if c.before else 'after'}{'/reentrant' if c.reentrant else ''}"
-            for c in checkpoints}
 
 
 def features(case: Case) -> set[str]:

@@ -35,7 +35,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, under
 from parityfuzz.families import Family
 from parityfuzz.families import fsdp2
-from parityfuzz.rules import checkpointing
+from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 from parityfuzz.rules import tensor_parallel as tp_rules
 
 STYLES = ("colwise", "rowwise", "sequence", "prepare_input", "prepare_output")

@@ -5,7 +5,7 @@ and a schedule runs the batch as microbatches; over a ``(pp, dp_shard)`` mesh ea
 modules get the plan's tensor-parallel styles first (the fsdp2_tp family's, drawn over the whole model, applied to
 the modules each stage holds: an activation sharded over ``tp`` may cross a stage boundary, as a plain local shard or
 as a DTensor, which ``PipelineStage`` rebuilds on the receiving rank from its ``get_mesh`` callback).  Modules inside a stage may be
-activation-checkpointed (the fsdp2 family's ``ActivationCheckpoint``: composable, wrapper or apply API, before or
+activation-checkpointed (the shared part :mod:`parityfuzz.parts.activation_checkpoint`: composable, wrapper or apply API, before or
 after ``fully_shard``, reentrant or not), which changes what is kept, never what is computed; modules of the whole
 model may be compiled before the split (``torch.compile``'s ``blocks_before`` form: the stages hold the same, compiled
 module objects), as torchtitan compiles each block before it splits a model.
@@ -34,13 +34,13 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names, under
 from parityfuzz.families import Family
-from parityfuzz.families.fsdp2 import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
 from parityfuzz.families.fsdp2_tp import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline import precision as stage_mp
 from parityfuzz.families.pipeline.precision import StagePrecision
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
-from parityfuzz.rules import checkpointing
+from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
+from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 from parityfuzz.rules import pipeline as rules
 from parityfuzz.rules import require
 

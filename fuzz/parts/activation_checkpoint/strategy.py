@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case
 from parityfuzz.case.errors import CaseError
 from parityfuzz.case.training import input_requires_grad
-from parityfuzz.strategies.models import CONTAINERS
+from parityfuzz.case.model import CONTAINER_KINDS as CONTAINERS
 
 #: The coin that makes an eligible checkpoint reentrant: 1 in 3, shrinking to non-reentrant.
 REENTRANT = st.sampled_from((False, False, True))
