@@ -16,7 +16,8 @@ from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
-from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from parityfuzz.families.fsdp2_tp import FSDP2TPPlan
+from parityfuzz.parts.tensor_parallel import Parallelize
 from parityfuzz.families.pipeline import PipelinePlan
 from parityfuzz.families.zero import ZeroPlan
 from parityfuzz.judge.verify import verify_case

@@ -8,7 +8,7 @@ import pytest
 
 from parityfuzz.case import CaseError, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp1_tp import FSDP1TPPlan, uneven_shards
-from parityfuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.parts.tensor_parallel import Parallelize
 from parityfuzz.judge.verify import verify_case
 from tests.shrinking import found_and_shrunk
 from tests.test_case import simple

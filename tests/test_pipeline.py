@@ -14,7 +14,7 @@ from parityfuzz.case.compiled import Compile
 from parityfuzz.case.errors import CaseError
 from parityfuzz.case.training import Freeze
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
-from parityfuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.parts.tensor_parallel import Parallelize
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error
 from parityfuzz.families.pipeline.schedules import SPLIT_BACKWARD
 from parityfuzz.judge.verify import locate, verify_case

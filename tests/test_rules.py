@@ -13,7 +13,7 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError
 from parityfuzz.case.reduce import simplifications
 from parityfuzz.rules import RuleViolation
-from parityfuzz.rules import tensor_parallel as tp_rules
+from parityfuzz.parts.tensor_parallel import rules as tp_rules
 from parityfuzz.strategies import cases
 
 #: The case a 1-minimal reduction made of a valid sequence-parallel plan by dropping the norm's

@@ -5,7 +5,8 @@ import pytest
 
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.families.fsdp2 import Wrap
-from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, Parallelize
+from parityfuzz.families.fsdp2_tp import FSDP2TPPlan
+from parityfuzz.parts.tensor_parallel import Parallelize
 from parityfuzz.judge.verdict import Verdict
 from parityfuzz.judge.verify import verify_case, traces, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk
@@ -264,7 +265,8 @@ def test_a_non_root_pass_runs_only_through_modules_holding_whole_tp_groups(execu
     import dataclasses
 
     from parityfuzz.case import CaseError
-    from parityfuzz.families.fsdp2_tp import connections, nonroot_paths
+    from parityfuzz.families.fsdp2_tp import nonroot_paths
+    from parityfuzz.parts.tensor_parallel import connections
 
     mesh = MeshSpec((1, 2), ("dp_shard", "tp"))
     sp = tp_case(mesh, SP)

@@ -8,9 +8,10 @@ import dataclasses
 
 from parityfuzz.case import Case
 from parityfuzz.export import fsdp1
-from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS, style_source
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.parts.activation_checkpoint import export as ac_export
+from parityfuzz.parts.tensor_parallel import export as tp_export
+from parityfuzz.parts.tensor_parallel.export import style_source
 
 
 def refusal(case: Case) -> str | None:
@@ -30,7 +31,7 @@ def parts(case: Case) -> Parts:
     base = fsdp1.parts(case)
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     return dataclasses.replace(
-        base, imports=fsdp1.IMPORTS + TP_IMPORTS, apply_plan="TP_PLACEMENTS = {}\n\n\n" + apply_plan,
+        base, imports=fsdp1.IMPORTS + tp_export.IMPORTS, apply_plan="TP_PLACEMENTS = {}\n\n\n" + apply_plan,
         records=fsdp1.records_source(tensor_parallel=True),
         contexts=f"step_context = implicit_replication  # a model only partly tensor parallel\n"
                  f"loss_context = {loss}\n")

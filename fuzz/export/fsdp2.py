@@ -96,8 +96,8 @@ def parts(case: Case, mesh_line: str = "") -> Parts:
                           "return model")
     forward = ("def forward(model, batch):\n    return model.forward_alt(batch)\n" if plan.forward_method
                else "def forward(model, batch):\n    return model(batch)\n")
-    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints)
-                 + apply_plan,
+    return Parts(imports=IMPORTS,
+                 apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints) + apply_plan,
                  accumulate=accumulate_source(case), after_backward=AFTER_BACKWARD, forward=forward)
 
 

@@ -8,38 +8,14 @@ from parityfuzz.case import Case
 from parityfuzz.export import fsdp2
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.parts.activation_checkpoint import export as ac_export
-from parityfuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.parts.tensor_parallel import export as tp_export
+from parityfuzz.parts.tensor_parallel.export import style_source
 
-LAYOUTS = {"replicate": "Replicate()", "shard_seq": "Shard(1)", "shard_last": "Shard(-1)"}
-IMPORTS = fsdp2.IMPORTS + (
-    "from torch.distributed.tensor import Replicate, Shard\n"
-    "from torch.distributed.tensor.experimental import implicit_replication\n"
-    "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,\n"
-    "                                               RowwiseParallel, SequenceParallel, loss_parallel,\n"
-    "                                               parallelize_module)\n")
+IMPORTS = fsdp2.IMPORTS + tp_export.IMPORTS
 
 
 def refusal(case: Case) -> str | None:
     return fsdp2.refusal(case)
-
-
-def style_source(p: Parallelize) -> str:
-    """The parallel style's constructor call (as :func:`parityfuzz.systems.fsdp2_tp.style_of` builds it)."""
-    local = f"use_local_output={p.use_local_output}"
-    if p.style == "sequence":
-        return f"SequenceParallel({local})"
-    if p.style == "prepare_input":
-        return (f"PrepareModuleInput(input_layouts={LAYOUTS[p.input_layout]}, "
-                f"desired_input_layouts={LAYOUTS[p.desired_layout]}, {local})")
-    if p.style == "prepare_output":
-        return (f"PrepareModuleOutput(output_layouts={LAYOUTS[p.output_layout]}, "
-                f"desired_output_layouts={LAYOUTS[p.desired_layout]}, {local})")
-    kwargs = [local]
-    if p.input_layout:
-        kwargs.append(f"input_layouts={LAYOUTS[p.input_layout]}")
-    if p.output_layout:
-        kwargs.append(f"output_layouts={LAYOUTS[p.output_layout]}")
-    return f"{ {'colwise': 'ColwiseParallel', 'rowwise': 'RowwiseParallel'}[p.style] }({', '.join(kwargs)})"
 
 
 def parts(case: Case) -> Parts:
@@ -54,8 +30,8 @@ def parts(case: Case) -> Parts:
                           "sub-mesh (parityfuzz.systems.fsdp2_tp).", lines, "return model")
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     base = fsdp2.parts(case)
-    return Parts(imports=IMPORTS, apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints)
-                 + apply_plan,
+    return Parts(imports=IMPORTS,
+                 apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints) + apply_plan,
                  accumulate=base.accumulate, after_backward=base.after_backward, forward=base.forward,
                  contexts=f"step_context = implicit_replication  # a model only partly tensor parallel\n"
                           f"loss_context = {loss}\n")

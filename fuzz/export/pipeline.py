@@ -20,18 +20,18 @@ from parityfuzz.case.dtypes import promise
 from parityfuzz.export import fsdp2 as fsdp2_export
 from parityfuzz.export import reference
 from parityfuzz.export.reference import dtype_literal
-from parityfuzz.export.fsdp2_tp import IMPORTS as TP_IMPORTS
-from parityfuzz.export.fsdp2_tp import style_source
 from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan
 from parityfuzz.parts.activation_checkpoint import export as ac_export
+from parityfuzz.parts.tensor_parallel import apply as tp_apply
+from parityfuzz.parts.tensor_parallel import export as tp_export
+from parityfuzz.parts.tensor_parallel.export import style_source
 from parityfuzz.run import build
-from parityfuzz.systems import fsdp2_tp
 from parityfuzz.systems import pipeline as system
 
 IMPORTS = ("from torch.distributed import pipelining\nfrom torch.distributed.pipelining.microbatch import TensorChunkSpec\n"
-           + TP_IMPORTS)  # (fully_shard and the checkpoints among them)
+           + fsdp2_export.IMPORTS + tp_export.IMPORTS)
 
 PIPELINED = '''
 class Pipelined(nn.Module):
@@ -233,7 +233,7 @@ def parts(case: Case) -> Parts:
     block = "" if "Block" in classes_used(case) else inspect.getsource(build.Block) + "\n\n"
     plan_source = "\n\n".join([constants(case), block + inspect.getsource(system.Stage),
                                inspect.getsource(system.chunk_loss), inspect.getsource(system.pipeline_loss_total),
-                               inspect.getsource(fsdp2_tp.plain_loss),
+                               inspect.getsource(tp_apply.plain_loss),
                                ac_export.definitions(plan.checkpoints) + stage_source(case), PIPELINED.strip()])
     clip = inspect.getsource(system.clip_over_pipeline) + "\n\n" + CLIP.strip() + "\n"
     return Parts(imports=IMPORTS, apply_plan=plan_source + "\n\n" + OPTIMIZER.strip() + "\n", clip=clip,

@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 
 from parityfuzz.systems.base import case_name
 from parityfuzz.systems.fsdp1 import FSDP1System
-from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel
+from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel
 
 
 class FSDP1TPSystem(TensorParallel, FSDP1System):

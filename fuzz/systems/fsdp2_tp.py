@@ -9,75 +9,14 @@ loss and its backward run in ``loss_parallel()`` on vocabulary-sharded logits.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch.nn as nn
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor.experimental import implicit_replication
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
-                                               RowwiseParallel, SequenceParallel, loss_parallel, parallelize_module)
+from torch.distributed.tensor import DTensor
 
-from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
-from parityfuzz.systems.base import resolve
-from parityfuzz.systems.base import InvariantViolation
+from parityfuzz.parts.tensor_parallel import PREPARE
+from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel, expected_placement
+from parityfuzz.systems.base import InvariantViolation, resolve
 from parityfuzz.systems.fsdp2 import FSDP2System
 from parityfuzz.systems.mp_reference import FSDP2Precision, MixedPrecisionReference
-
-LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
-
-
-def style_of(p: Parallelize):
-    """The torch parallel style a plan entry names (layouts left out take the style's defaults)."""
-    if p.style == "sequence":
-        return SequenceParallel(use_local_output=p.use_local_output)
-    if p.style == "prepare_input":
-        return PrepareModuleInput(input_layouts=LAYOUTS[p.input_layout], desired_input_layouts=LAYOUTS[p.desired_layout],
-                                  use_local_output=p.use_local_output)
-    if p.style == "prepare_output":
-        return PrepareModuleOutput(output_layouts=LAYOUTS[p.output_layout],
-                                   desired_output_layouts=LAYOUTS[p.desired_layout], use_local_output=p.use_local_output)
-    kwargs = {"use_local_output": p.use_local_output}
-    if p.input_layout:
-        kwargs["input_layouts"] = LAYOUTS[p.input_layout]
-    if p.output_layout:
-        kwargs["output_layouts"] = LAYOUTS[p.output_layout]
-    return {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}[p.style](**kwargs)
-
-
-def apply_tensor_parallel(model: nn.Module, tp_mesh, styles) -> None:
-    for p in styles:
-        parallelize_module(resolve(model, p.path), tp_mesh, style_of(p))
-
-
-class TensorParallel:
-    """What tensor parallelism adds to a system on a mesh with a ``tp`` axis (a mixin, before the system's
-    class): the plan's styles applied on the ``tp`` sub-mesh, the loss under ``loss_parallel()``, and the
-    optimizer and zeroing under ``implicit_replication()``."""
-
-    def tp_mesh(self):
-        return self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)["tp"]
-
-    def _loss_context(self):
-        return loss_parallel() if self.case.plan.loss_parallel else contextlib.nullcontext()
-
-    def forward_backward(self, batch, target, path=None):
-        with self._loss_context():
-            return plain_loss(super().forward_backward(batch, target, path))
-
-    def optimizer_step(self) -> bool:
-        """Under ``implicit_replication()``, as PyTorch asks of a model that is only partly tensor parallel
-        (pytorch PR #134551): its parameters mix plain tensors, 1-D (``dp``) and 2-D (``dp``, ``tp``) DTensors,
-        which foreach optimizer steps otherwise refuse to combine."""
-        with implicit_replication():
-            return super().optimizer_step()
-
-    def zero_grad(self, step: int) -> None:
-        with implicit_replication():  # foreach zeroing of mixed gradients (set_to_none=False)
-            super().zero_grad(step)
-
-    def evaluate(self, batch, target):
-        with self._loss_context():
-            return plain_loss(super().evaluate(batch, target))
 
 
 class FSDP2TPSystem(TensorParallel, FSDP2System):
@@ -106,7 +45,7 @@ class FSDP2TPSystem(TensorParallel, FSDP2System):
             module = resolve(model, p.path)
             kind = "Embedding" if isinstance(module, nn.Embedding) else "Linear"  # (FSDP2 renames the class)
             for name, param in module.named_parameters(recurse=False):
-                expected = _expected_placement(p.style, kind, name)
+                expected = expected_placement(p.style, kind, name)
                 names = getattr(getattr(param, "device_mesh", None), "mesh_dim_names", None) or ()
                 got = param.placements[names.index("tp")] if isinstance(param, DTensor) and "tp" in names else None
                 if got != expected:
@@ -163,18 +102,3 @@ class MixedPrecisionTPReference(TensorParallel, MixedPrecisionReference):
     def setup(self, model: nn.Module) -> None:
         apply_tensor_parallel(model, self.tp_mesh(), self.case.plan.tp)
         super().setup(model)
-
-
-def _expected_placement(style: str, kind: str, name: str):
-    if style == "colwise":
-        return Shard(0)
-    if style == "sequence":
-        return Replicate()
-    if kind == "Embedding":  # rowwise: the vocabulary is split
-        return Shard(0)
-    return Shard(1) if name == "weight" else Replicate()
-
-
-def plain_loss(loss):
-    """A loss computed on DTensors (vocabulary-sharded logits) as the plain tensor every rank holds."""
-    return loss.full_tensor() if isinstance(loss, DTensor) else loss

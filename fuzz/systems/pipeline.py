@@ -34,7 +34,7 @@ from parityfuzz.run.record import torch_dtype
 from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
-from parityfuzz.systems.fsdp2_tp import TensorParallel, apply_tensor_parallel, plain_loss
+from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel, plain_loss
 from parityfuzz.systems.masters import EmulatedReference
 from parityfuzz.systems.mp_reference import FSDP2Precision
 

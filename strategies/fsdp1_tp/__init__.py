@@ -3,9 +3,9 @@
 
 Drawn in this order: world size (2 or more, 4 first), the mesh (a data-parallel axis of several ranks first; a
 dp of 1 included), the sharding strategy (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``NO_SHARD``), the wrapping kind,
-the model (mostly a transformer-shaped stack, as in ``strategies.fsdp2_tp``; never tied), what the wrapping
-wraps, ``use_orig_params`` (True in three cases of four: what PyTorch asks for with TP), the training spec, the
-tensor-parallel styles (``strategies.fsdp2_tp.tensor_parallel``), then the FSDP1 call's other arguments
+the model (mostly a transformer-shaped stack, :func:`parityfuzz.parts.tensor_parallel.strategy.transformer_models`;
+never tied), what the wrapping wraps, ``use_orig_params`` (True in three cases of four: what PyTorch asks for with TP), the training spec, the
+tensor-parallel styles (:mod:`parityfuzz.parts.tensor_parallel.strategy`), then the FSDP1 call's other arguments
 (``strategies.fsdp1.call_options``).
 
 Not drawn: hybrid strategies, mixed precision, ignored modules, per-rank control flow, and tensor-parallel
@@ -28,8 +28,7 @@ from parityfuzz.families.fsdp1 import WRAPPINGS
 from parityfuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.fsdp1 import call_options, wrapping
-from parityfuzz.strategies.fsdp2_tp import transformer_models
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import OFTEN, sequence_for_tp, tp_plans, tp_training
+from parityfuzz.parts.tensor_parallel.strategy import OFTEN, sequence_for_tp, tp_plans, tp_training, transformer_models
 from parityfuzz.strategies.models import LEAVES, models
 from parityfuzz.strategies.training import training
 

@@ -21,43 +21,21 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from parityfuzz.case import Case, ModelSpec, Node, TrainSpec
-from parityfuzz.families.fsdp2_tp import PREPARE, FSDP2TPPlan, nonroot_paths
+from parityfuzz.case import Case, ModelSpec, TrainSpec
+from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, nonroot_paths
+from parityfuzz.parts.tensor_parallel import PREPARE
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
 from parityfuzz.strategies.fsdp2.accumulation import accumulation
 from parityfuzz.strategies.fsdp2.precision import precision_policies
 from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.fsdp2_tp.meshes import meshes
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import (OFTEN, overflow_outside, sequence_for_tp, tp_plans,
-                                                           tp_training)
+from parityfuzz.parts.tensor_parallel.strategy import (OFTEN, overflow_outside, sequence_for_tp, tp_plans,
+                                                       tp_training, transformer_models)
 from parityfuzz.strategies.meshes import world_sizes
-from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, models
+from parityfuzz.strategies.models import LEAVES, models
 from parityfuzz.strategies.swarm import flag
 from parityfuzz.strategies.training import training
-
-
-@st.composite
-def transformer_models(draw) -> ModelSpec:
-    """A transformer-shaped stack, where tensor and sequence parallelism have the most to do: 2-3 blocks, each
-    an MLP, attention or two Linears around an activation, followed by a LayerNorm or RMSNorm (so a norm sits
-    between a module that ends rowwise and one that starts colwise); dense or token input."""
-    width = draw(st.sampled_from((4, 8, 6, 16)))
-    children: list[Node] = []
-    for _ in range(draw(st.integers(2, 3))):
-        kind = draw(st.sampled_from(("mlp", "attention", "pair")))
-        if kind == "mlp":
-            children.append(Node("mlp", hidden=draw(st.sampled_from(WIDTHS))))
-        elif kind == "attention":
-            children.append(Node("attention", heads=draw(st.sampled_from([h for h in (2, 4, 1) if width % h == 0]))))
-        else:
-            children += [Node("linear", out=draw(st.sampled_from(WIDTHS))), Node("act", fn="gelu"),
-                         Node("linear", out=width)]
-        children.append(Node(draw(st.sampled_from(("rmsnorm", "layernorm")))))
-    body = Node("seq", children=tuple(children))
-    if draw(st.booleans()):
-        return ModelSpec(body=body, input="dense", in_dim=width)
-    return ModelSpec(body=body, input="embedding", in_dim=width, vocab=draw(st.sampled_from(VOCABS)))
 
 
 def _no_int_reshard_over_tp(plan: FSDP2TPPlan) -> FSDP2TPPlan:

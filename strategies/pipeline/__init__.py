@@ -11,7 +11,7 @@ and its tensor-parallel plan (below), then the training spec made ``micro`` micr
 (:func:`microbatched`; what pipelining does not take left out), ``scale_grads`` and
 ``fully_shard``'s ``reshard_after_forward``; where the pipeline leaves more than one rank, how they split between
 ``dp_shard`` and ``tp`` (every factorization: data parallelism alone first), and on a ``tp`` axis the fsdp2_tp
-family's tensor-parallel plan over the whole model (:func:`parityfuzz.strategies.fsdp2_tp.tensor_parallel.tp_plans`;
+family's tensor-parallel plan over the whole model (:func:`parityfuzz.parts.tensor_parallel.strategy.tp_plans`;
 the sequence made a multiple of ``tp`` on a coin, for sequence parallelism); activation checkpoints inside the
 stages; and over ``(pp, dp_shard)`` a ``MixedPrecisionPolicy`` for every stage's ``fully_shard`` (:func:`stage_precision`).
 
@@ -33,7 +33,7 @@ from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCh
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error, units
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.fsdp2.precision import LOW
-from parityfuzz.strategies.fsdp2_tp.tensor_parallel import sequence_for_tp, tp_plans, tp_training
+from parityfuzz.parts.tensor_parallel.strategy import sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
 from parityfuzz.strategies.training import training

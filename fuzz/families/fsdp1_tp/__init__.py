@@ -4,7 +4,7 @@ apply them (``parallelize_module``, then FSDP1, which flattens each rank's tenso
 
 Mesh ``(dp_shard, tp)``; the sharding strategies that take a 1-D mesh (``FULL_SHARD``, ``SHARD_GRAD_OP``,
 ``NO_SHARD``).  The plan is an FSDP1 plan plus the tensor-parallel styles of the ``fsdp2_tp`` family, checked
-by the same rules (:func:`parityfuzz.families.fsdp2_tp.validate_styles`).  The reference is DDP over all ranks, the
+by the same rules (:func:`parityfuzz.parts.tensor_parallel.validate_styles`).  The reference is DDP over all ranks, the
 ranks of one tensor-parallel group training on the same batch.
 
 Not drawn (refused): hybrid strategies (a 3-D mesh), mixed precision (its FSDP1-emulating reference runs no
@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
 from parityfuzz.families import Family
-from parityfuzz.families import fsdp1, fsdp2_tp
+from parityfuzz.families import fsdp1
 from parityfuzz.families.fsdp1_tp import grids
-from parityfuzz.families.fsdp2_tp import Parallelize
+from parityfuzz.parts.activation_checkpoint import rules as checkpointing
+from parityfuzz.parts.tensor_parallel import Parallelize, describe_styles, style_features, validate_styles
+from parityfuzz.parts.tensor_parallel import rules as tp_rules
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 MESHES = (("dp_shard", "tp"),)
@@ -29,7 +31,7 @@ MESHES = (("dp_shard", "tp"),)
 
 @dataclass(frozen=True)
 class FSDP1TPPlan(fsdp1.FSDP1Plan):
-    """Tensor parallelism (``tp``, ``loss_parallel``: see ``parityfuzz.families.fsdp2_tp``), then the FSDP1 call on
+    """Tensor parallelism (``tp``, ``loss_parallel``: :mod:`parityfuzz.parts.tensor_parallel`), then the FSDP1 call on
     the ``dp_shard`` sub-mesh."""
 
     family = "fsdp1_tp"
@@ -54,7 +56,7 @@ def validate(case: Case) -> None:
           "dtype where DDP rounds a whole product once, and this family has no reference that does TP's arithmetic")
     check(not model.per_rank_flow(), "model.body", "per-rank control flow is not drawn with tensor parallelism")
     fsdp1.validate_plan(case)
-    fsdp2_tp.validate_styles(case)
+    validate_styles(case)
 
 
 def split_sizes(case: Case) -> dict[str, int]:
@@ -78,12 +80,12 @@ def uneven_shards(case: Case) -> list[str]:
 
 
 def features(case: Case) -> set[str]:
-    return fsdp1.features(case) | fsdp2_tp.style_features(case)
+    return fsdp1.features(case) | style_features(case)
 
 
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
     notes, lines = fsdp1.describe(case)
-    styles, style_lines = fsdp2_tp.describe_styles(case)
+    styles, style_lines = describe_styles(case)
     for path, applied in styles.items():
         notes[path] = ", then ".join([applied] + ([notes[path]] if notes.get(path) else []))
     notes[""] = notes[""].replace("FullyShardedDataParallel(", "FullyShardedDataParallel(device_mesh=mesh['dp_shard'], ", 1)
@@ -134,5 +136,5 @@ FAMILY = Family(
     compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
     seed_grids=grids.GRIDS,
-    rules=tuple(dict.fromkeys(fsdp2_tp.FAMILY.rules + fsdp1.FAMILY.rules)),
+    rules=tuple(dict.fromkeys(tp_rules.RULES + checkpointing.RULES + fsdp1.FAMILY.rules)),
 )

@@ -34,7 +34,7 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names, under
 from parityfuzz.families import Family
-from parityfuzz.families.fsdp2_tp import Parallelize, describe_styles, style_features, validate_styles
+from parityfuzz.parts.tensor_parallel import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline import precision as stage_mp
 from parityfuzz.families.pipeline.precision import StagePrecision

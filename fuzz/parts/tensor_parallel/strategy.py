@@ -27,8 +27,9 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import ModelSpec, Node, TrainSpec, child_names, under
-from parityfuzz.families.fsdp2_tp import PREPARE, Parallelize
+from parityfuzz.parts.tensor_parallel import PREPARE, Parallelize
 from parityfuzz.strategies.coins import RARE
+from parityfuzz.strategies.models import VOCABS, WIDTHS
 
 NORMS = ("layernorm", "rmsnorm")
 #: Parallelize a candidate: two times in three, shrinking toward not.
@@ -176,3 +177,26 @@ def _dtensor_hidden(draw, hidden: int, tp: int) -> bool:
     takes a local input as an even shard (``DTensor.from_local`` without a shape), so only the DTensor carries
     uneven shards across."""
     return draw(RARE) or hidden % tp != 0
+
+
+@st.composite
+def transformer_models(draw) -> ModelSpec:
+    """A transformer-shaped stack, where tensor and sequence parallelism have the most to do: 2-3 blocks, each
+    an MLP, attention or two Linears around an activation, followed by a LayerNorm or RMSNorm (so a norm sits
+    between a module that ends rowwise and one that starts colwise); dense or token input."""
+    width = draw(st.sampled_from((4, 8, 6, 16)))
+    children: list[Node] = []
+    for _ in range(draw(st.integers(2, 3))):
+        kind = draw(st.sampled_from(("mlp", "attention", "pair")))
+        if kind == "mlp":
+            children.append(Node("mlp", hidden=draw(st.sampled_from(WIDTHS))))
+        elif kind == "attention":
+            children.append(Node("attention", heads=draw(st.sampled_from([h for h in (2, 4, 1) if width % h == 0]))))
+        else:
+            children += [Node("linear", out=draw(st.sampled_from(WIDTHS))), Node("act", fn="gelu"),
+                         Node("linear", out=width)]
+        children.append(Node(draw(st.sampled_from(("rmsnorm", "layernorm")))))
+    body = Node("seq", children=tuple(children))
+    if draw(st.booleans()):
+        return ModelSpec(body=body, input="dense", in_dim=width)
+    return ModelSpec(body=body, input="embedding", in_dim=width, vocab=draw(st.sampled_from(VOCABS)))
