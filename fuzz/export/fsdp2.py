@@ -3,6 +3,8 @@ prefetching, the accumulation switches, as :class:`parityfuzz.systems.fsdp2.FSDP
 
 from __future__ import annotations
 
+import inspect
+
 from parityfuzz.case import Case
 from parityfuzz.case.model import children_first
 from parityfuzz.export.parts import Parts, at, function
@@ -81,12 +83,14 @@ def accumulate_source(case: Case) -> str:
     return ("PENDING = []\n\n\n" if plan.unshard_first else "") + source
 
 
-AFTER_BACKWARD = '''def after_backward(model, last):
-    """FSDP2's contract: after a step's last backward every parameter is registered as a sharded DTensor."""
-    if last and WRAPPED:
-        unsharded = [n for n, p in model.named_parameters() if not isinstance(p, DTensor)]
-        assert not unsharded, f"after the last backward, parameters are not sharded DTensors: {unsharded[:5]}"
-'''
+def after_backward_source() -> str:
+    """FSDP2's invariant after a step's last backward, the system's own check copied."""
+    from parityfuzz.systems import base, fsdp2
+
+    return "\n\n".join([inspect.getsource(base.InvariantViolation), inspect.getsource(fsdp2.check_resharded),
+                        "def after_backward(model, last):\n    if last and WRAPPED:\n"
+                        "        check_resharded(((case_name(n), p) for n, p in model.named_parameters()),\n"
+                        '                        "after the last backward of a step")\n'])
 
 
 def parts(case: Case, mesh_line: str = "") -> Parts:
@@ -98,7 +102,7 @@ def parts(case: Case, mesh_line: str = "") -> Parts:
                else "def forward(model, batch):\n    return model(batch)\n")
     return Parts(imports=IMPORTS,
                  apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints) + apply_plan,
-                 accumulate=accumulate_source(case), after_backward=AFTER_BACKWARD, forward=forward)
+                 accumulate=accumulate_source(case), after_backward=after_backward_source(), forward=forward)
 
 
 # ---- the reference ddp_mp (this family's): FSDP2's MixedPrecisionPolicy emulated, copied from the harness

@@ -39,6 +39,17 @@ def set_post_optim_event(root, device: torch.device) -> None:
     root.set_post_optim_event(event)
 
 
+def check_resharded(named_parameters, when: str) -> None:
+    """FSDP2's contract: with resharding after backward on, every managed parameter is registered sharded
+    (exported scripts run this function too)."""
+    from torch.distributed.tensor import DTensor
+
+    unsharded = [n for n, p in named_parameters if not isinstance(p, DTensor)]
+    if unsharded:
+        raise InvariantViolation(f"{when}, parameters are not registered as sharded DTensors: "
+                                 f"{', '.join(unsharded[:5])}")
+
+
 class FSDP2System(System):
     name = "fsdp2"
     sharded_scaler = True
@@ -98,15 +109,8 @@ class FSDP2System(System):
         return loss
 
     def check_resharded(self, when: str) -> None:
-        """Invariant: with resharding after backward on, every managed parameter is registered sharded."""
-        from torch.distributed.tensor import DTensor
-
-        if not self.case.plan.wraps:
-            return  # nothing is fully_shard-ed (tensor parallelism alone)
-        unsharded = [n for n, p in self.named_parameters() if not isinstance(p, DTensor)]
-        if unsharded:
-            raise InvariantViolation(f"{when}, parameters are not registered as sharded DTensors: "
-                                     f"{', '.join(unsharded[:5])}")
+        if self.case.plan.wraps:  # (tensor parallelism alone shards nothing)
+            check_resharded(self.named_parameters(), when)
 
     def check_resharded_after_forward(self) -> None:
         """Invariant: after the forward, modules that ran and reshard after forward have their sharded DTensors

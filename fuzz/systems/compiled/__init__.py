@@ -23,6 +23,9 @@ class CountingBackend:
         self.graphs = 0
         self.ops = 0
 
+    def __repr__(self) -> str:  # what dynamo's errors name the backend by: the same in the harness and a script
+        return f"CountingBackend({self.backend!r})"
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         from torch._dynamo import lookup_backend
 
