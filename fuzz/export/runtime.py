@@ -199,13 +199,23 @@ def reshard(model):
 
 
 def whole(t):
-    """``(dtype, the whole tensor as float64 on the CPU)``; a DTensor is gathered (every rank takes part)."""
+    """``(dtype, float64 on the CPU[, where the piece sits])``, as the harness records a tensor
+    (parityfuzz.run.record.record_tensors): a plain tensor whole; a Shard/Replicate DTensor's local piece with its
+    ShardInfo, which the oracle puts together and checks against its placements (no collective: a piece of the
+    wrong shape cannot hang the gather); a DTensor of any other placement gathered (every rank takes part)."""
     if t is None:
         return None
-    dtype = dtype_name(t)
+    dtype, info = dtype_name(t), None
     if isinstance(t, DTensor):
-        t = t.full_tensor()
-    return dtype, t.detach().to("cpu", torch.float64, copy=True)
+        if all(type(p) in (Shard, Replicate) for p in t.placements):
+            info = ShardInfo(global_shape=tuple(t.shape),
+                             placements=tuple(p.dim if isinstance(p, Shard) else -1 for p in t.placements),
+                             mesh_shape=tuple(t.device_mesh.shape), coord=tuple(t.device_mesh.get_coordinate()))
+            t = t.to_local()
+        else:
+            t = t.full_tensor()
+    value = t.detach().to("cpu", torch.float64, copy=True)
+    return (dtype, value) if info is None else (dtype, value, info)
 
 
 def sleep(where):
