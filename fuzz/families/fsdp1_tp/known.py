@@ -114,3 +114,18 @@ def compiled_tensor_parallel_unit_after_another_shape(case: Case) -> bool:
                 other.kind == node.kind and shape(q, other) != shape(path, node) for q, other in blocks[:i]):
             return True
     return False
+
+
+def compiled_tensor_parallel_linears_of_two_styles(case: Case) -> bool:
+    """The model or a block compiled, holding a colwise and a rowwise module that are each an FSDP1 instance:
+    FSDP1's unshard graph-breaks, so ``nn.Linear.forward`` is a frame of its own, compiled for one style and
+    recompiled for the other with automatic dynamic shapes, and AOTAutograd's trace of F.linear over DTensors with
+    symbolic sizes never ends.  Eager, ``dynamic=False``, no TP, FSDP1 at the root alone or use_orig_params=False
+    train (measured); two Linears of one style but other sizes probably recompile too (not measured)."""
+    c = case.compile
+    if not c or c.form not in ("model", "blocks_after"):
+        return False
+    found = units(case)
+    return len({p.style for p in case.plan.tp if p.style in ("colwise", "rowwise")
+                and (found is None or p.path in found)
+                and (c.form == "model" or under(p.path, tuple(c.paths)))}) > 1
