@@ -214,8 +214,8 @@ def run_schedule(runs: dict, budget_s: float, adaptive: bool = True, log: Callab
     """Give ``runs`` (target name -> :class:`parityfuzz.engine.fuzzer.TargetRun`) ``budget_s`` seconds of generation
     by :class:`Schedule`, no slice going past ``deadline`` (:func:`time.monotonic`) and none starting after it,
     once the runs found ``stop_after`` distinct failures between them (0: no such limit) or once ``until()`` is
-    true; each run is finished at the end (its summary logged).  ``on_schedule`` is handed the schedule before its first slice (so an interrupted
-    run's report still has it)."""
+    true; each run is finished at the end (its summary logged).  ``on_schedule`` is handed the schedule before its
+    first slice (so an interrupted run's report still has it)."""
     schedule = Schedule(list(runs), budget_s, adaptive=adaptive)
     if on_schedule is not None:
         on_schedule(schedule)

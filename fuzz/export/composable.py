@@ -125,13 +125,13 @@ def parts(case: Case) -> Parts:
              '                             f"(order kept: {sorted(names) == sorted(after)})")',
              'check_managed(model, "after the calls")']
     apply_plan = function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
-                                "(parityfuzz.systems.composable).", lines, "return model")
+                          "(parityfuzz.systems.composable).", lines, "return model")
     sync = [f"{at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
             for path, api in plan.data_parallel().items()] if plan.no_sync else []
     if plan.post_optim_event:
         sync.insert(0, fsdp2.POST_OPTIM_EVENT)
     accumulate = function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
-                                "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync, "return contextlib.nullcontext()")
+                          "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync, "return contextlib.nullcontext()")
     head = (f"GATED = {gated}  # a gate leaves parameters unused on some forwards: replicate must be told\n"
             f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
             "CHECKED = []\n")

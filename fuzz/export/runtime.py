@@ -53,10 +53,12 @@ def compare() -> str:
 
 
 def _perturbation() -> str:
-    """The harness's perturbations of weights and gradients (what measures the rounding noise), copied."""
+    """The harness's perturbations of weights and gradients (what measures the rounding noise) and its recording
+    helpers (a dtype's name, where a DTensor's piece sits), copied."""
     from parityfuzz.run import record, train
 
-    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, train.perturb_gradients, record.dtype_name))
+    return "\n\n".join(inspect.getsource(f) for f in (train.perturb, train.perturb_gradients, record.dtype_name,
+                                                     record.shard_info))
 
 
 def _tolerance() -> str:
@@ -207,13 +209,8 @@ def whole(t):
         return None
     dtype, info = dtype_name(t), None
     if isinstance(t, DTensor):
-        if all(type(p) in (Shard, Replicate) for p in t.placements):
-            info = ShardInfo(global_shape=tuple(t.shape),
-                             placements=tuple(p.dim if isinstance(p, Shard) else -1 for p in t.placements),
-                             mesh_shape=tuple(t.device_mesh.shape), coord=tuple(t.device_mesh.get_coordinate()))
-            t = t.to_local()
-        else:
-            t = t.full_tensor()
+        info = shard_info(t)
+        t = t.to_local() if info is not None else t.full_tensor()
     value = t.detach().to("cpu", torch.float64, copy=True)
     return (dtype, value) if info is None else (dtype, value, info)
 

@@ -145,7 +145,7 @@ The case:
         "from datetime import timedelta\n\nimport torch\n"
         "import torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.fsdp import FSDPModule\n"
-        "from torch.distributed.tensor import DTensor, Replicate, Shard\n"
+        "from torch.distributed.tensor import DTensor\n"
         "from torch.nn.parallel import DistributedDataParallel as DDP\n"
         + parts.imports + reference.imports(case) + checkpoint.imports(case),
         constants(case),

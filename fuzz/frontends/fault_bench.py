@@ -85,8 +85,9 @@ def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: flo
     run_schedule(runs, budget_s, adaptive=True, log=lambda m: None,
                  until=(lambda: any(clean[id(f)] for f in judged())) if stop_when_found else None)
     seconds = time.monotonic() - began
-    mine = [f for f in judged() if clean[id(f)]]
-    torch_findings = [f for f in judged() if not clean[id(f)]]
+    failures = judged()
+    mine = [f for f in failures if clean[id(f)]]
+    torch_findings = [f for f in failures if not clean[id(f)]]
     first = min(mine, key=lambda f: f.found_at) if mine else None
     out = {"fault": name, "label": label, "target": target, "seed": seed, "seconds": round(seconds, 1),
            "found": first is not None, "first_find_s": round(first.found_at, 1) if first else None,

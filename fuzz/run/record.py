@@ -21,6 +21,18 @@ def torch_dtype(name: str) -> torch.dtype | None:
     return getattr(torch, name) if name else None
 
 
+def shard_info(t) -> ShardInfo | None:
+    """Where a DTensor's local piece sits in the global tensor, for Shard and Replicate placements (None for any
+    other: a piece the driver cannot place without a collective).  Exported scripts record with it too."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    if not all(type(p) in (Shard, Replicate) for p in t.placements):
+        return None
+    return ShardInfo(global_shape=tuple(t.shape), placements=tuple(p.dim if isinstance(p, Shard) else -1
+                                                                   for p in t.placements),
+                     mesh_shape=tuple(t.device_mesh.shape), coord=tuple(t.device_mesh.get_coordinate()))
+
+
 def record_tensors(tensors: dict, ctx=None, rank_local: frozenset[str] = frozenset()) -> dict:
     """Every tensor as this rank holds it: a plain tensor whole, a DTensor's local piece with its placement.
 
@@ -29,7 +41,7 @@ def record_tensors(tensors: dict, ctx=None, rank_local: frozenset[str] = frozens
     tensor (a value of this rank's own, by design) is recorded as this rank's slice of a tensor stacked over the
     ranks: compared rank by rank, held by no two ranks.
     """
-    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor import DTensor
 
     out = {}
     for name, t in tensors.items():
@@ -42,11 +54,7 @@ def record_tensors(tensors: dict, ctx=None, rank_local: frozenset[str] = frozens
             out[name] = Rec(dtype_name(t), numpy_of(t)[None], info)
             continue
         if isinstance(t, DTensor):
-            if all(type(p) in (Shard, Replicate) for p in t.placements):
-                info = ShardInfo(global_shape=tuple(t.shape),
-                                 placements=tuple(p.dim if isinstance(p, Shard) else -1 for p in t.placements),
-                                 mesh_shape=tuple(t.device_mesh.shape),
-                                 coord=tuple(t.device_mesh.get_coordinate()))
+            if (info := shard_info(t)) is not None:
                 out[name] = Rec(dtype_name(t), numpy_of(t.to_local()), info)
                 continue
             t = t.full_tensor()

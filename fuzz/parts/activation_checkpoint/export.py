@@ -16,5 +16,9 @@ def definitions(checkpoints) -> str:
 
 def call(c, model: str = "model") -> str:
     """The call that checkpoints plan entry ``c`` of ``model`` (a script variable), as the systems make it."""
-    args = [model, repr(c.path)] + ([repr(c.api)] if c.api != "composable" or c.reentrant else [])
-    return f"apply_checkpoint({', '.join(args + (['reentrant=True'] if c.reentrant else []))})"
+    args = [model, repr(c.path)]
+    if c.api != "composable" or c.reentrant:
+        args.append(repr(c.api))
+    if c.reentrant:
+        args.append("reentrant=True")
+    return f"apply_checkpoint({', '.join(args)})"
