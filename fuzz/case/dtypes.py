@@ -36,20 +36,38 @@ def model_dtype(case: Case) -> str:
     return "float64" if case.train.to_float64 else case.train.dtype
 
 
-def compiled_floor_dtype(case: Case) -> str:
-    """For a compiled system under test, the lowest-precision dtype it computes in below the model's (a mixed-
-    precision ``param_dtype``, the autocast dtype), whose rounding compiled code need not reproduce bit for bit:
-    AOTAutograd's decompositions and the compiled graph's casts differ from the eager kernels there (torch's
-    decomposition tests hold a decomposition to the original's accuracy against float64, not to its bits).
-    ``""`` for an eager case, or one computing in the model's dtype throughout."""
-    if not case.compile:
-        return ""
-    found = {case.train.autocast}
-    if case.mixed_precision():
-        found |= {getattr(w, "param_dtype", "") for w in getattr(case.plan, "wraps", ())}
-        found.add(getattr(getattr(case.plan, "precision", None), "param_dtype", ""))
+def unpinned_dtype(case: Case) -> str:
+    """The dtype, below the model's, in which the system under test may round otherwise than the reference, as
+    torch does not pin that rounding (``""``: none; the oracle allows ``UNPINNED_ULPS`` of it):
+
+    - a compiled system's lowest compute dtype (a mixed-precision ``param_dtype``, the autocast dtype): AOTAutograd's
+      decompositions and the compiled graph's casts differ from the eager kernels there (torch's decomposition
+      tests hold a decomposition to the original's accuracy against float64, not to its bits);
+    - the mixed-precision ``param_dtype`` in which a gradient summed from several uses of one parameter is
+      accumulated over microbatches, where a reentrant checkpoint runs the backward of some uses apart
+      (:func:`split_uses`): its nested ``torch.autograd.backward`` adds their part into ``.grad`` by itself
+      (``torch/utils/checkpoint.py``, ``CheckpointFunction.backward``), so the system sums ``(G + a) + b`` where
+      the reference, which does not checkpoint (a checkpointing bug must not hide in it), sums ``G + (a + b)``;
+      torch documents no order for the contributions to a ``.grad``."""
+    found = set()
+    if case.compile:
+        found |= {case.train.autocast} | param_dtypes(case)
+    elif case.train.microbatches > 1 and split_uses(case):
+        found |= param_dtypes(case)
     low = [d for d in found if d and EPS[d] > EPS[model_dtype(case)]]
     return max(low, key=EPS.get, default="")
+
+
+def split_uses(case: Case) -> list[str]:
+    """Paths of the reentrant checkpoints that run the backward of some, not all, uses of a parameter: one at the
+    tied head or the embedding it is tied to, or one under a module called twice (each call checkpointed apart)."""
+    def holds(outer: str, path: str) -> bool:
+        return outer == "" or path == outer or path.startswith(outer + ".")
+
+    twice = [path for path, node in case.model.body.walk("body") if node.kind == "twice"]
+    return [c.path for c in getattr(case.plan, "checkpoints", ()) if c.reentrant and (
+        (case.model.tie_head and holds(c.path, "head") != holds(c.path, "inp"))
+        or any(c.path.startswith(t + ".") for t in twice))]
 
 
 def _wrap(case: Case, path: str):

@@ -372,7 +372,7 @@ def train(role, dp, device, mesh):
         local.clear()
         if role.startswith("perturbed"):
             perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1),
-                              compiled_eps=EPS[COMPILED_DTYPE] if COMPILED_DTYPE else 0.0)
+                              unpinned_eps=EPS[UNPINNED_DTYPE] if UNPINNED_DTYPE else 0.0)
         if role == "system":
             sleep("before_step")
         skipped = False
@@ -580,7 +580,7 @@ def judged(runs):
     if dist.get_rank() == 0:
         ref, sut, *noises = (as_trace([everyone[r][k] for r in range(WORLD_SIZE)]) for k in range(len(runs)))
         verdict = compare(ref, sut, Promise(**PROMISE), Tolerance(MODEL_DTYPE, scale_groups=SCALE_GROUPS,
-                                                                 compiled_dtype=COMPILED_DTYPE), noises)
+                                                                 unpinned_dtype=UNPINNED_DTYPE), noises)
         d = verdict.divergence
         found = [(verdict.kind, d.check, d.describe()) if d is not None else (verdict.kind, "", verdict.note)]
     dist.broadcast_object_list(found, src=0)

@@ -112,8 +112,8 @@ def constants(case: Case) -> str:
         "ranks run alike",
         f"MODEL_DTYPE = {_py(dtypes.model_dtype(case))}  # the dtype the model trains in: its rounding floors the "
         "tolerance",
-        f"COMPILED_DTYPE = {_py(dtypes.compiled_floor_dtype(case))}  # the lowest dtype the compiled system computes "
-        "in, below MODEL_DTYPE: its rounding is allowed too ('': none)",
+        f"UNPINNED_DTYPE = {_py(dtypes.unpinned_dtype(case))}  # the dtype, below MODEL_DTYPE, whose rounding "
+        "the reference does not pin (compiled code, an order of summation): allowed too ('': none)",
     ]
     return "\n".join(lines) + "\n"
 

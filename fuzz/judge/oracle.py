@@ -108,12 +108,12 @@ class Tolerance:
     #: ``(module, group)`` pairs: modules whose tensors share the scale of a larger group (the Linears inside
     #: an MLP or attention block share the block's).  Other modules are their own group.
     scale_groups: tuple[tuple[str, str], ...] = ()
-    #: The lowest dtype a compiled system under test computes in, below ``dtype`` ("": none; see COMPILED_ULPS).
-    compiled_dtype: str = ""
+    #: The dtype, below ``dtype``, whose rounding the reference does not pin ("": none; see UNPINNED_ULPS).
+    unpinned_dtype: str = ""
 
     def allowed(self, scale: float, noise: float) -> float:
         return allowed(scale, noise, EPS[self.dtype], self.k, self.floor_ulps,
-                       EPS[self.compiled_dtype] if self.compiled_dtype else 0.0)
+                       EPS[self.unpinned_dtype] if self.unpinned_dtype else 0.0)
 
     def group(self, name: str) -> str:
         """The scale group of the tensor ``name``: its module, or the block that module belongs to."""

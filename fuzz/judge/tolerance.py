@@ -13,11 +13,11 @@ group (the largest of the pass where the group's reference tensors are all zero)
 K = 16.0
 #: Ulps of the model's dtype, at the tensor's scale, a difference may reach whatever the noise.
 FLOOR_ULPS = 32.0
-#: Ulps of the lowest dtype a compiled system under test computes in (below the model's: a mixed-precision
-#: param_dtype, autocast), at the tensor's scale, added to the floor: compiled code rounds there differently from
-#: the eager reference (parityfuzz.case.dtypes.compiled_floor_dtype); the perturbed runs cannot measure it, as a
-#: perturbation of the weights' last bits vanishes in the cast to that dtype.  The largest seen: 0.37 ulps.
-COMPILED_ULPS = 4.0
+#: Ulps of the lowest dtype, below the model's, in which the system under test may round otherwise than the
+#: reference (parityfuzz.case.dtypes.unpinned_dtype: compiled code, an order of summation torch does not pin), at
+#: the tensor's scale, added to the floor; the perturbed runs cannot measure it, as a perturbation of the weights'
+#: last bits vanishes in the cast to that dtype.  The largest seen: 0.37 ulps (compiled), one rounding (order).
+UNPINNED_ULPS = 4.0
 #: Perturbed runs a value mismatch must stand against before it is reported: one perturbed run is one sample
 #: of the noise, an unlucky one can measure a thirtieth of what the others do, and at a step where training
 #: is chaotic the noise is heavy-tailed: most samples measure rounding, a few an O(1) change (a ZeRO case
@@ -27,10 +27,10 @@ NOISE_SAMPLES = 16
 
 
 def allowed(scale: float, noise: float, eps: float, k: float = K, floor_ulps: float = FLOOR_ULPS,
-            compiled_eps: float = 0.0) -> float:
+            unpinned_eps: float = 0.0) -> float:
     """The largest difference allowed at ``scale`` with ``noise`` measured, in a dtype of machine epsilon
-    ``eps``; ``compiled_eps``: that of the lowest dtype a compiled system computes in (0: none)."""
-    return k * noise + (floor_ulps * eps + COMPILED_ULPS * compiled_eps) * scale
+    ``eps``; ``unpinned_eps``: that of the dtype the reference does not pin the rounding of (0: none)."""
+    return k * noise + (floor_ulps * eps + UNPINNED_ULPS * unpinned_eps) * scale
 
 
 def pooled_noise(measured: float, scale: float, pooled: dict, key) -> float:

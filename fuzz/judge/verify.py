@@ -43,7 +43,7 @@ def tolerance(case: Case) -> Tolerance:
     and for a compiled system computing in a lower precision at that one's too."""
     groups = tuple((f"{path}.{sub}", path) for path, node in case.model.body.walk("body")
                    for sub in LEAF_SUBMODULES.get(node.kind, ()))
-    return Tolerance(dtypes.model_dtype(case), scale_groups=groups, compiled_dtype=dtypes.compiled_floor_dtype(case))
+    return Tolerance(dtypes.model_dtype(case), scale_groups=groups, unpinned_dtype=dtypes.unpinned_dtype(case))
 
 
 def verdict_from_outcomes(case: Case, outcomes: list[RankOutcome], noise: Trace | list[Trace] | None = None) -> Verdict:

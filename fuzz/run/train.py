@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from parityfuzz.case import Case
-from parityfuzz.case.dtypes import EPS, compiled_floor_dtype
-from parityfuzz.judge.tolerance import COMPILED_ULPS
+from parityfuzz.case.dtypes import EPS, unpinned_dtype
+from parityfuzz.judge.tolerance import UNPINNED_ULPS
 from parityfuzz.run.activations import Probe
 from parityfuzz.run.build import ForwardClock, batch_for, build_model, target_for
 from parityfuzz.run.collectives import CollectiveCounter
@@ -32,15 +32,15 @@ def perturb(model: torch.nn.Module, seed: int, ulps: float = 2.0) -> None:
             p.mul_(1 + ulps * torch.finfo(p.dtype).eps * sign)
 
 
-def perturb_gradients(named_params, seed: int, ulps: float = 2.0, compiled_eps: float = 0.0) -> None:
+def perturb_gradients(named_params, seed: int, ulps: float = 2.0, unpinned_eps: float = 0.0) -> None:
     """Move every element of every gradient by ``+- ulps * eps`` at its module's scale (the largest gradient
     magnitude among the module's parameters): what another order of summation does.  Unlike the weight
     perturbation it reaches the rounding residue of cancelled elements (an analytically zero gradient, a
     near-zero one), which Adam's ``eps`` term can amplify to a sizable update.
 
-    ``compiled_eps``: the machine epsilon of the lowest dtype a compiled system under test computes in (0: none;
-    :func:`parityfuzz.case.dtypes.compiled_floor_dtype`).  The oracle lets such a system's gradients differ by
-    ``COMPILED_ULPS`` of it at their scale (:mod:`parityfuzz.judge.tolerance`), so the perturbation moves them that
+    ``unpinned_eps``: the machine epsilon of the dtype whose rounding the reference does not pin (0: none;
+    :func:`parityfuzz.case.dtypes.unpinned_dtype`).  The oracle lets the system's gradients differ by
+    ``UNPINNED_ULPS`` of it at their scale (:mod:`parityfuzz.judge.tolerance`), so the perturbation moves them that
     far too, and the noise measured downstream is what such a difference does: Adam turns a near-zero gradient
     element whose sign the compiled rounding flips into an update of twice the learning rate (a 10-minute run
     met it: FSDP1 under bf16, compiled by aot_eager, one of 25 weight elements 2 x lr off after step 0, every
@@ -63,7 +63,7 @@ def perturb_gradients(named_params, seed: int, ulps: float = 2.0, compiled_eps: 
     with torch.no_grad():
         for name, grad in grads:
             sign = torch.randint(0, 2, grad.shape, generator=g).to(grad.dtype) * 2 - 1
-            size = ulps * torch.finfo(grad.dtype).eps + COMPILED_ULPS * compiled_eps
+            size = ulps * torch.finfo(grad.dtype).eps + UNPINNED_ULPS * unpinned_eps
             step = sign * size * scales[module_of(name)].to(grad.dtype).cpu()
             if isinstance(grad, DTensor):
                 grad.add_(distribute_tensor(step.to(grad.device), grad.device_mesh, grad.placements))
@@ -244,7 +244,7 @@ class _Run:
         if trains and self.role == "perturbed_reference":
             perturb_gradients(system.named_parameters(),
                               gradient_perturbation_key(case.seed, self.sample, len(trace.passes)),
-                              compiled_eps=EPS.get(compiled_floor_dtype(case), 0.0))
+                              unpinned_eps=EPS.get(unpinned_dtype(case), 0.0))
         skipped = system.optimizer_step() if trains else False
         if self.record:
             if scaled:  # (not where some rank skipped: gathering the gradients takes every rank)
