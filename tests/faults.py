@@ -17,7 +17,7 @@ from parityfuzz.run.build import Twice
 from parityfuzz.systems.composable import ComposableSystem
 from parityfuzz.systems.fsdp1 import FSDP1System
 from parityfuzz.systems.fsdp1_tp import FSDP1TPSystem
-from parityfuzz.systems.fsdp2 import FSDP2System
+from parityfuzz.parts.fully_shard.system import FSDP2System
 from parityfuzz.systems.fsdp2_tp import FSDP2TPSystem
 from parityfuzz.systems.pipeline import PipelineSystem
 from parityfuzz.systems.zero import ZeroSystem

@@ -104,7 +104,8 @@ def test_scale_has_a_constant_buffer_and_a_3d_parameter():
 def test_dropout_masks_match_under_checkpointing_and_a_lost_rng_state_is_caught(executor):
 
     from parityfuzz.case import TrainSpec
-    from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+    from parityfuzz.families.fsdp2 import FSDP2Plan
+    from parityfuzz.parts.fully_shard import Wrap
     from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
     from parityfuzz.judge.verify import verify_case
 

@@ -10,7 +10,8 @@ from hypothesis import given
 
 from parityfuzz.case import Case, CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
 from parityfuzz.case.dtypes import activation_dtype
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.strategies import cases
 
 

@@ -15,7 +15,8 @@ from parityfuzz.case.checkpoint import Checkpoint, reshard_kind
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan
 from parityfuzz.parts.tensor_parallel import Parallelize
 from parityfuzz.families.pipeline import PipelinePlan

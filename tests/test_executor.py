@@ -163,7 +163,8 @@ def test_unsharded_parameters_after_backward_break_the_invariant(executor):
 
 
 def test_unsharded_parameters_after_forward_break_the_invariant(executor):
-    from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+    from parityfuzz.families.fsdp2 import FSDP2Plan
+    from parityfuzz.parts.fully_shard import Wrap
 
     case = fault("NeverReshardsAfterForward", plan=FSDP2Plan(wraps=(Wrap("body"), Wrap(""))))
     verdict = verify_case(case, executor, timeout_s=20)

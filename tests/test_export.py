@@ -21,7 +21,8 @@ from parityfuzz import families
 from parityfuzz.case import MeshSpec, TrainSpec
 from parityfuzz.case.checkpoint import Checkpoint
 from parityfuzz.export import ExportError, export, refusal
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.judge.verify import verify_case
 from parityfuzz.triage import corpus
 from tests.test_case import simple

@@ -9,10 +9,11 @@ from hypothesis import given, settings
 
 from parityfuzz.case import Case, CaseError, MeshSpec, ModelSpec, Node, TrainSpec
 from parityfuzz.case.dtypes import check_consistent, precision
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.judge.verify import verify_case, traces
 from parityfuzz.strategies import cases
-from parityfuzz.systems.mp_reference import divide_factors
+from parityfuzz.systems.masters import divide_factors
 from tests.test_case import simple
 
 MLP_BODY = Node("seq", children=(Node("linear", out=8), Node("act", fn="gelu"), Node("layernorm"),

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from parityfuzz.case import ModelSpec, Node, TrainSpec
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.judge.oracle import Tolerance
 from parityfuzz.judge.origin import at_divergence, locate

@@ -74,7 +74,7 @@ PLUGIN = textwrap.dedent('''
     """A user's own system under test: FSDP2 that loses the gradient of every Linear with an odd output width."""
     import torch.nn as nn
 
-    from parityfuzz.systems.fsdp2 import FSDP2System
+    from parityfuzz.parts.fully_shard.system import FSDP2System
 
 
     class Dropper(FSDP2System):

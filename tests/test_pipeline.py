@@ -15,7 +15,8 @@ from parityfuzz.case.errors import CaseError
 from parityfuzz.case.training import Freeze
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.parts.tensor_parallel import Parallelize
-from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error
+from parityfuzz.parts.fully_shard import Policy
 from parityfuzz.families.pipeline.schedules import SPLIT_BACKWARD
 from parityfuzz.judge.verify import locate, verify_case
 from parityfuzz.rules import RuleViolation
@@ -81,13 +82,13 @@ def test_activation_checkpoints_inside_fully_sharded_stages_train_like_the_unspl
 #: at every stage's entry, a float16 reduction, a split backward accumulating in its compute dtype (with a float32
 #: reduce_dtype it accumulates in bfloat16 all the same: the known bug pipeline-zero-bubble-fsdp-accumulates-in-param-dtype).
 MIXED = [
-    ("1f1b", StagePrecision(param_dtype="bfloat16", reduce_dtype="float32")),
-    ("gpipe", StagePrecision(param_dtype="bfloat16", output_dtype="float32")),
-    ("interleaved_1f1b", StagePrecision(param_dtype="bfloat16", reduce_dtype="float16")),
-    ("interleaved_zero_bubble", StagePrecision(param_dtype="bfloat16"))]
+    ("1f1b", Policy(param_dtype="bfloat16", reduce_dtype="float32")),
+    ("gpipe", Policy(param_dtype="bfloat16", output_dtype="float32")),
+    ("interleaved_1f1b", Policy(param_dtype="bfloat16", reduce_dtype="float16")),
+    ("interleaved_zero_bubble", Policy(param_dtype="bfloat16"))]
 
 
-def mixed_case(schedule: str, policy: StagePrecision, micro: int = 4) -> Case:
+def mixed_case(schedule: str, policy: Policy, micro: int = 4) -> Case:
     """NO_VIEWS over pp 2 x dp_shard 2 under ``policy``, with clipping and an evaluation pass (no reshard after
     forward: the zero-bubble schedules lose weight gradients otherwise, a known bug)."""
     case = pipeline_case(schedule, dp=2, micro=micro, steps=3, precision=policy, reshard_after_forward=False)
@@ -113,11 +114,11 @@ def test_an_output_dtype_no_later_stage_casts_from_is_refused_and_never_drawn():
     model = ModelSpec(body=Node("seq", children=(Node("linear", out=1), Node("linear", out=1))))
     case = Case(seed=0, world_size=1, model=model, mesh=MeshSpec((1, 1), ("pp", "dp_shard")),
                 plan=PipelinePlan(schedule="looped_bfs", stages_per_rank=2, cuts=(1,),
-                                  precision=StagePrecision(output_dtype="float32")), train=TrainSpec())
+                                  precision=Policy(output_dtype="float32")), train=TrainSpec())
     with pytest.raises(CaseError, match="casts forward inputs to param_dtype only") as e:
         case.validate()
     assert e.value.field == "plan.precision.output_dtype"
-    for policy in (StagePrecision(param_dtype="bfloat16", output_dtype="float32"), StagePrecision(output_dtype="float64")):
+    for policy in (Policy(param_dtype="bfloat16", output_dtype="float32"), Policy(output_dtype="float64")):
         dataclasses.replace(case, plan=dataclasses.replace(case.plan, precision=policy)).validate()
 
 
@@ -130,7 +131,7 @@ def test_a_low_precision_accumulation_in_the_schedules_own_order_is_within_the_m
     model = ModelSpec(body=Node("linear", out=1), input="embedding", vocab=4)
     case = Case(seed=0, world_size=1, model=model, mesh=MeshSpec((1, 1), ("pp", "dp_shard")),
                 plan=PipelinePlan(schedule="looped_bfs", microbatches=2, stages_per_rank=2, cuts=(1,),
-                                  precision=StagePrecision(reduce_dtype="bfloat16")),
+                                  precision=Policy(reduce_dtype="bfloat16")),
                 train=TrainSpec(batch=2)).validate()
     verdict = verify_case(case, executor)
     assert verdict.ok, verdict.describe()
@@ -148,19 +149,19 @@ def test_stages_accumulating_in_the_compute_dtype_are_found(executor):
 
 
 def test_a_stage_policy_needs_fully_shard_and_one_dtype_per_stage():
-    good = mixed_case("gpipe", StagePrecision(param_dtype="bfloat16"))
+    good = mixed_case("gpipe", Policy(param_dtype="bfloat16"))
     for change, field in (
             (dict(mesh=MeshSpec((2,), ("pp",)), world_size=2), "plan.precision"),  # no dp_shard: no fully_shard
-            (dict(plan=dataclasses.replace(good.plan, precision=StagePrecision(param_dtype="bfloat16",
+            (dict(plan=dataclasses.replace(good.plan, precision=Policy(param_dtype="bfloat16",
                                                                                cast_forward_inputs=False))),
              "plan.precision.cast_forward_inputs"),  # the first stage receives the model's float32 input
-            (dict(plan=dataclasses.replace(good.plan, precision=StagePrecision(param_dtype="half"))),
+            (dict(plan=dataclasses.replace(good.plan, precision=Policy(param_dtype="half"))),
              "plan.precision.param_dtype")):
         with pytest.raises(CaseError) as e:
             dataclasses.replace(good, **change).validate()
         assert e.value.field == field, e.value
     tokens = ModelSpec(body=NO_VIEWS.body, input="embedding", in_dim=4, vocab=8)  # token ids: nothing to cast
-    dataclasses.replace(good, model=tokens, plan=dataclasses.replace(good.plan, cuts=(2, ), precision=StagePrecision(
+    dataclasses.replace(good, model=tokens, plan=dataclasses.replace(good.plan, cuts=(2, ), precision=Policy(
         param_dtype="bfloat16", cast_forward_inputs=False))).validate()
 
 
@@ -384,8 +385,8 @@ def test_a_short_fuzz_run_finds_and_shrinks_the_pipeline_fault(executor, tmp_pat
 
 
 @pytest.mark.parametrize("schedule, unit_reshard, precision", [
-    ("interleaved_1f1b", True, StagePrecision()),
-    ("1f1b", False, StagePrecision(param_dtype="bfloat16", reduce_dtype="float32", output_dtype="float32"))])
+    ("interleaved_1f1b", True, Policy()),
+    ("1f1b", False, Policy(param_dtype="bfloat16", reduce_dtype="float32", output_dtype="float32"))])
 def test_fully_shard_on_each_block_then_the_stage_trains_like_the_unsplit_model(executor, schedule, unit_reshard,
                                                                                   precision):
     """torchtitan's composition: fully_shard on every top-level module of a stage, then on the stage, each with the
@@ -401,7 +402,7 @@ def test_fully_shard_on_each_block_then_the_stage_trains_like_the_unsplit_model(
 def test_units_accumulating_in_the_compute_dtype_are_found_and_the_stage_roots_alone_do_not_show_it(executor):
     """A fault inside FSDP2 that only the nested units meet: their microbatch gradients add up in bfloat16 where the
     policy (given to each unit as to the stage) says float32.  One fully_shard per stage: the fault does not act."""
-    mp = StagePrecision(param_dtype="bfloat16", reduce_dtype="float32")
+    mp = Policy(param_dtype="bfloat16", reduce_dtype="float32")
     case = pipeline_case("1f1b", dp=2, micro=4, shard_units=True, precision=mp)
     case = dataclasses.replace(case, train=dataclasses.replace(case.train, dtype="float32"),
                                system="tests.faults:UnitsAccumulateInComputeDtype").validate()
@@ -414,7 +415,7 @@ def test_units_accumulating_in_the_compute_dtype_are_found_and_the_stage_roots_a
 def test_blocks_sharded_inside_stages_need_fully_shard_and_a_cast_back_between_units_and_are_drawn():
     """A unit that receives the unit before's float32 output must cast it to its bfloat16 (cast_forward_inputs),
     even inside a single stage; a plan without fully_shard has no units."""
-    mixed = StagePrecision(param_dtype="bfloat16", output_dtype="float32", cast_forward_inputs=False)
+    mixed = Policy(param_dtype="bfloat16", output_dtype="float32", cast_forward_inputs=False)
     one_stage = dataclasses.replace(pipeline_case("gpipe", pp=1, dp=2, shard_units=True, precision=mixed),
                                     world_size=2)
     for case, field in [(pipeline_case("1f1b", dp=1, shard_units=True), "plan.shard_units"),

@@ -14,7 +14,8 @@ from parityfuzz.case import Delay, MeshSpec
 from parityfuzz.case.compiled import Compile
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.frontends import targets
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.frontends import report
 from parityfuzz.judge.verdict import Divergence, Verdict
 from tests.test_case import simple

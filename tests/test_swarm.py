@@ -159,7 +159,9 @@ def test_reentrant_switched_on_moves_a_checkpoint_that_cannot_be_reentrant_aroun
     leaves the plan alone."""
     from hypothesis import find
 
-    from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+    from parityfuzz.families.fsdp2 import FSDP2Plan
+
+    from parityfuzz.parts.fully_shard import Wrap
 
     from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
     from parityfuzz.parts.activation_checkpoint.strategy import reentrant

@@ -4,7 +4,7 @@ its batch, and faults inside torch's TP styles are found and shrunk."""
 import pytest
 
 from parityfuzz.case import MeshSpec, ModelSpec, Node, TrainSpec
-from parityfuzz.families.fsdp2 import Wrap
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan
 from parityfuzz.parts.tensor_parallel import Parallelize
 from parityfuzz.judge.verdict import Verdict

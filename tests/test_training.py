@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from parityfuzz.case import Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.judge.verify import verify_case
 from tests.test_case import simple
 

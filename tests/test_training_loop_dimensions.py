@@ -21,7 +21,8 @@ from parityfuzz.case.dtypes import promise
 from parityfuzz.engine.stats import TargetStats, merge_timing
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.families.fsdp1 import FSDP1Plan
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard import Wrap
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.judge.verdict import PASS, Verdict
 from parityfuzz.judge.verify import verify_case

@@ -6,7 +6,7 @@ invariants (parameters named as before, each parameter fully_shard manages a DTe
 from __future__ import annotations
 
 from parityfuzz.case import Case
-from parityfuzz.export import fsdp2
+from parityfuzz.parts.fully_shard import export as fully_shard_export
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.families.composable import ComposablePlan
 
@@ -129,7 +129,7 @@ def parts(case: Case) -> Parts:
     sync = [f"{at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
             for path, api in plan.data_parallel().items()] if plan.no_sync else []
     if plan.post_optim_event:
-        sync.insert(0, fsdp2.POST_OPTIM_EVENT)
+        sync.insert(0, fully_shard_export.POST_OPTIM_EVENT)
     accumulate = function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
                           "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync, "return contextlib.nullcontext()")
     head = (f"GATED = {gated}  # a gate leaves parameters unused on some forwards: replicate must be told\n"

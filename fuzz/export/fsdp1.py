@@ -153,7 +153,6 @@ def reference_source(case: Case) -> tuple:
     from parityfuzz.export.reference import groups
     from parityfuzz.run.build import build_model
     from parityfuzz.systems import fsdp1_mp, masters
-    from parityfuzz.systems import mp_reference as mp
 
     shard, replicate = groups(case)
     args = {**fsdp1_mp.arguments(case, build_model(case)), "shard_group": shard, "replicate_group": replicate}
@@ -163,6 +162,6 @@ def reference_source(case: Case) -> tuple:
                  f"UNITS = {units!r}\n\n\n"
                  "def reference(inner, device, mesh):\n"
                  f"    return FSDP1Precision(\n        inner, UNITS,\n{rendered})\n")
-    classes = [mp._cast, mp.divide_factors, masters.Masters, fsdp1_mp._Unit, fsdp1_mp.FSDP1Precision]
+    classes = [masters.cast_floats, masters.divide_factors, masters.Masters, fsdp1_mp._Unit, fsdp1_mp.FSDP1Precision]
     return "parityfuzz.systems.fsdp1_mp", classes, construct, \
         "reference_step_context = reference_loss_context = contextlib.nullcontext\n"

@@ -5,17 +5,17 @@ zeroing and step under ``implicit_replication()`` (:class:`parityfuzz.systems.fs
 from __future__ import annotations
 
 from parityfuzz.case import Case
-from parityfuzz.export import fsdp2
+from parityfuzz.parts.fully_shard import export as fully_shard_export
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import export as tp_export
 from parityfuzz.parts.tensor_parallel.export import style_source
 
-IMPORTS = fsdp2.IMPORTS + tp_export.IMPORTS
+IMPORTS = fully_shard_export.IMPORTS + tp_export.IMPORTS
 
 
 def refusal(case: Case) -> str | None:
-    return fsdp2.refusal(case)
+    return fully_shard_export.refusal(case)
 
 
 def parts(case: Case) -> Parts:
@@ -25,11 +25,11 @@ def parts(case: Case) -> Parts:
     if plan.wraps:
         dp = tuple(a for a in case.mesh.names if a != "tp")
         lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
-    lines += fsdp2.plan_lines(plan, mesh="dp_mesh")
+    lines += fully_shard_export.plan_lines(plan, mesh="dp_mesh")
     apply_plan = function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP2 on the data-parallel "
                           "sub-mesh (parityfuzz.systems.fsdp2_tp).", lines, "return model")
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
-    base = fsdp2.parts(case)
+    base = fully_shard_export.parts(case)
     return Parts(imports=IMPORTS,
                  apply_plan=f"WRAPPED = {bool(plan.wraps)}\n\n\n" + ac_export.definitions(plan.checkpoints) + apply_plan,
                  accumulate=base.accumulate, after_backward=base.after_backward, forward=base.forward,
@@ -50,7 +50,7 @@ def reference_source(case: Case) -> tuple:
                      f"{style_source(p)})\n" for p in case.plan.tp)
     from parityfuzz.systems import fsdp2_tp as system
 
-    where, classes, construct, _ = fsdp2.reference_source(case, styles=styles, precision="FSDP2PrecisionTP")
+    where, classes, construct, _ = fully_shard_export.reference_source(case, styles=styles, precision="FSDP2PrecisionTP")
     contexts = ("reference_step_context = implicit_replication  # the system's: a model only partly tensor parallel\n"
                 f"reference_loss_context = {'loss_parallel' if case.plan.loss_parallel else 'contextlib.nullcontext'}\n")
     return f"{where}, parityfuzz.systems.fsdp2_tp", classes + [system.FSDP2PrecisionTP], construct, contexts

@@ -17,7 +17,7 @@ import inspect
 from parityfuzz.case import Case
 from parityfuzz.case.model import under
 from parityfuzz.case.dtypes import promise
-from parityfuzz.export import fsdp2 as fsdp2_export
+from parityfuzz.parts.fully_shard import export as fully_shard_export
 from parityfuzz.export import reference
 from parityfuzz.export.reference import dtype_literal
 from parityfuzz.export.model import classes_used
@@ -31,7 +31,7 @@ from parityfuzz.run import build
 from parityfuzz.systems import pipeline as system
 
 IMPORTS = ("from torch.distributed import pipelining\nfrom torch.distributed.pipelining.microbatch import TensorChunkSpec\n"
-           + fsdp2_export.IMPORTS + tp_export.IMPORTS)
+           + fully_shard_export.IMPORTS + tp_export.IMPORTS)
 
 PIPELINED = '''
 class Pipelined(nn.Module):
@@ -212,10 +212,7 @@ def stage_source(case: Case) -> str:
     checkpoints(True)
     if sharded:
         mp = plan.precision
-        policy = "" if not mp.active() else (
-            f", mp_policy=MixedPrecisionPolicy(param_dtype={dtype_literal(mp.param_dtype)}, "
-            f"reduce_dtype={dtype_literal(mp.reduce_dtype)}, output_dtype={dtype_literal(mp.output_dtype)}, "
-            f"cast_forward_inputs={mp.cast_forward_inputs})")
+        policy = f", mp_policy={mp.call('torch.')}" if mp.active() else ""
         if plan.shard_units:  # torchtitan's: each top-level module of the stage, then the stage
             lines.append("for unit in STAGE_UNITS[index]:")
             lines.append(f'    fully_shard(resolve(whole, unit), mesh=mesh["dp_shard"], '
@@ -258,7 +255,7 @@ def reference_text(case: Case) -> str:
     shared = "\n\n" + inspect.getsource(system.forward_only)
     if not case.mixed_precision():
         return reference.DDP + REFERENCE_PASS + "\n\n" + inspect.getsource(system.microbatches_in_turn) + shared
-    classes = fsdp2_export.emulation_classes()
+    classes = fully_shard_export.emulation_classes()
     mp = case.plan.precision
     policies = ",\n    ".join(
         f'dict(path="stage {i}", modules={units!r}, param_dtype={dtype_literal(mp.param_dtype)}, '
@@ -266,7 +263,7 @@ def reference_text(case: Case) -> str:
         f"cast_forward_inputs={mp.cast_forward_inputs})"
         for i, units in enumerate(case.plan.stage_units(case.model)))
     return (f"# ---- the reference: {reference_title(case)} (the harness's emulation, "
-            "parityfuzz.systems.mp_reference, copied)\n\n\n"
+            "parityfuzz.parts.fully_shard.reference, copied)\n\n\n"
             + "\n\n".join(inspect.getsource(c) for c in classes)
             + f"\n\n#: Each stage's fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
             f"POLICIES = [\n    {policies},\n]\n\n" + reference.EMULATED + EMULATED_PASS + "\n\n"

@@ -66,7 +66,7 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   all exactly zero (upstream of
   a LayerNorm over width 1 every gradient is analytically zero) takes the largest scale of the pass: its
   residues follow the gradients flowing into it.  ``dtype`` is the model's: the mixed-precision reference reproduces FSDP2's
-  low-precision arithmetic bit for bit (:mod:`parityfuzz.systems.mp_reference`), so a reduction done in bf16
+  low-precision arithmetic bit for bit (:mod:`parityfuzz.parts.fully_shard.reference`), so a reduction done in bf16
   where the policy says fp32 (~1e-3 relative) is caught.
 - ``k`` and ``FLOOR_ULPS`` were chosen from measurement over clean cases (``python -m parityfuzz.frontends.calibrate``;
   the figures are in the README).

@@ -22,7 +22,7 @@ import torch.nn as nn
 from parityfuzz.families.composable import ComposablePlan
 from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
 from parityfuzz.systems.base import InvariantViolation
-from parityfuzz.systems.fsdp2 import set_post_optim_event
+from parityfuzz.parts.fully_shard.system import set_post_optim_event
 
 
 def _kind(t: torch.Tensor):

@@ -1,7 +1,7 @@
 """The reference for FSDP1 under ``MixedPrecision``: replicated data parallelism that does what FSDP1's
 mixed precision promises, written out (``ddp_mp_fsdp1``).
 
-FSDP1's semantics differ from FSDP2's ``MixedPrecisionPolicy`` (:mod:`parityfuzz.systems.mp_reference`), and this
+FSDP1's semantics differ from FSDP2's ``MixedPrecisionPolicy`` (:mod:`parityfuzz.parts.fully_shard.reference`), and this
 reference models FSDP1's:
 
 - **One gradient reduction per backward; one accumulation per instance call.**  FSDP1 reduces a unit's
@@ -60,8 +60,7 @@ from torch.utils._pytree import tree_map
 from parityfuzz.families.fsdp1 import HYBRID
 from parityfuzz.run.record import dtype_name, torch_dtype as dtype
 from parityfuzz.systems.fsdp1 import KIND_CLASSES
-from parityfuzz.systems.masters import EmulatedReference, Masters
-from parityfuzz.systems.mp_reference import _cast, divide_factors
+from parityfuzz.systems.masters import EmulatedReference, Masters, cast_floats, divide_factors
 
 
 def units(model: nn.Module, plan) -> set[str]:
@@ -140,7 +139,7 @@ class FSDP1Precision(Masters):
         # MixedPrecision.cast_root_forward_inputs: "the root FSDP module casts its forward args and kwargs to
         # param_dtype, overriding the value of cast_forward_inputs" (fsdp/api.py); the harness passes no kwargs.
         if cast_root_inputs:
-            cast = _cast(compute_dtype)
+            cast = cast_floats(compute_dtype)
             module.register_forward_pre_hook(lambda m, args: tree_map(cast, args))
         self.units = self._layout(units, align_bytes // compute_dtype.itemsize)
         self.unsharded: dict[str, torch.Tensor] = {}  # sharded strategies: the accumulated unsharded gradients

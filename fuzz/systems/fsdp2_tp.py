@@ -2,7 +2,7 @@
 on the data-parallel sub-mesh — the order torchtitan's ``parallelize_*`` functions and PyTorch's 2-D tests use.
 
 Each module of ``plan.tp`` gets ``parallelize_module`` on the ``tp`` sub-mesh with its style and layouts;
-the rest is :class:`~parityfuzz.systems.fsdp2.FSDP2System` (checkpoints, ``fully_shard``, accumulation switches,
+the rest is :class:`~parityfuzz.parts.fully_shard.system.FSDP2System` (checkpoints, ``fully_shard``, accumulation switches,
 invariants) on the ``dp_shard`` or ``(dp_replicate, dp_shard)`` sub-mesh.  Under ``plan.loss_parallel`` the
 loss and its backward run in ``loss_parallel()`` on vocabulary-sharded logits.
 """
@@ -15,8 +15,8 @@ from torch.distributed.tensor import DTensor
 from parityfuzz.parts.tensor_parallel import PREPARE
 from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel, expected_placement
 from parityfuzz.systems.base import InvariantViolation, resolve
-from parityfuzz.systems.fsdp2 import FSDP2System
-from parityfuzz.systems.mp_reference import FSDP2Precision, MixedPrecisionReference
+from parityfuzz.parts.fully_shard.reference import FSDP2Precision, MixedPrecisionReference
+from parityfuzz.parts.fully_shard.system import FSDP2System
 
 
 class FSDP2TPSystem(TensorParallel, FSDP2System):

@@ -2,7 +2,7 @@
 optimizer steps, and a compute copy in the dtype the forward runs in, re-cast from the master after every step
 (as FSDP casts its sharded parameter at every all-gather).
 
-Two layers: :class:`Masters`, a case-free module (the emulations of :mod:`parityfuzz.systems.mp_reference` and
+Two layers: :class:`Masters`, a case-free module (the emulations of :mod:`parityfuzz.parts.fully_shard.reference` and
 :mod:`parityfuzz.systems.fsdp1_mp` subclass it; an exported script copies them by source), and
 :class:`EmulatedReference`, the :class:`~parityfuzz.systems.base.System` that trains a case through one.
 """
@@ -13,9 +13,30 @@ import contextlib
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from parityfuzz.systems.base import System, make_optimizer, make_scheduler
+
+
+def cast_floats(to: torch.dtype):
+    """A function casting a floating-point tensor to ``to`` and leaving anything else alone (a module's input cast)."""
+    def cast(x):
+        if isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dtype != to:
+            return x.to(to)
+        return x
+    return cast
+
+
+def divide_factors(reduce_dtype: torch.dtype, n: int) -> tuple[float | None, float | None, dist.ReduceOp]:
+    """``(pre-divide, post-divide, op)`` for a gradient reduction over ``n`` ranks, as FSDP2 chooses them (the
+    pre-divisor is a power of two, so the split is exact: it changes no value short of fp16 overflow)."""
+    if reduce_dtype in (torch.float32, torch.bfloat16):
+        return None, None, (dist.ReduceOp.SUM if n == 1 else dist.ReduceOp.AVG)
+    pre = 1
+    while n % pre == 0 and n / pre > pre:
+        pre *= 2
+    return pre, n / pre, dist.ReduceOp.SUM
 
 
 class Masters(nn.Module):

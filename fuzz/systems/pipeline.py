@@ -36,7 +36,8 @@ from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
 from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel, plain_loss
 from parityfuzz.systems.masters import EmulatedReference
-from parityfuzz.systems.mp_reference import FSDP2Precision
+from parityfuzz.parts.fully_shard.reference import FSDP2Precision, policy_arguments
+from parityfuzz.parts.fully_shard.system import mp_policy
 
 
 class Stage(nn.Module):
@@ -94,16 +95,6 @@ def pipeline_loss_total(losses: list[torch.Tensor]) -> torch.Tensor:
     return total
 
 
-def mp_policy(precision) -> dict:
-    """``fully_shard``'s ``mp_policy`` argument for the plan's :class:`StagePrecision` (none at its defaults)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    if not precision.active():
-        return {}
-    dtypes = {k: torch_dtype(getattr(precision, k)) for k in ("param_dtype", "reduce_dtype", "output_dtype")}
-    return {"mp_policy": MixedPrecisionPolicy(**dtypes, cast_forward_inputs=precision.cast_forward_inputs)}
-
-
 def clip_over_pipeline(params: list, max_norm: float, dtype: torch.dtype, group) -> None:
     """Clip by the norm of every stage's gradients: this rank's norm (over its data-parallel shards too), squared,
     summed over the pipeline's ranks (``group``), as torchtitan's ``clip_grad_norm_`` does under pipelining."""
@@ -135,6 +126,7 @@ class PipelineSystem(TensorParallel, System):
         everything["param"] = everything["grad"] | {"buffer:" + case_name(n) for n, _ in model.named_buffers()}
         modules = []
         sharded = "dp_shard" in spec.names
+        policy = {"mp_policy": mp_policy(plan.precision)} if plan.precision.active() else {}
         for index in self.mine:
             module = Stage(model, units[index])
             if "tp" in spec.names:
@@ -146,9 +138,9 @@ class PipelineSystem(TensorParallel, System):
             if sharded:
                 for unit in units[index] if plan.shard_units else ():  # torchtitan's: each block, then the stage
                     fully_shard(resolve(model, unit), mesh=mesh["dp_shard"],
-                                reshard_after_forward=plan.unit_reshard_after_forward, **mp_policy(plan.precision))
+                                reshard_after_forward=plan.unit_reshard_after_forward, **policy)
                 fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward,
-                            **mp_policy(plan.precision))
+                            **policy)
                 for c in held:
                     if not c.before:
                         apply_checkpoint(module, c.path, c.api, c.reentrant)
@@ -270,7 +262,7 @@ class PipelineReference(DDPSystem):
 
 class PipelineMixedPrecisionReference(EmulatedReference):
     """:class:`PipelineReference` under the plan's ``MixedPrecisionPolicy``: the unsplit model through the emulation
-    of FSDP2's policy (:class:`~parityfuzz.systems.mp_reference.FSDP2Precision`) with one ``fully_shard`` group per
+    of FSDP2's policy (:class:`~parityfuzz.parts.fully_shard.reference.FSDP2Precision`) with one ``fully_shard`` group per
     stage (its top-level modules: the stage's input is cast where it reaches the first, its output where it leaves
     the last), reducing over the ``dp_shard`` group as each stage's ``fully_shard`` does.
 
@@ -297,9 +289,7 @@ class PipelineMixedPrecisionReference(EmulatedReference):
     def emulate(self, model: nn.Module) -> FSDP2Precision:
         case = self.case
         mp = case.plan.precision
-        policies = [{"path": f"stage {i}", "modules": units, "param_dtype": torch_dtype(mp.param_dtype),
-                     "reduce_dtype": torch_dtype(mp.reduce_dtype), "output_dtype": torch_dtype(mp.output_dtype),
-                     "cast_forward_inputs": mp.cast_forward_inputs}
+        policies = [{"path": f"stage {i}", "modules": units, **policy_arguments(mp)}
                     for i, units in enumerate(case.plan.stage_units(case.model))]
         shard, _ = self.mesh_groups()
         return FSDP2Precision(model, policies, shard, unsynced=[p["path"] for p in policies])

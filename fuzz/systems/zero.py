@@ -10,7 +10,7 @@ fresh ``ZeroRedundancyOptimizer`` that trains on.
 adds the late group at the same step (and is never interrupted).
 
 Invariant checked after set-up (and after every repartition): the ranks' partitions cover every parameter
-exactly once (an :class:`~parityfuzz.systems.fsdp2.InvariantViolation` otherwise).  That every rank holds the same
+exactly once (an :class:`~parityfuzz.systems.base.InvariantViolation` otherwise).  That every rank holds the same
 parameters after each step is the oracle's replica check.
 """
 

@@ -20,7 +20,7 @@ from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
 from parityfuzz.strategies.composable.plans import plans
-from parityfuzz.strategies.fsdp2.meshes import meshes
+from parityfuzz.parts.fully_shard.strategy import meshes
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models
 from parityfuzz.strategies.swarm import flag

@@ -35,7 +35,7 @@ from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
 from parityfuzz.strategies.fsdp1.precision import precisions
-from parityfuzz.strategies.fsdp2.wrapping import wrappable_paths
+from parityfuzz.parts.fully_shard.strategy import wrappable_paths
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models
 from parityfuzz.strategies.training import training

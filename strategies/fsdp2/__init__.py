@@ -1,9 +1,9 @@
 """Cases of the ``fsdp2`` family: ``fully_shard`` plans on 1-D and HSDP meshes, trained against DDP (the
 emulating reference under mixed precision).
 
-Drawn in this order: world size, mesh (:mod:`.meshes`), the rare per-rank control-flow coin, the model, the
-wrap plan (:mod:`.wrapping`), the generic training spec, the accumulation switches (:mod:`.accumulation`),
-mixed-precision policies (:mod:`.precision`), the seed and delays.  Each part shrinks in its own order (see
+Drawn in this order: world size, mesh, the rare per-rank control-flow coin, the model, the wrap plan, the generic
+training spec, the accumulation switches, mixed-precision policies (the mesh, plan, switches and policies by the
+fully_shard part's strategies, :mod:`parityfuzz.parts.fully_shard.strategy`), the seed and delays.  Each part shrinks in its own order (see
 its module): toward world size 2, a one-Linear model, only the root wrapped, one step of default training and
 no mixed precision.
 """
@@ -15,12 +15,10 @@ import dataclasses
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.parts.fully_shard.strategy import accumulation, meshes, plans, precision_policies
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
-from parityfuzz.strategies.fsdp2.accumulation import accumulation
-from parityfuzz.strategies.fsdp2.meshes import meshes
-from parityfuzz.strategies.fsdp2.precision import precision_policies
-from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models
 from parityfuzz.strategies.swarm import flag
@@ -34,7 +32,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     mesh = draw(meshes(ws))
     rank_flow = draw(RARE) and ws > 1  # control flow that differs per rank (in models with gates)
     model = draw(models(max_depth, rank_period=ws if rank_flow else 0))
-    plan = draw(plans(model, mesh))
+    plan = draw(plans(model, mesh, FSDP2Plan))
     plan = dataclasses.replace(plan, post_optim_event=flag(draw, swarm, "post_optim_event",
                                                            st.just(plan.post_optim_event)))
     # A non-root pass runs through a wrapped module; not with per-rank gates (set_reduce_scatter_unused_params
@@ -55,4 +53,4 @@ def resumed(draw, case: Case, sizes: list[int]) -> dict:
     checkpoint load may resume a case of any family into (:mod:`parityfuzz.strategies.checkpoint`)."""
     ws = draw(st.sampled_from(sizes))
     mesh = draw(meshes(ws))
-    return {"world_size": ws, "mesh": mesh, "plan": draw(plans(case.model, mesh))}
+    return {"world_size": ws, "mesh": mesh, "plan": draw(plans(case.model, mesh, FSDP2Plan))}

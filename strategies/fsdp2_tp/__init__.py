@@ -3,9 +3,9 @@ sub-mesh, trained against DDP with the ranks of a tensor-parallel group sharing 
 
 Drawn in this order: world size, mesh (:mod:`.meshes`), the model (two times in three a transformer-shaped stack,
 else a generic tree with RMSNorm among its leaves; no tied head),
-the FSDP2 wrap plan on the data-parallel axes (``strategies.fsdp2.wrapping``; none for TP alone), the
+the FSDP2 wrap plan on the data-parallel axes (``parityfuzz.parts.fully_shard.strategy``; none for TP alone), the
 generic training spec (two times in three with a sequence length tp divides, for sequence parallelism), FSDP2's
-accumulation switches and mixed-precision policies (``strategies.fsdp2``; the reference then emulates the
+accumulation switches and mixed-precision policies (the fully_shard part's; the reference then emulates the
 policy on the same tensor-parallel model), the tensor-parallel styles (:mod:`.tensor_parallel`), the seed and
 delays; then, on rare coins, per-rank control flow (gates keyed by the data-parallel index, in generic models on
 meshes with more than one data-parallel rank) and a non-root pass through a wrapped module the TP plan lets run
@@ -23,12 +23,10 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import Case, ModelSpec, TrainSpec
 from parityfuzz.families.fsdp2_tp import FSDP2TPPlan, nonroot_paths
+from parityfuzz.parts.fully_shard.strategy import accumulation, plans, precision_policies
 from parityfuzz.parts.tensor_parallel import PREPARE
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
-from parityfuzz.strategies.fsdp2.accumulation import accumulation
-from parityfuzz.strategies.fsdp2.precision import precision_policies
-from parityfuzz.strategies.fsdp2.wrapping import plans
 from parityfuzz.strategies.fsdp2_tp.meshes import meshes
 from parityfuzz.parts.tensor_parallel.strategy import (OFTEN, overflow_outside, sequence_for_tp, tp_plans,
                                                        tp_training, transformer_models)
@@ -74,13 +72,13 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
         model = draw(models(max_depth, rank_period=mesh.dp_size() if rank_flow else 0, leaves=LEAVES + ("rmsnorm",),
                             tie=False))
     data_parallel = mesh.names != ("tp",)
-    fsdp = draw(plans(model, mesh)) if data_parallel else None
-    if fsdp is not None:
-        fsdp = dataclasses.replace(fsdp, post_optim_event=flag(draw, swarm, "post_optim_event",
-                                                               st.just(fsdp.post_optim_event)))
+    if data_parallel:
+        plan = draw(plans(model, mesh, FSDP2TPPlan))
+        plan = dataclasses.replace(plan, post_optim_event=flag(draw, swarm, "post_optim_event",
+                                                               st.just(plan.post_optim_event)))
+    else:
+        plan = FSDP2TPPlan(wraps=())
     train = draw(training(model, max_steps=max_steps, swarm=swarm))
-    plan = FSDP2TPPlan(**{f.name: getattr(fsdp, f.name) for f in dataclasses.fields(fsdp)}) if fsdp else \
-        FSDP2TPPlan(wraps=())
     if data_parallel:
         plan = draw(accumulation(plan, train, mesh))
         plan = draw(precision_policies(plan, model, train)) if not train.to_float64 else plan

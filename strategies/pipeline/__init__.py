@@ -30,9 +30,10 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, under
 from parityfuzz.case.training import input_requires_grad
 from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint
-from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, StagePrecision, expected_error, units
+from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error, units
+from parityfuzz.parts.fully_shard import Policy
 from parityfuzz.strategies.cases import finish
-from parityfuzz.strategies.fsdp2.precision import LOW
+from parityfuzz.parts.fully_shard.strategy import LOW
 from parityfuzz.parts.tensor_parallel.strategy import sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
@@ -87,20 +88,20 @@ def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = (), train=None)
 
 
 @st.composite
-def stage_precision(draw, model: ModelSpec, train) -> StagePrecision:
+def stage_precision(draw, model: ModelSpec, train) -> Policy:
     """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard``, or none (the first coin): ``param_dtype`` a
     lower precision than the model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
     ``output_dtype`` none, float32 (with a ``param_dtype``) or the model's; ``cast_forward_inputs=False`` where the family's validation
     allows it (the stages receive what they compute in)."""
     if not draw(st.booleans()):
-        return StagePrecision()
+        return Policy()
     master = train.dtype
     param = draw(st.sampled_from(tuple(d for d in LOW if d != master) + ("",)))
     reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
     # (without a param_dtype a stage casts no input: an output_dtype other than the model's would reach the next
     # stage uncast, which the family's validation refuses)
     output = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master) if param else (master,)))))
-    mp = StagePrecision(param_dtype=param, reduce_dtype=reduce, output_dtype=output)
+    mp = Policy(param_dtype=param, reduce_dtype=reduce, output_dtype=output)
     compute = mp.compute(master)
     must_cast = mp.output(master) != compute or (model.input != "embedding" and compute != master)
     return mp if must_cast or not draw(st.booleans()) else dataclasses.replace(mp, cast_forward_inputs=False)
@@ -156,7 +157,7 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     plan = PipelinePlan(schedule=schedule, microbatches=micro, split_dim=split_dim, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
                         checkpoints=draw(checkpoints(model, first, train)), tp=styles, loss_parallel=loss_parallel,
-                        precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else StagePrecision())
+                        precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else Policy())
     if "dp_shard" in mesh.names and draw(st.booleans()):
         # torchtitan's composition: fully_shard on each block of a stage, then on the stage, each with the stage's
         # MixedPrecisionPolicy (shrinks to the stage's alone)

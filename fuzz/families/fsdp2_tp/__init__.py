@@ -33,14 +33,15 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
 from parityfuzz.families import Family
-from parityfuzz.families import fsdp2
+from parityfuzz.parts import fully_shard
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
+from parityfuzz.parts.fully_shard import FullyShardPlan
 from parityfuzz.parts.tensor_parallel import (PREPARE, Parallelize, connections, describe_styles, holds_whole_or_none,
                                               style_features, validate_styles)
 from parityfuzz.parts.tensor_parallel import rules as tp_rules
 
 @dataclass(frozen=True)
-class FSDP2TPPlan(fsdp2.FSDP2Plan):
+class FSDP2TPPlan(FullyShardPlan):
     """Tensor parallelism (``tp``), then the FSDP2 plan on the data-parallel sub-mesh (no wraps: TP alone)."""
 
     family = "fsdp2_tp"
@@ -64,7 +65,7 @@ def validate(case: Case) -> None:
     plan, model, mesh = case.plan, case.model, case.mesh
     dp = tuple(a for a in mesh.names if a != "tp")
     if dp:
-        fsdp2.validate(case)
+        fully_shard.validate(case)
     else:
         check(not plan.wraps, "plan.wraps", "TP alone (a mesh with only a 'tp' axis) wraps nothing")
         check(not case.train.autocast, "train.autocast",
@@ -100,11 +101,11 @@ def nonroot_paths(plan: FSDP2TPPlan) -> tuple[str, ...]:
 
 
 def features(case: Case) -> set[str]:
-    return (fsdp2.features(case) if case.plan.wraps else {"tp_only"}) | style_features(case)
+    return (fully_shard.features(case) if case.plan.wraps else {"tp_only"}) | style_features(case)
 
 
 def describe(case: Case) -> tuple[dict[str, str], list[str]]:
-    notes, lines = fsdp2.describe(case)
+    notes, lines = fully_shard.describe(case)
     styles, more = describe_styles(case)
     for path, applied in styles.items():
         notes[path] = ", then ".join([applied] + ([notes[path]] if notes.get(path) else []))

@@ -37,7 +37,7 @@ from parityfuzz.families import Family
 from parityfuzz.parts.tensor_parallel import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline import precision as stage_mp
-from parityfuzz.families.pipeline.precision import StagePrecision
+from parityfuzz.parts.fully_shard import Policy
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
 from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
@@ -76,7 +76,7 @@ class PipelinePlan(Plan):
     checkpoints: tuple[ActivationCheckpoint, ...] = ()
     tp: tuple[Parallelize, ...] = ()
     loss_parallel: bool = False
-    precision: StagePrecision = StagePrecision()
+    precision: Policy = Policy()
     split_dim: int = 0
 
     def mixed_precision(self) -> bool:

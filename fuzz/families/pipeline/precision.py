@@ -20,33 +20,9 @@ Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from parityfuzz.case import dtypes
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
-
-
-@dataclass(frozen=True)
-class StagePrecision:
-    """The ``MixedPrecisionPolicy`` of every stage's ``fully_shard`` (dtype names from :data:`dtypes.MP_DTYPES`,
-    ``""`` for None; all at their defaults: no ``mp_policy`` argument)."""
-
-    param_dtype: str = ""
-    reduce_dtype: str = ""
-    output_dtype: str = ""
-    cast_forward_inputs: bool = True
-
-    def active(self) -> bool:
-        return bool(self.param_dtype or self.reduce_dtype or self.output_dtype) or not self.cast_forward_inputs
-
-    def compute(self, master: str) -> str:
-        """The dtype a stage computes in."""
-        return self.param_dtype or master
-
-    def output(self, master: str) -> str:
-        """The dtype of a stage's output (the last stage's: the loss's)."""
-        return self.output_dtype or self.compute(master)
 
 
 def validate_precision(case: Case) -> None:
@@ -55,10 +31,7 @@ def validate_precision(case: Case) -> None:
     shards); every stage sees one dtype: a stage that computes in another dtype than the floating-point input it
     receives (the model's input for the first; the output of the stage before for the others) must cast it."""
     mp, master = case.plan.precision, dtypes.model_dtype(case)
-    for key in ("param_dtype", "reduce_dtype", "output_dtype"):
-        value = getattr(mp, key)
-        check(value == "" or value in dtypes.MP_DTYPES, f"plan.precision.{key}",
-              f"must be '' (None) or one of {dtypes.MP_DTYPES}, got {value!r}")
+    mp.check("plan.precision")
     if not mp.active():
         return
     check("dp_shard" in case.mesh.names, "plan.precision",
@@ -105,18 +78,10 @@ def precision(case: Case) -> str:
 def describe_precision(case: Case) -> str:
     """The policy as the system writes it, for the case printout (``""``: none)."""
     mp = case.plan.precision
-    if not mp.active():
-        return ""
-    args = [f"{k}=torch.{getattr(mp, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(mp, k)]
-    args += [] if mp.cast_forward_inputs else ["cast_forward_inputs=False"]
-    return f"MixedPrecisionPolicy({', '.join(args)})"
+    return mp.call("torch.") if mp.active() else ""
 
 
 def precision_features(case: Case) -> set[str]:
     """The fsdp2 family's mixed-precision tags (one policy: always uniform)."""
     mp = case.plan.precision
-    if not mp.active():
-        return set()
-    tags = {f"precision={precision(case)}", "mp=uniform"}
-    tags |= {f"mp_{k}" for k in ("reduce_dtype", "output_dtype") if getattr(mp, k)}
-    return tags | ({"mp_no_input_cast"} if not mp.cast_forward_inputs else set())
+    return mp.features(precision(case)) | {"mp=uniform"} if mp.active() else set()

@@ -20,15 +20,16 @@ import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from parityfuzz.case.model import children_first
-from parityfuzz.families.fsdp2 import Wrap
+from parityfuzz.parts.fully_shard import POLICY_DTYPES, Policy
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
 from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.base import InvariantViolation, System, resolve
 
 
-def mp_policy(w: Wrap) -> MixedPrecisionPolicy:
-    return MixedPrecisionPolicy(param_dtype=dtype(w.param_dtype), reduce_dtype=dtype(w.reduce_dtype),
-                                output_dtype=dtype(w.output_dtype), cast_forward_inputs=w.cast_forward_inputs)
+def mp_policy(policy: Policy) -> MixedPrecisionPolicy:
+    """The torch policy of a plan's :class:`~parityfuzz.parts.fully_shard.Policy`."""
+    return MixedPrecisionPolicy(**{k: dtype(getattr(policy, k)) for k in POLICY_DTYPES},
+                                cast_forward_inputs=policy.cast_forward_inputs)
 
 
 def set_post_optim_event(root, device: torch.device) -> None:
@@ -70,7 +71,7 @@ class FSDP2System(System):
         for w in children_first(plan.wraps, lambda w: w.path):
             offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
             fully_shard(resolve(model, w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward,
-                        offload_policy=offload, mp_policy=mp_policy(w))
+                        offload_policy=offload, mp_policy=mp_policy(w.policy))
         for c in plan.checkpoints:
             if not c.before:
                 apply_checkpoint(model, c.path, c.api, c.reentrant, **self.checkpoint_kwargs)

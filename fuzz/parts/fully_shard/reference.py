@@ -45,27 +45,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from parityfuzz.parts.fully_shard import POLICY_DTYPES, Policy
 from parityfuzz.run.record import torch_dtype as dtype
-from parityfuzz.systems.masters import EmulatedReference, Masters
-
-
-def _cast(to: torch.dtype):
-    def cast(x):
-        if isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dtype != to:
-            return x.to(to)
-        return x
-    return cast
-
-
-def divide_factors(reduce_dtype: torch.dtype, n: int) -> tuple[float | None, float | None, dist.ReduceOp]:
-    """``(pre-divide, post-divide, op)`` for a gradient reduction over ``n`` ranks, as FSDP2 chooses them (the
-    pre-divisor is a power of two, so the split is exact: it changes no value short of fp16 overflow)."""
-    if reduce_dtype in (torch.float32, torch.bfloat16):
-        return None, None, (dist.ReduceOp.SUM if n == 1 else dist.ReduceOp.AVG)
-    pre = 1
-    while n % pre == 0 and n / pre > pre:
-        pre *= 2
-    return pre, n / pre, dist.ReduceOp.SUM
+from parityfuzz.systems.masters import EmulatedReference, Masters, cast_floats, divide_factors
 
 
 class _PostBackward(torch.autograd.Function):
@@ -163,7 +145,7 @@ class FSDP2Precision(Masters):
         FSDP2's pre-backward hook does), so the final callback runs its post-backward again if needed."""
         # MixedPrecisionPolicy.output_dtype: "the dtype for casting floating-point forward outputs" (_fsdp_api.py);
         # per invocation for grouped modules (_fully_shard.py).
-        cast = _cast(g.output_dtype) if g.output_dtype else None
+        cast = cast_floats(g.output_dtype) if g.output_dtype else None
 
         def pre_backward(grad):
             self._state[id(g)] = "pre-backward"
@@ -181,7 +163,7 @@ class FSDP2Precision(Masters):
     def _pre_forward_hook(self, g: _Group):
         # MixedPrecisionPolicy.cast_forward_inputs: "whether FSDP should cast the forward's floating-point input
         # tensors to param_dtype ... the cast is applied per module, before each module's forward." (_fsdp_api.py)
-        cast = _cast(g.policy_param_dtype) if g.cast_forward_inputs and g.policy_param_dtype else None
+        cast = cast_floats(g.policy_param_dtype) if g.cast_forward_inputs and g.policy_param_dtype else None
 
         def hook(module, args, kwargs):
             if cast is not None:
@@ -319,11 +301,14 @@ class FSDP2Precision(Masters):
         return [p.reshape(-1)[:x.numel()].reshape(x.shape) for p, x in zip(pieces, grads)]
 
 
+def policy_arguments(policy: Policy) -> dict:
+    """A policy as an entry of the emulation's ``policies`` argument has it (torch dtypes, None for ``""``)."""
+    return {**{k: dtype(getattr(policy, k)) for k in POLICY_DTYPES}, "cast_forward_inputs": policy.cast_forward_inputs}
+
+
 def policies(case) -> list[dict]:
     """The emulation's ``policies`` argument: the case's ``fully_shard`` calls."""
-    return [{"path": w.path, "param_dtype": dtype(w.param_dtype), "reduce_dtype": dtype(w.reduce_dtype),
-             "output_dtype": dtype(w.output_dtype), "cast_forward_inputs": w.cast_forward_inputs}
-            for w in case.plan.wraps]
+    return [{"path": w.path, **policy_arguments(w.policy)} for w in case.plan.wraps]
 
 
 class MixedPrecisionReference(EmulatedReference):

@@ -1,5 +1,7 @@
-"""The fsdp2 family's plan written out: activation checkpoints, ``fully_shard`` per wrap (children before parents),
-prefetching, the accumulation switches, as :class:`parityfuzz.systems.fsdp2.FSDP2System` applies them."""
+"""The fully_shard part written out (the fsdp2 family's export, which fsdp2_tp, pipeline and composable build on):
+activation checkpoints, ``fully_shard`` per wrap (children before parents), prefetching, the accumulation switches,
+as :class:`parityfuzz.parts.fully_shard.system.FSDP2System` applies them; and the emulating reference ``ddp_mp``,
+copied by source."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import inspect
 from parityfuzz.case import Case
 from parityfuzz.case.model import children_first
 from parityfuzz.export.parts import Parts, at, function
-from parityfuzz.families.fsdp2 import FSDP2Plan, Wrap
+from parityfuzz.parts.fully_shard import FullyShardPlan, Wrap
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 
 IMPORTS = (ac_export.IMPORTS + "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, "
@@ -25,19 +27,11 @@ def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:
     if w.offload:
         kwargs.append("offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available())")
     if w.mixed_precision():
-        kwargs.append(f"mp_policy={mp_policy(w)}")
+        kwargs.append(f"mp_policy={w.policy.call('torch.')}")
     return f"fully_shard({at(w.path)}, {', '.join(kwargs)})"
 
 
-def mp_policy(w: Wrap) -> str:
-    """The policy's constructor call: the fields that differ from its defaults."""
-    fields = [f"{k}=torch.{getattr(w, k)}" for k in ("param_dtype", "reduce_dtype", "output_dtype") if getattr(w, k)]
-    if not w.cast_forward_inputs:
-        fields.append("cast_forward_inputs=False")
-    return f"MixedPrecisionPolicy({', '.join(fields)})"
-
-
-def plan_lines(plan: FSDP2Plan, mesh: str = "mesh") -> list[str]:
+def plan_lines(plan: FullyShardPlan, mesh: str = "mesh") -> list[str]:
     """The calls, in FSDP2System.wrap's order."""
     lines = [ac_export.call(c) for c in plan.checkpoints if c.before]
     for w in children_first(plan.wraps, lambda w: w.path):
@@ -85,9 +79,10 @@ def accumulate_source(case: Case) -> str:
 
 def after_backward_source() -> str:
     """FSDP2's invariant after a step's last backward, the system's own check copied."""
-    from parityfuzz.systems import base, fsdp2
+    from parityfuzz.parts.fully_shard import system
+    from parityfuzz.systems import base
 
-    return "\n\n".join([inspect.getsource(base.InvariantViolation), inspect.getsource(fsdp2.check_resharded),
+    return "\n\n".join([inspect.getsource(base.InvariantViolation), inspect.getsource(system.check_resharded),
                         "def after_backward(model, last):\n    if last and WRAPPED:\n"
                         "        check_resharded(((case_name(n), p) for n, p in model.named_parameters()),\n"
                         '                        "after the last backward of a step")\n'])
@@ -96,7 +91,8 @@ def after_backward_source() -> str:
 def parts(case: Case, mesh_line: str = "") -> Parts:
     plan = case.plan
     lines = ([mesh_line] if mesh_line else []) + plan_lines(plan)
-    apply_plan = function("apply_plan(model, mesh, device)", "FSDP2 as the case's plan says (parityfuzz.systems.fsdp2).", lines,
+    apply_plan = function("apply_plan(model, mesh, device)", "FSDP2 as the case's plan says (parityfuzz.parts.fully_shard.system).",
+                          lines,
                           "return model")
     forward = ("def forward(model, batch):\n    return model.forward_alt(batch)\n" if plan.forward_method
                else "def forward(model, batch):\n    return model(batch)\n")
@@ -116,16 +112,17 @@ def reference_source(case: Case, styles: str = "", precision: str = "FSDP2Precis
     """``(where it is copied from, the classes to copy, the construction, the contexts)``.  ``ddp_mp_tp``'s writer
     builds on it: ``styles`` are the lines that apply the plan's tensor-parallel styles to the reference's own
     model first, ``precision`` the emulating class constructed."""
-    return "parityfuzz.systems.mp_reference", emulation_classes(), _precision_reference(case, styles, precision), \
+    return "parityfuzz.parts.fully_shard.reference", emulation_classes(), _precision_reference(case, styles, precision), \
         "reference_step_context = reference_loss_context = contextlib.nullcontext\n"
 
 
 def emulation_classes() -> list:
     """The harness's emulation of FSDP2's ``MixedPrecisionPolicy`` and what it uses, to copy by source."""
-    from parityfuzz.systems import masters, mp_reference as mp
+    from parityfuzz.parts.fully_shard import reference as mp
+    from parityfuzz.systems import masters
 
-    return [mp._cast, mp.divide_factors, masters.Masters, mp._PostBackward, mp._register_post_backward, mp._Group,
-            mp.FSDP2Precision]
+    return [masters.cast_floats, masters.divide_factors, masters.Masters, mp._PostBackward, mp._register_post_backward,
+            mp._Group, mp.FSDP2Precision]
 
 
 def _precision_reference(case: Case, styles: str, precision: str) -> str:
