@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from parityfuzz.run.build import Twice
 from parityfuzz.systems.composable import ComposableSystem
-from parityfuzz.systems.fsdp1 import FSDP1System
+from parityfuzz.parts.fsdp1.system import FSDP1System
 from parityfuzz.systems.fsdp1_tp import FSDP1TPSystem
 from parityfuzz.parts.fully_shard.system import FSDP2System
 from parityfuzz.systems.fsdp2_tp import FSDP2TPSystem

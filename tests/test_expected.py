@@ -8,7 +8,7 @@ import pytest
 
 from parityfuzz.case import Case, CaseError, ExpectedError
 from parityfuzz.judge.verify import verify_case
-from parityfuzz.families.fsdp1 import expected_error as fsdp1_expected
+from parityfuzz.parts.fsdp1 import expected_error as fsdp1_expected
 from tests.test_fsdp1 import fsdp1_case
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from parityfuzz.case import dtypes
 from parityfuzz.case import CaseError, Freeze, MeshSpec, ModelSpec, Node, ParamGroup, TrainSpec
-from parityfuzz.families.fsdp1 import FSDP1Plan, Precision
+from parityfuzz.families.fsdp1 import FSDP1Plan
+from parityfuzz.parts.fsdp1 import Precision
 from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
 from parityfuzz.judge.verify import verify_case, verdict_from_outcomes
 from tests.shrinking import clean_run, found_and_shrunk

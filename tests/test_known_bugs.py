@@ -110,7 +110,7 @@ def test_a_signature_field_holding_a_list_matches_any_of_its_values(monkeypatch,
     (lambda r: r.replace('kind = "hang"', 'kind = "slow"'), "kind"),
     (lambda r: r.replace('kind = "hang"', 'kind = "crash"'), "kind"),  # (not what its signature shows)
     (lambda r: r.replace('verdict = "hang"', 'verdict = "error", role = "system", exception = '
-                         '"InvariantViolation", frame = "systems/fsdp2.py:unlisted"'), "signatures"),
+                         '"InvariantViolation", frame = "fully_shard/system.py:unlisted"'), "signatures"),
     (lambda r: r.replace('api = "public"', 'api = "internal"'), "api"),
     (lambda r: r.replace('"torch.nn.Module"', '"torch.distributed._composable.replicate"'), "api"),
     (lambda r: r.replace('"torch.nn.Module"', '"nn.Module"'), "apis"),
@@ -189,7 +189,7 @@ def test_a_records_kind_is_the_most_serious_its_signatures_show(monkeypatch, tmp
         "wrong training"
     assert kind('[{ verdict = "mismatch", check = "checkpoint", tensor = "loaded" }]') == "wrong state dict"
     assert kind('[{ verdict = "error", role = "system", exception = "InvariantViolation", '
-                'frame = "systems/fsdp2.py:check_resharded" }]') == "memory or placement"
+                'frame = "fully_shard/system.py:check_resharded" }]') == "memory or placement"
 
 
 def _resolve(path: str):

@@ -147,9 +147,9 @@ def test_nothing_generic_imports_a_family():
         return {m: d for m, d in found.items() if d}
 
     assert offenders(graph) == {}
-    graph["parityfuzz.export.script"] = graph["parityfuzz.export.script"] | {"parityfuzz.systems.fsdp1_mp"}
-    assert offenders(graph) == {"parityfuzz.export.script": ["parityfuzz.systems.fsdp1_mp"]}  # it can fail
-    assert is_owned("parityfuzz.families.fsdp2.known") and is_owned("parityfuzz.export.fsdp1")  # the test sees them
+    graph["parityfuzz.export.script"] = graph["parityfuzz.export.script"] | {"parityfuzz.systems.fsdp1_tp"}
+    assert offenders(graph) == {"parityfuzz.export.script": ["parityfuzz.systems.fsdp1_tp"]}  # it can fail
+    assert is_owned("parityfuzz.families.fsdp2.known") and is_owned("parityfuzz.export.fsdp1_tp")  # the test sees them
     assert not is_owned("parityfuzz.export.script") and not is_owned("parityfuzz.families")
 
 
@@ -157,24 +157,10 @@ def family_of(module: str, owned: dict[str, str]) -> str | None:
     return next((name for o, name in owned.items() if module == o or module.startswith(o + ".")), None)
 
 
-#: Imports from one family's modules into another's that wait for their shared part (issue 53, step 1): fsdp1_tp
-#: builds on FSDP1.  Activation checkpointing, tensor parallelism and fully_shard (its plan, precision policy,
-#: meshes, system, emulating reference and export) are parts.
-NOT_YET_PARTS = {
-    ("parityfuzz.export.fsdp1_tp", "parityfuzz.export.fsdp1"),
-    ("parityfuzz.families.fsdp1_tp", "parityfuzz.families.fsdp1"),
-    ("parityfuzz.families.fsdp1_tp.known", "parityfuzz.families.fsdp1"),
-    ("parityfuzz.families.fsdp1_tp.known", "parityfuzz.families.fsdp1.known"),
-    ("parityfuzz.strategies.fsdp1_tp", "parityfuzz.families.fsdp1"),
-    ("parityfuzz.strategies.fsdp1_tp", "parityfuzz.strategies.fsdp1"),
-    ("parityfuzz.systems.fsdp1_tp", "parityfuzz.systems.fsdp1"),
-}
-
-
 def test_a_family_imports_parts_and_generic_modules_never_another_family():
-    """A family composes shared parts (``parityfuzz.parts``) and generic modules; no family's module imports
-    another family's, and no part imports a family.  The imports still waiting for their part are listed by name
-    (:data:`NOT_YET_PARTS`), and each listed one must still exist: the list only shrinks."""
+    """A family composes shared parts (``parityfuzz.parts``: activation checkpointing, tensor parallelism,
+    fully_shard, FSDP1) and generic modules; no family's module imports another family's, and no part imports a
+    family.  What two families share goes into a part."""
     from parityfuzz import families
 
     owned = {module: family.name for family in families.records() for module in family_modules(family)}
@@ -184,9 +170,11 @@ def test_a_family_imports_parts_and_generic_modules_never_another_family():
         return {(m, d) for m, deps in graph.items() for d in deps
                 if family_of(d, owned) and family_of(m, owned) not in (None, family_of(d, owned))}
 
-    assert crossing(graph) - NOT_YET_PARTS == set()
-    assert NOT_YET_PARTS - crossing(graph) == set(), "an import waiting for its part is gone: strike it off the list"
+    assert crossing(graph) == set()
     assert not {m: d for m, deps in graph.items() if m.startswith("parityfuzz.parts") for d in deps
                 if family_of(d, owned)}
-    graph["parityfuzz.systems.zero"] = graph["parityfuzz.systems.zero"] | {"parityfuzz.systems.fsdp1"}
-    assert crossing(graph) - NOT_YET_PARTS == {("parityfuzz.systems.zero", "parityfuzz.systems.fsdp1")}  # it can fail
+    graph["parityfuzz.systems.zero"] = graph["parityfuzz.systems.zero"] | {"parityfuzz.systems.fsdp1_tp"}
+    assert crossing(graph) == {("parityfuzz.systems.zero", "parityfuzz.systems.fsdp1_tp")}  # it can fail
+    graph["parityfuzz.parts.fsdp1"] = graph["parityfuzz.parts.fsdp1"] | {"parityfuzz.families.fsdp1.known"}
+    assert {m for m, deps in graph.items() if m.startswith("parityfuzz.parts") for d in deps
+            if family_of(d, owned)} == {"parityfuzz.parts.fsdp1"}  # and so can the parts' check

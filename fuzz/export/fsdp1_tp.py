@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from parityfuzz.case import Case
-from parityfuzz.export import fsdp1
+from parityfuzz.parts.fsdp1 import export as fsdp1
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import export as tp_export

@@ -1,9 +1,9 @@
 """System under test of the ``fsdp1_tp`` family: tensor parallelism (the ``fsdp2_tp`` family's styles on the
-``tp`` sub-mesh), then :class:`~parityfuzz.systems.fsdp1.FSDP1System` with ``device_mesh`` the ``dp_shard`` sub-mesh.
+``tp`` sub-mesh), then :class:`~parityfuzz.parts.fsdp1.system.FSDP1System` with ``device_mesh`` the ``dp_shard`` sub-mesh.
 
 FSDP1 flattens each rank's tensor-parallel shards (its DTensor extension): the sharded parameters it exposes
 are plain pieces of them, ``summon_full_params`` gives them back as DTensors over ``tp``, and the gradients put
-together from the flat shards (:func:`parityfuzz.systems.fsdp1._flat_gradients`) are each rank's tensor-parallel
+together from the flat shards (:func:`parityfuzz.parts.fsdp1.system._flat_gradients`) are each rank's tensor-parallel
 shard, put back on ``tp`` with the parameter's placements before the trace records them.
 """
 
@@ -14,7 +14,7 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from parityfuzz.systems.base import case_name
-from parityfuzz.systems.fsdp1 import FSDP1System
+from parityfuzz.parts.fsdp1.system import FSDP1System
 from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel
 
 

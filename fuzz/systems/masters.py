@@ -3,7 +3,7 @@ optimizer steps, and a compute copy in the dtype the forward runs in, re-cast fr
 (as FSDP casts its sharded parameter at every all-gather).
 
 Two layers: :class:`Masters`, a case-free module (the emulations of :mod:`parityfuzz.parts.fully_shard.reference` and
-:mod:`parityfuzz.systems.fsdp1_mp` subclass it; an exported script copies them by source), and
+:mod:`parityfuzz.parts.fsdp1.reference` subclass it; an exported script copies them by source), and
 :class:`EmulatedReference`, the :class:`~parityfuzz.systems.base.System` that trains a case through one.
 """
 

@@ -35,8 +35,8 @@ KINDS = ("wrong training", "wrong state dict", "wrong dtype", "memory or placeme
 MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_error": "crash",
                   "local_shape": "memory or placement"}
 #: The kind the harness's own invariant checks show (an ``InvariantViolation`` from this frame: what it checks).
-INVARIANT_KINDS = {"systems/fsdp2.py:check_resharded": "memory or placement",
-                   "systems/fsdp1.py:_check_gradient_shape": "wrong training"}
+INVARIANT_KINDS = {"fully_shard/system.py:check_resharded": "memory or placement",
+                   "fsdp1/system.py:_check_gradient_shape": "wrong training"}
 #: ``api``'s labels, by rule from the APIs a record's trigger needs (:func:`api_by_rule`).
 API_LABELS = ("public", "experimental", "private")
 #: APIs whose docstring calls them experimental though their path does not say so.

@@ -6,7 +6,7 @@ the mesh: every factorization of the world size, ``(n, 1)`` and ``(1, n)`` inclu
 model (tied embedding/head weights only where wrapping names modules by path, so that they stay in one unit),
 what the wrapping wraps, ``use_orig_params``, the generic training spec (without parameter groups or frozen
 modules under ``use_orig_params=False``: FSDP1 flattens each unit into one parameter), mixed precision
-(:mod:`strategies.fsdp1.precision`), on a rare coin an ignored module (not under mixed precision; given as a
+(the FSDP1 part's strategies, :mod:`parityfuzz.parts.fsdp1.strategy`), on a rare coin an ignored module (not under mixed precision; given as a
 module or as its parameters through ``ignored_states``), prefetching and ``limit_all_gathers``, gradient
 accumulation under ``no_sync()``, activation checkpointing, the seed and delays.
 
@@ -28,70 +28,15 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from parityfuzz.case import Case, MeshSpec, ModelSpec, under
-from parityfuzz.families.fsdp1 import (HYBRID, HYBRID_VIA, SHARDINGS, WRAP_KINDS, WRAPPINGS, FSDP1Plan,
-                                      checkpoint_flow_problem, rank_flow_problem)
-from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
+from parityfuzz.case import Case, MeshSpec, under
+from parityfuzz.families.fsdp1 import FSDP1Plan
+from parityfuzz.parts.fsdp1 import HYBRID, HYBRID_VIA, SHARDINGS, WRAPPINGS, checkpoint_flow_problem, rank_flow_problem
+from parityfuzz.parts.fsdp1.strategy import HSDP, call_options, hybrid_meshes, precisions, wrapping
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
-from parityfuzz.strategies.fsdp1.precision import precisions
-from parityfuzz.parts.fully_shard.strategy import wrappable_paths
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models
 from parityfuzz.strategies.training import training
-
-HSDP = ("dp_replicate", "dp_shard")
-
-
-def hybrid_meshes(world_size: int) -> list[MeshSpec]:
-    """Every ``(replicas, shard)`` factorization of the world size, the 2-D ones first."""
-    shapes = [(world_size // s, s) for s in range(world_size, 0, -1) if world_size % s == 0]
-    shapes.sort(key=lambda shape: 1 in shape)
-    return [MeshSpec(shape, HSDP) for shape in shapes]
-
-
-@st.composite
-def wrapping(draw, model: ModelSpec, kind: str) -> dict:
-    """What a wrapping kind wraps: paths (manual, lambda), module kinds or a parameter count.  Under per-rank
-    control flow, instances that would issue collectives on some ranks only are left out
-    (:func:`parityfuzz.families.fsdp1.rank_flow_problem`); where no module kind fits, the wrapping is a lambda
-    policy selecting nothing."""
-    if kind in ("manual", "lambda"):
-        wraps = [p for p in wrappable_paths(model) if draw(st.booleans())]
-        if model.per_rank_flow():
-            wraps = _fitting_rank_flow(model, wraps)
-        return {"wraps": tuple(wraps)}
-    if kind == "module_class":
-        present = [k for k in WRAP_KINDS if k in {kind for _, kind in model.module_paths()}]
-        kinds = draw(st.lists(st.sampled_from(present), min_size=1, max_size=2, unique=True))
-        if model.per_rank_flow():
-            kinds = _kinds_fitting_rank_flow(model, kinds)
-            if not kinds:
-                return {"wrapping": "lambda", "wraps": ()}
-        return {"wrap_kinds": tuple(kinds)}
-    return {"min_num_params": draw(st.sampled_from((1, 8, 30, 100)))}
-
-
-def _kinds_fitting_rank_flow(model: ModelSpec, kinds: list[str]) -> list[str]:
-    """``kinds`` without those whose instances per-rank control flow cannot run (as :func:`_fitting_rank_flow`)."""
-    paths = dict(model.module_paths())
-    while kinds:
-        found = [p for p in paths if paths[p] in kinds]
-        problem = rank_flow_problem(model, frozenset([""] + found))
-        if problem is None:
-            break
-        kinds.remove(paths[problem[0] or min(found, key=lambda p: p.count("."))])
-    return kinds
-
-
-def _fitting_rank_flow(model: ModelSpec, wraps: list[str]) -> list[str]:
-    """``wraps`` without the instances per-rank control flow cannot run: the offending one (or, where the root
-    is, the shallowest other one, which gives its parameters back to the root) removed until none is."""
-    while (problem := rank_flow_problem(model, frozenset([""] + wraps))) is not None:
-        culprit = problem[0]
-        wraps.remove(culprit if culprit else min(wraps, key=lambda p: p.count(".")))
-    return wraps
-
 
 @st.composite
 def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth: int, max_steps: int,
@@ -128,14 +73,14 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
             frozen.pop()
         train = dataclasses.replace(train, frozen=tuple(frozen))
     ignored = ()
-    # not with clipping (it differs per rank) nor mixed precision (parityfuzz.families.fsdp1)
+    # not with clipping (it differs per rank) nor mixed precision (parityfuzz.parts.fsdp1)
     if draw(RARE) and not train.clip and not precision.active():
         nested = wraps.get("wraps", ())
         rank_gates = model.rank_gates()
         frozen = frozenset(f.path for f in train.frozen)
         candidates = [p for p, _ in model.module_paths() if p and model.uses_params(p)
                       and not any(under(w, (p,)) for w in nested) and not (model.tie_head and p in ("inp", "head"))
-                      and model.uses_params("", frozen | {p}) and not under(p, rank_gates)  # parityfuzz.families.fsdp1
+                      and model.uses_params("", frozen | {p}) and not under(p, rank_gates)  # parityfuzz.parts.fsdp1
                       and not (rank_gates and rank_flow_problem(
                           model, frozenset(u for u in instances if not (u and under(u, (p,)))), frozen | {p}))]
         if candidates:
@@ -149,32 +94,3 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                      ignored=ignored, ignored_via=ignored_via, precision=precision, **options)
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb, swarm=swarm)
-
-
-@st.composite
-def call_options(draw, model: ModelSpec, train, ignored: tuple[str, ...] = ()) -> dict:
-    """The FSDP1 call's other arguments and how the loop drives it: prefetching, ``limit_all_gathers``,
-    ``no_sync()`` accumulation, activation checkpointing (outside ignored modules), and on a rare coin CPU
-    offload and/or ``sync_module_states``."""
-    checkpoints = []
-    for path in draw(st.lists(st.sampled_from([p for p, _ in model.module_paths() if p]), unique=True, max_size=2)):
-        if not under(path, ignored):
-            before = not draw(st.booleans())
-            checkpoints.append(ActivationCheckpoint(path, api=draw(st.sampled_from(("wrapper", "apply"))) if before else "apply",
-                                          before=before))
-    return dict(backward_prefetch=draw(st.sampled_from(("BACKWARD_PRE", "BACKWARD_POST", ""))),
-                # forward_prefetch only where every forward runs the same modules (fuzz/rules/fsdp1.py)
-                forward_prefetch=draw(st.booleans()) and not model.gates(),
-                limit_all_gathers=draw(st.sampled_from((True, False))),
-                no_sync=train.microbatches > 1 and draw(st.booleans()), checkpoints=tuple(checkpoints),
-                **_offload_or_sync(draw))
-
-
-def _offload_or_sync(draw) -> dict:
-    """CPU offload, ``sync_module_states`` or both, on a coin rarer than rare: on a CPU machine FSDP1 refuses
-    either, so such a case checks only the refusal (two rare coins made a fifth of a 20-minute run's cases
-    expected errors)."""
-    if not (draw(RARE) and draw(st.booleans())):
-        return {"offload": False, "sync_module_states": False}
-    which = draw(st.sampled_from(("offload", "sync_module_states", "both")))
-    return {"offload": which != "sync_module_states", "sync_module_states": which != "offload"}

@@ -6,7 +6,7 @@ dp of 1 included), the sharding strategy (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``N
 the model (mostly a transformer-shaped stack, :func:`parityfuzz.parts.tensor_parallel.strategy.transformer_models`;
 never tied), what the wrapping wraps, ``use_orig_params`` (True in three cases of four: what PyTorch asks for with TP), the training spec, the
 tensor-parallel styles (:mod:`parityfuzz.parts.tensor_parallel.strategy`), then the FSDP1 call's other arguments
-(``strategies.fsdp1.call_options``).
+(``parityfuzz.parts.fsdp1.strategy.call_options``).
 
 Not drawn: hybrid strategies, mixed precision, ignored modules, per-rank control flow, and tensor-parallel
 dimensions the ``tp`` axis does not divide, which FSDP1 refuses (``parityfuzz.families.fsdp1_tp``; the corpus
@@ -24,10 +24,10 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from parityfuzz.case import Case, MeshSpec
-from parityfuzz.families.fsdp1 import WRAPPINGS
+from parityfuzz.parts.fsdp1 import WRAPPINGS
 from parityfuzz.families.fsdp1_tp import SHARDINGS, FSDP1TPPlan, uneven_shards
 from parityfuzz.strategies.cases import finish
-from parityfuzz.strategies.fsdp1 import call_options, wrapping
+from parityfuzz.parts.fsdp1.strategy import call_options, wrapping
 from parityfuzz.parts.tensor_parallel.strategy import OFTEN, sequence_for_tp, tp_plans, tp_training, transformer_models
 from parityfuzz.strategies.models import LEAVES, models
 from parityfuzz.strategies.training import training

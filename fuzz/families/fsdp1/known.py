@@ -9,14 +9,8 @@ from parityfuzz.case import Case
 from parityfuzz.case.checkpoint import fsdp1_families
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 from parityfuzz.case.model import under
-from parityfuzz.families.fsdp1 import HYBRID, units
+from parityfuzz.parts.fsdp1 import HYBRID, runs_unsharded, units
 from parityfuzz.systems.compiled.known import checkpointed_paths, local_outputs_handed_on, outputs_of
-
-
-def runs_unsharded(case: Case) -> bool:
-    """FSDP1 runs as NO_SHARD: asked to, or its shard group has one rank (it then switches: a hybrid strategy's
-    group, or the dp sub-mesh of fsdp1_tp's (dp_shard=1, tp) mesh)."""
-    return case.plan.sharding == "NO_SHARD" or case.mesh.axis_size("dp_shard") == 1
 
 
 def hybrid_fsdp1_with_shards_of_one(case: Case) -> bool:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
 from parityfuzz.families import Family
-from parityfuzz.families import fsdp1
+from parityfuzz.parts import fsdp1
+from parityfuzz.parts.fsdp1 import rules as fsdp1_rules
 from parityfuzz.families.fsdp1_tp import grids
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 from parityfuzz.parts.tensor_parallel import Parallelize, describe_styles, style_features, validate_styles
@@ -30,7 +31,7 @@ MESHES = (("dp_shard", "tp"),)
 
 
 @dataclass(frozen=True)
-class FSDP1TPPlan(fsdp1.FSDP1Plan):
+class FSDP1TPPlan(fsdp1.FSDP1WrapPlan):
     """Tensor parallelism (``tp``, ``loss_parallel``: :mod:`parityfuzz.parts.tensor_parallel`), then the FSDP1 call on
     the ``dp_shard`` sub-mesh."""
 
@@ -136,5 +137,5 @@ FAMILY = Family(
     compiles=("blocks_after", "blocks_before", "model"),
     checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
     seed_grids=grids.GRIDS,
-    rules=tuple(dict.fromkeys(tp_rules.RULES + checkpointing.RULES + fsdp1.FAMILY.rules)),
+    rules=tp_rules.RULES + checkpointing.RULES + fsdp1_rules.RULES,
 )

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.case.model import under
-from parityfuzz.families.fsdp1 import units
-from parityfuzz.families.fsdp1.known import runs_unsharded
+from parityfuzz.parts.fsdp1 import runs_unsharded, units
 from parityfuzz.families.fsdp1_tp import split_sizes
 
 

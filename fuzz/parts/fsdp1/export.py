@@ -2,7 +2,7 @@
 before wrapping, the manual nested ``FullyShardedDataParallel`` instances (children first), the root instance
 with the plan's auto-wrap policy, checkpointing after; ``no_sync()`` on the non-last microbatches, FSDP1's own
 ``clip_grad_norm_``; parameters read through ``summon_full_params`` and gradients from each instance's flat
-parameter (:class:`parityfuzz.systems.fsdp1.FSDP1System`, whose reading code the script copies)."""
+parameter (:class:`parityfuzz.parts.fsdp1.system.FSDP1System`, whose reading code the script copies)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from parityfuzz.case import Case
 from parityfuzz.case.model import children_first
 from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts, at, function
-from parityfuzz.families.fsdp1 import HYBRID, FSDP1Plan
+from parityfuzz.parts.fsdp1 import HYBRID, FSDP1WrapPlan
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.systems import base
-from parityfuzz.systems import fsdp1 as system
+from parityfuzz.parts.fsdp1 import system
 
 IMPORTS = (ac_export.IMPORTS +
            "from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel as FSDP,\n"
@@ -23,21 +23,21 @@ IMPORTS = (ac_export.IMPORTS +
            "from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, "
            "size_based_auto_wrap_policy\n")
 
-#: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``parityfuzz.systems.fsdp1.KIND_CLASSES``).
+#: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``parityfuzz.parts.fsdp1.system.KIND_CLASSES``).
 KIND_CLASSES = {"linear": "nn.Linear", "seq": "nn.Sequential", "layernorm": "nn.LayerNorm", "rmsnorm": "nn.RMSNorm",
                 "embedding": "nn.Embedding", "mlp": "MLP", "attention": "Attention", "block": "Block",
                 "residual": "Residual", "twice": "Twice", "scale": "Scale", "gate": "Gate"}
 
 
 def refusal(case: Case) -> str | None:
-    plan: FSDP1Plan = case.plan
+    plan: FSDP1WrapPlan = case.plan
     if plan.ignored:
         return "ignored modules (FSDP1 trains each rank's copy on its own), which the export does not write out yet"
     return None
 
 
 def policy_lines(case: Case) -> list[str]:
-    plan: FSDP1Plan = case.plan
+    plan: FSDP1WrapPlan = case.plan
     if plan.wrapping == "module_class":
         defined = set(classes_used(case))  # a kind the model lacks has no class in the script: it matches nothing
         names = sorted(KIND_CLASSES[k] for k in plan.wrap_kinds if "." in KIND_CLASSES[k] or KIND_CLASSES[k] in defined)
@@ -52,7 +52,7 @@ def policy_lines(case: Case) -> list[str]:
 
 def kwargs_lines(case: Case, mesh: str = "") -> list[str]:
     """FSDP1's arguments; ``mesh`` names a ``device_mesh`` of the caller's (fsdp1_tp: the ``dp_shard`` sub-mesh)."""
-    plan: FSDP1Plan = case.plan
+    plan: FSDP1WrapPlan = case.plan
     prefetch = f"BackwardPrefetch.{plan.backward_prefetch}" if plan.backward_prefetch else "None"
     args = [f"sharding_strategy=ShardingStrategy.{plan.sharding}", f"use_orig_params={plan.use_orig_params}",
             "device_id=device", f"backward_prefetch={prefetch}", f"forward_prefetch={plan.forward_prefetch}",
@@ -88,7 +88,7 @@ START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must 
 
 
 def plan_lines(case: Case, mesh: str = "") -> list[str]:
-    plan: FSDP1Plan = case.plan
+    plan: FSDP1WrapPlan = case.plan
     lines = [START_ELSEWHERE] if plan.sync_module_states else []
     lines += [ac_export.call(c) for c in plan.checkpoints if c.before]
     lines += kwargs_lines(case, mesh) + policy_lines(case)
@@ -131,9 +131,9 @@ def records_source(tensor_parallel: bool = False) -> str:
 
 
 def parts(case: Case) -> Parts:
-    plan: FSDP1Plan = case.plan
+    plan: FSDP1WrapPlan = case.plan
     apply_plan = ac_export.definitions(plan.checkpoints) + function(
-        "apply_plan(model, mesh, device)", "FSDP1 as the case's plan says (parityfuzz.systems.fsdp1).",
+        "apply_plan(model, mesh, device)", "FSDP1 as the case's plan says (parityfuzz.parts.fsdp1.system).",
         plan_lines(case), "return model")
     accumulate = ("def accumulate(model, micro, last):\n"
                   f"    return model.no_sync() if {plan.no_sync} and not last else contextlib.nullcontext()\n")
@@ -152,7 +152,8 @@ def reference_source(case: Case) -> tuple:
     """``(where it is copied from, the classes to copy, the construction, the contexts)``."""
     from parityfuzz.export.reference import groups
     from parityfuzz.run.build import build_model
-    from parityfuzz.systems import fsdp1_mp, masters
+    from parityfuzz.parts.fsdp1 import reference as fsdp1_mp
+    from parityfuzz.systems import masters
 
     shard, replicate = groups(case)
     args = {**fsdp1_mp.arguments(case, build_model(case)), "shard_group": shard, "replicate_group": replicate}
@@ -163,5 +164,5 @@ def reference_source(case: Case) -> tuple:
                  "def reference(inner, device, mesh):\n"
                  f"    return FSDP1Precision(\n        inner, UNITS,\n{rendered})\n")
     classes = [masters.cast_floats, masters.divide_factors, masters.Masters, fsdp1_mp._Unit, fsdp1_mp.FSDP1Precision]
-    return "parityfuzz.systems.fsdp1_mp", classes, construct, \
+    return "parityfuzz.parts.fsdp1.reference", classes, construct, \
         "reference_step_context = reference_loss_context = contextlib.nullcontext\n"

@@ -1,5 +1,5 @@
 """Validity rules of FSDP1 plans that torch's FullyShardedDataParallel documents (the per-rank control-flow rule
-lives with the family's units: :func:`parityfuzz.families.fsdp1.rank_flow_problem`).
+lives with the part's units: :func:`parityfuzz.parts.fsdp1.rank_flow_problem`).
 
 Torch-free.
 """

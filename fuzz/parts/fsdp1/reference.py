@@ -57,9 +57,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_map
 
-from parityfuzz.families.fsdp1 import HYBRID
+from parityfuzz.parts.fsdp1 import HYBRID
 from parityfuzz.run.record import dtype_name, torch_dtype as dtype
-from parityfuzz.systems.fsdp1 import KIND_CLASSES
+from parityfuzz.parts.fsdp1.system import KIND_CLASSES
 from parityfuzz.systems.masters import EmulatedReference, Masters, cast_floats, divide_factors
 
 

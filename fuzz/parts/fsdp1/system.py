@@ -28,7 +28,7 @@ from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDa
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
 
 from parityfuzz.case.model import children_first
-from parityfuzz.families.fsdp1 import HYBRID
+from parityfuzz.parts.fsdp1 import HYBRID
 from parityfuzz.run import build
 from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.base import System, case_name, holder, resolve
