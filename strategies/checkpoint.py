@@ -30,8 +30,8 @@ from parityfuzz.case import Case, CaseError, MeshSpec, dimensions
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
 from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
-                                        ROLLBACK_REFERENCES, WAYS, Checkpoint, check_rollback, reshards as resharding,
-                                        saves_from)
+                                        ROLLBACK_REFERENCES, Checkpoint, check_rollback, reshards as resharding,
+                                        saves_from, ways)
 
 #: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
 ROLLBACK = st.sampled_from((False, False, True))
@@ -52,7 +52,7 @@ def _taken_by(kind: str, family: str) -> tuple[str, ...] | None:
 
 
 def ways_into(case: Case, fmt: str) -> list[str]:
-    return [w for w in saves_from(case) if WAYS[w] == fmt]
+    return [w for w in saves_from(case) if ways()[w].format == fmt]
 
 
 def can_reshard(case: Case) -> bool:
@@ -120,7 +120,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     except CaseError:
         pass  # refused: the event resumes the same plan (and may roll back, below)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
-    load = draw(st.sampled_from(ways_into(resumed, WAYS[save])))
+    load = draw(st.sampled_from(ways_into(resumed, ways()[save].format)))
     options = {}
     if save == "dcp":
         options["full_state_dict"] = draw(st.booleans())

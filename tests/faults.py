@@ -14,13 +14,13 @@ import torch
 import torch.nn as nn
 
 from parityfuzz.run.build import Twice
-from parityfuzz.systems.composable import ComposableSystem
+from parityfuzz.families.composable.system import ComposableSystem
 from parityfuzz.parts.fsdp1.system import FSDP1System
-from parityfuzz.systems.fsdp1_tp import FSDP1TPSystem
+from parityfuzz.families.fsdp1_tp.system import FSDP1TPSystem
 from parityfuzz.parts.fully_shard.system import FSDP2System
-from parityfuzz.systems.fsdp2_tp import FSDP2TPSystem
-from parityfuzz.systems.pipeline import PipelineSystem
-from parityfuzz.systems.zero import ZeroSystem
+from parityfuzz.families.fsdp2_tp.system import FSDP2TPSystem
+from parityfuzz.families.pipeline.system import PipelineSystem
+from parityfuzz.families.zero.system import ZeroSystem
 
 
 class _GradDropper(FSDP2System):

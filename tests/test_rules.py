@@ -190,7 +190,7 @@ COMPOSABLE_COUNTER_EXAMPLES = {
 
 
 def test_every_composable_rule_has_a_counter_example():
-    from parityfuzz.rules import composable
+    from parityfuzz.families.composable import rules as composable
 
     assert sorted(COMPOSABLE_COUNTER_EXAMPLES) == sorted(r.name for r in composable.RULES)
 

@@ -2,7 +2,7 @@
 (the same family and plan, or another plan, mesh, family or world size) loads them, and training goes on to
 the end; the whole run is compared with the reference.
 
-Ways to save and load (:data:`WAYS`), each a public torch API:
+Ways to save and load (:func:`ways`, from the family records), each a public torch API:
 
 - ``dcp``: ``torch.distributed.checkpoint.state_dict.get_state_dict`` (model and optimizer, sharded unless
   ``full_state_dict``) and ``dcp.save``; loaded by ``dcp.load`` into the fresh system's own state dict and
@@ -41,10 +41,26 @@ from parityfuzz.case.plan import Plan
 if TYPE_CHECKING:
     from parityfuzz.case.core import Case
 
-#: Way -> the format it writes and reads.  Which families save and load each way is theirs to say
-#: (:attr:`parityfuzz.families.Family.checkpoint_ways`).
-WAYS = {"dcp": "dcp", "full": "file", "fsdp1_full": "file", "fsdp1_sharded": "dcp", "fsdp1_local": "local",
-        "zero": "zero"}
+@dataclass(frozen=True)
+class Way:
+    """A way to save and load: the ``format`` it writes and reads, and the ``module`` holding its ``save_<name>`` and
+    ``load_<name>`` (with, for the exported script, ``SCRIPT_HELPERS``: way -> the functions they call, and
+    ``SCRIPT_CONSTANTS``: the names of the module constants they read).  A family's record lists its ways
+    (:attr:`parityfuzz.families.Family.checkpoint_ways`); a part or the family itself holds their code."""
+
+    format: str
+    module: str
+
+
+#: The ways of torch's state-dict APIs, which any family whose state those APIs take may list.
+STATE_DICT_WAYS = {"dcp": Way("dcp", "parityfuzz.checkpoint.dcp"), "full": Way("file", "parityfuzz.checkpoint.dcp")}
+
+
+def ways() -> dict[str, Way]:
+    """Every way some family saves or loads, by name."""
+    from parityfuzz import families
+
+    return {name: way for f in families.records() for name, way in f.checkpoint_ways.items()}
 
 
 def way_families(way: str) -> tuple[str, ...]:
@@ -125,7 +141,7 @@ class Checkpoint:
 def saves_from(case: Case) -> list[str]:
     """The ways ``case``'s system can save (and load, into the same plan)."""
     local = not getattr(case.plan, "use_orig_params", False)
-    return [w for w in WAYS if case.family in way_families(w) and (w != "fsdp1_local" or local)]
+    return [w for w in ways() if case.family in way_families(w) and (w != "fsdp1_local" or local)]
 
 
 def resumed(case: Case) -> Case:
@@ -161,12 +177,13 @@ def validate_checkpoint(case: Case) -> None:
     check(case.reference_name() not in RANK_LOCAL_REFERENCES, "checkpoint",
           "this case holds tensors with a value per rank (FSDP1's ignored modules): a checkpoint keeps one copy")
     for key, way in (("save", c.save), ("load", c.load_way)):
-        check(way in WAYS, f"checkpoint.{key}", f"must be one of {sorted(WAYS)}, got {way!r}")
+        check(way in ways(), f"checkpoint.{key}", f"must be one of {sorted(ways())}, got {way!r}")
     r = resumed(case)
     check(case.family in way_families(c.save), "checkpoint.save",
           f"{c.save!r} saves only from the families {list(way_families(c.save))}, not {case.family!r}")
-    check(WAYS[c.load_way] == WAYS[c.save], "checkpoint.load",
-          f"{c.load_way!r} reads the {WAYS[c.load_way]} format, {c.save!r} writes the {WAYS[c.save]} one")
+    formats = {name: way.format for name, way in ways().items()}
+    check(formats[c.load_way] == formats[c.save], "checkpoint.load",
+          f"{c.load_way!r} reads the {formats[c.load_way]} format, {c.save!r} writes the {formats[c.save]} one")
     check(c.world_size >= 0, "checkpoint.world_size", f"must be >= 1 (0: the case's), got {c.world_size}")
     if c.mesh is None:
         check(r.mesh.size == r.world_size, "checkpoint.mesh", f"world size {r.world_size} needs its own mesh")

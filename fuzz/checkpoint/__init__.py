@@ -1,8 +1,8 @@
 """A checkpoint event on a rank (:mod:`parityfuzz.case.checkpoint` says what a case asks for): the system under
-test saves and loads the way the case names (:mod:`.dcp`, :mod:`.fsdp1`, :mod:`.zero`), the reference through its trusted
+test saves and loads the way the case names (:mod:`.dcp`, or the module a family's record names for its own ways), the reference through its trusted
 path (:mod:`.trusted`), and the invariants every save and load must keep are checked (:mod:`.invariants`).
 
-One registry maps a way's name to the functions that save and load it; :func:`save` and :func:`load` are
+The family records map a way's name to the module that saves and loads it; :func:`save` and :func:`load` are
 what the trainer calls.
 """
 
@@ -12,20 +12,11 @@ import importlib
 import os
 
 from parityfuzz.case import Case
-
-#: Way -> module holding its ``save_<way>`` and ``load_<way>`` functions.
-WAY_MODULES = {
-    "dcp": "parityfuzz.checkpoint.dcp",
-    "full": "parityfuzz.checkpoint.dcp",
-    "fsdp1_full": "parityfuzz.checkpoint.fsdp1",
-    "fsdp1_sharded": "parityfuzz.checkpoint.fsdp1",
-    "fsdp1_local": "parityfuzz.checkpoint.fsdp1",
-    "zero": "parityfuzz.checkpoint.zero",
-}
-
+from parityfuzz.case.checkpoint import ways
 
 def _way(name: str, verb: str):
-    return getattr(importlib.import_module(WAY_MODULES[name]), f"{verb}_{name}")
+    """The save or load function of the way ``name`` (:func:`parityfuzz.case.checkpoint.ways`: its module)."""
+    return getattr(importlib.import_module(ways()[name].module), f"{verb}_{name}")
 
 
 def save(system, case: Case, directory: str, trusted: bool = False) -> list[tuple]:

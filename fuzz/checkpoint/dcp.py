@@ -25,6 +25,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from parityfuzz.checkpoint.invariants import check_saved
 
 FULL_FILE = "full.pt"
+#: What an exported script copies with the ways: the functions they call, the constants they read.
+SCRIPT_HELPERS = {"dcp": ("_get", "_set", "_describe"), "full": ("_get", "_set", "_describe")}
+SCRIPT_CONSTANTS = ("FULL_FILE",)
 
 
 def _get(system, case, options: StateDictOptions) -> tuple[dict, dict]:

@@ -14,11 +14,12 @@ precision (the reference's trusted turn goes through its emulation's master weig
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 from parityfuzz.case import Case
-from parityfuzz.case.checkpoint import OPTIONS, reshard_kind
-from parityfuzz.checkpoint import dcp, fsdp1, invariants, trusted, zero
+from parityfuzz.case.checkpoint import OPTIONS, reshard_kind, ways
+from parityfuzz.checkpoint import invariants, trusted
 
 IMPORTS = ("import shutil\nimport tempfile\nfrom types import SimpleNamespace\n\n"
            "import torch.distributed.checkpoint as dcp\n"
@@ -28,11 +29,6 @@ IMPORTS = ("import shutil\nimport tempfile\nfrom types import SimpleNamespace\n\
 FSDP1_IMPORTS = ("from torch.distributed.fsdp import (FullOptimStateDictConfig, FullStateDictConfig,\n"
                  "    FullyShardedDataParallel as FSDP, ShardedOptimStateDictConfig, ShardedStateDictConfig,\n"
                  "    StateDictType)\n")
-
-#: Way -> the harness module holding its ``save_<way>``/``load_<way>`` and the helpers they call.
-WAYS = {"dcp": (dcp, (dcp._get, dcp._set, dcp._describe)), "full": (dcp, (dcp._get, dcp._set, dcp._describe)),
-        "fsdp1_full": (fsdp1, ()), "fsdp1_sharded": (fsdp1, ()), "fsdp1_local": (fsdp1, (fsdp1._local_file,)),
-        "zero": (zero, ())}
 
 #: The invariants' functions the ways and the turn call (``expected_keys`` is the script's own: its model).
 INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.optimizer_names, invariants.check_keys,
@@ -191,15 +187,16 @@ def source(case: Case) -> str:
         return ""
     options = {k: getattr(c, k) for k in (*OPTIONS, "strict")}
     lines = ["# ---- the checkpoint event: the harness's save, load and invariants (parityfuzz.checkpoint), copied",
-             f"CASE = SimpleNamespace(checkpoint=SimpleNamespace(**{options!r}))  # what the functions read",
-             f'FULL_FILE, ZERO_FILE = "{dcp.FULL_FILE}", "{zero.ZERO_FILE}"']
-    functions, seen = [], set()
+             f"CASE = SimpleNamespace(checkpoint=SimpleNamespace(**{options!r}))  # what the functions read"]
+    functions, constants = [], {}
     for way, verb in ((c.save, "save"), (c.load_way, "load")):
-        module, helpers = WAYS[way]
-        for f in (*helpers, getattr(module, f"{verb}_{way}")):
-            if f not in seen:
-                seen.add(f)
+        module = importlib.import_module(ways()[way].module)  # its helpers, constants and function, copied
+        constants.update({name: getattr(module, name) for name in getattr(module, "SCRIPT_CONSTANTS", ())})
+        for f in (*(getattr(module, h) for h in getattr(module, "SCRIPT_HELPERS", {}).get(way, ())),
+                  getattr(module, f"{verb}_{way}")):
+            if f not in functions:
                 functions.append(f)
+    lines += [f"{name} = {value!r}" for name, value in constants.items()]
     trusted_turn = [inspect.getsource(f).replace(f"def {f.__name__}(", f"def trusted_{f.__name__}(", 1)
                     for f in (trusted.save, trusted.load)] if c.rollback_at else []
     body = ["_VIOLATIONS = []", *(inspect.getsource(f) for f in INVARIANTS), *(inspect.getsource(f) for f in functions),

@@ -1,7 +1,7 @@
 """The reference of an exported script, written out: DDP, or under mixed precision the harness's emulation of the
 policy, written by the export module of the family whose record names that reference (:func:`writer`: FSDP2's
 ``MixedPrecisionPolicy`` emulation by :mod:`parityfuzz.parts.fully_shard.export`, on a tensor-parallel model by
-:mod:`parityfuzz.export.fsdp2_tp`, FSDP1's ``MixedPrecision`` by :mod:`parityfuzz.parts.fsdp1.export`), copied by
+:mod:`parityfuzz.families.fsdp2_tp.export`, FSDP1's ``MixedPrecision`` by :mod:`parityfuzz.parts.fsdp1.export`), copied by
 source and constructed with the case's arguments as literals.
 
 The script's training loop calls the same functions whatever the reference: ``reference`` builds it over the

@@ -117,8 +117,8 @@ class Family:
     #: ``"module:function"``: a strategy ``(case, world sizes)`` drawing ``{world_size, mesh, plan}`` of this family
     #: for a case of any family, which a checkpoint load may resume into (``""``: none is offered).
     resume: str = ""
-    #: The ways its systems save and load checkpoints (:data:`parityfuzz.case.checkpoint.WAYS`).
-    checkpoint_ways: tuple[str, ...] = ()
+    #: The ways its systems save and load checkpoints, by name (:class:`parityfuzz.case.checkpoint.Way`).
+    checkpoint_ways: dict = field(default_factory=dict)
     #: Whether each rank of its system holds a part of the model of its own (pipeline stages), so that its state
     #: dicts hold that part only: the checkpoint strategy draws the options that needs, which ``check_checkpoint``
     #: requires.

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import under
+from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
-from parityfuzz.rules import composable as rules
-from parityfuzz.rules.composable import DATA_PARALLEL
+from parityfuzz.families.composable import rules
+from parityfuzz.families.composable.rules import DATA_PARALLEL
 
 #: The APIs a plan applies: ``replicate`` is the DDP-based one, ``replicate_fsdp`` the FSDP-based one.
 APIS = ("fully_shard", "replicate", "replicate_fsdp", "checkpoint")
@@ -106,7 +107,7 @@ def expected_error(case: Case, device_type: str) -> ExpectedError | None:
 
 
 def validate(case: Case) -> None:
-    """The fields, then the validity rules of :mod:`parityfuzz.rules.composable` (the documented compositions)."""
+    """The fields, then the validity rules of :mod:`parityfuzz.families.composable.rules` (the documented compositions)."""
     plan, model, t = case.plan, case.model, case.train
     kinds = dict(model.module_paths())
     check(bool(plan.applies), "plan.applies", "must apply at least one API")
@@ -176,7 +177,7 @@ FAMILY = Family(
     plan_type=ComposablePlan,
     meshes=MESHES,
     system="composable",
-    strategy="parityfuzz.strategies.composable",
+    strategy="parityfuzz.families.composable.strategy",
     reference=reference,
     validate=validate,
     features=features,
@@ -187,15 +188,15 @@ FAMILY = Family(
         "documentation allows, must train exactly like DDP, and refuse what torch documents refusing."
     ),
     systems={
-        "composable": "parityfuzz.systems.composable:ComposableSystem",
+        "composable": "parityfuzz.families.composable.system:ComposableSystem",
     },
-    export="parityfuzz.export.composable",
+    export="parityfuzz.families.composable.export",
     patchable_classes=(
         ("torch.distributed._composable.replicate", "_ReplicateState"),
     ),
     compiles=("blocks_after", "blocks_before", "model"),
-    checkpoint_ways=("dcp", "full"),
+    checkpoint_ways=STATE_DICT_WAYS,
     rules=rules.RULES,
     missing={"seed_grids": "PyTorch's composable tests' grids are not transcribed yet"},
-    resume="parityfuzz.strategies.composable:resumed",
+    resume="parityfuzz.families.composable.strategy:resumed",
 )

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
+from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp1 import grids
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
-from parityfuzz.parts.fsdp1 import (HYBRID, MESHES, SHARDINGS, UNSUPPORTED, FSDP1WrapPlan, describe, expected_error,
+from parityfuzz.parts.fsdp1 import (CHECKPOINT_WAYS, HYBRID, MESHES, SHARDINGS, UNSUPPORTED, FSDP1WrapPlan, describe, expected_error,
                                     features, precision, promise, validate_plan)
 from parityfuzz.parts.fsdp1 import rules as fsdp1_rules
 
@@ -56,7 +57,7 @@ FAMILY = Family(
     meshes=MESHES,
     view_parameters=True,
     system="fsdp1",
-    strategy="parityfuzz.strategies.fsdp1",
+    strategy="parityfuzz.families.fsdp1.strategy",
     reference=reference,
     validate=validate,
     features=features,
@@ -79,7 +80,7 @@ FAMILY = Family(
         "torch.distributed.fsdp._runtime_utils",
     ),
     compiles=("blocks_after", "blocks_before", "model"),
-    checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
+    checkpoint_ways={**STATE_DICT_WAYS, **CHECKPOINT_WAYS},
     seed_grids=grids.GRIDS,
     rules=fsdp1_rules.RULES + checkpointing.RULES,
 )

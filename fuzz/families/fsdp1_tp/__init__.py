@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
+from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
 from parityfuzz.parts import fsdp1
+from parityfuzz.parts.fsdp1 import CHECKPOINT_WAYS
 from parityfuzz.parts.fsdp1 import rules as fsdp1_rules
 from parityfuzz.families.fsdp1_tp import grids
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
@@ -111,7 +113,7 @@ FAMILY = Family(
     meshes=MESHES,
     view_parameters=True,
     system="fsdp1_tp",
-    strategy="parityfuzz.strategies.fsdp1_tp",
+    strategy="parityfuzz.families.fsdp1_tp.strategy",
     reference=reference,
     validate=validate,
     features=features,
@@ -122,9 +124,9 @@ FAMILY = Family(
         "train exactly like DDP."
     ),
     systems={
-        "fsdp1_tp": "parityfuzz.systems.fsdp1_tp:FSDP1TPSystem",
+        "fsdp1_tp": "parityfuzz.families.fsdp1_tp.system:FSDP1TPSystem",
     },
-    export="parityfuzz.export.fsdp1_tp",
+    export="parityfuzz.families.fsdp1_tp.export",
     patchable=(
         "torch.distributed.fsdp",
         "torch.distributed.fsdp._runtime_utils",
@@ -135,7 +137,7 @@ FAMILY = Family(
         ("torch.distributed.tensor.parallel.style", "SequenceParallel"),
     ),
     compiles=("blocks_after", "blocks_before", "model"),
-    checkpoint_ways=("dcp", "full", "fsdp1_full", "fsdp1_sharded", "fsdp1_local"),
+    checkpoint_ways={**STATE_DICT_WAYS, **CHECKPOINT_WAYS},
     seed_grids=grids.GRIDS,
     rules=tp_rules.RULES + checkpointing.RULES + fsdp1_rules.RULES,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parityfuzz.case.core import Case
+from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
 from parityfuzz.families.fsdp2 import grids
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
@@ -35,7 +36,7 @@ FAMILY = Family(
     plan_type=FSDP2Plan,
     meshes=MESHES,
     system="fsdp2",
-    strategy="parityfuzz.strategies.fsdp2",
+    strategy="parityfuzz.families.fsdp2.strategy",
     reference=reference,
     validate=validate,
     features=features,
@@ -59,8 +60,8 @@ FAMILY = Family(
         ("torch.distributed.fsdp._fully_shard._fsdp_param", "FSDPParam"),
     ),
     compiles=("blocks_after", "blocks_before", "model"),
-    checkpoint_ways=("dcp", "full"),
+    checkpoint_ways=STATE_DICT_WAYS,
     seed_grids=grids.GRIDS,
     rules=checkpointing.RULES,
-    resume="parityfuzz.strategies.fsdp2:resumed",
+    resume="parityfuzz.families.fsdp2.strategy:resumed",
 )

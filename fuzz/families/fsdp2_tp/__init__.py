@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
+from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
 from parityfuzz.parts import fully_shard
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
@@ -118,7 +119,7 @@ FAMILY = Family(
     plan_type=FSDP2TPPlan,
     meshes=MESHES,
     system="fsdp2_tp",
-    strategy="parityfuzz.strategies.fsdp2_tp",
+    strategy="parityfuzz.families.fsdp2_tp.strategy",
     reference=reference,
     validate=validate,
     features=features,
@@ -128,10 +129,10 @@ FAMILY = Family(
         "ranks."
     ),
     systems={
-        "fsdp2_tp": "parityfuzz.systems.fsdp2_tp:FSDP2TPSystem",
-        "ddp_mp_tp": "parityfuzz.systems.fsdp2_tp:MixedPrecisionTPReference",
+        "fsdp2_tp": "parityfuzz.families.fsdp2_tp.system:FSDP2TPSystem",
+        "ddp_mp_tp": "parityfuzz.families.fsdp2_tp.system:MixedPrecisionTPReference",
     },
-    export="parityfuzz.export.fsdp2_tp",
+    export="parityfuzz.families.fsdp2_tp.export",
     patchable=("torch.distributed.tensor.parallel.loss",),
     patchable_classes=(
         ("torch.distributed.tensor.parallel.style", "ColwiseParallel"),
@@ -139,7 +140,7 @@ FAMILY = Family(
         ("torch.distributed.tensor.parallel.style", "SequenceParallel"),
     ),
     compiles=("blocks_after", "blocks_before", "model"),
-    checkpoint_ways=("dcp", "full"),
+    checkpoint_ways=STATE_DICT_WAYS,
     rules=tp_rules.RULES + checkpointing.RULES,
     missing={"seed_grids": "PyTorch's tensor-parallel tests' grids are not transcribed yet"},
 )

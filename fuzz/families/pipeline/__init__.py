@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names, under
+from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
 from parityfuzz.parts.tensor_parallel import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
@@ -41,7 +42,7 @@ from parityfuzz.parts.fully_shard import Policy
 from parityfuzz.families.pipeline.schedules import SCHEDULES, SPLIT_BACKWARD
 from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
-from parityfuzz.rules import pipeline as rules
+from parityfuzz.families.pipeline import rules
 from parityfuzz.rules import require
 
 MESHES = (("pp",), ("pp", "dp_shard"), ("pp", "tp"), ("pp", "dp_shard", "tp"))
@@ -61,7 +62,7 @@ class PipelinePlan(Plan):
     ``split_dim``: the input dimension the schedule splits into microbatches (``args_chunk_spec=
     (TensorChunkSpec(split_dim),)``): 0 the batch, 1 the sequence; the schedules split a target along its dimension 0
     whatever the input's spec (``_TARGET_CHUNK_SPEC``), so the target goes in with that dimension moved first and the
-    loss moves it back (:func:`parityfuzz.systems.pipeline.chunk_loss`)."""
+    loss moves it back (:func:`parityfuzz.families.pipeline.system.chunk_loss`)."""
 
     family = "pipeline"
 
@@ -333,7 +334,7 @@ FAMILY = Family(
     plan_type=PipelinePlan,
     meshes=MESHES,
     system="pipeline",
-    strategy="parityfuzz.strategies.pipeline",
+    strategy="parityfuzz.families.pipeline.strategy",
     reference=reference,
     validate=validate,
     features=features,
@@ -344,9 +345,9 @@ FAMILY = Family(
     target="A pipeline schedule over stages of the model must train exactly like the unsplit model under DDP fed "
            "the same microbatches, with the loss scaling the schedules document.",
     systems={
-        "pipeline": "parityfuzz.systems.pipeline:PipelineSystem",
-        "pipeline_reference": "parityfuzz.systems.pipeline:PipelineReference",
-        "pipeline_mp_reference": "parityfuzz.systems.pipeline:PipelineMixedPrecisionReference",
+        "pipeline": "parityfuzz.families.pipeline.system:PipelineSystem",
+        "pipeline_reference": "parityfuzz.families.pipeline.system:PipelineReference",
+        "pipeline_mp_reference": "parityfuzz.families.pipeline.system:PipelineMixedPrecisionReference",
     },
     patchable=(
         "torch.distributed.pipelining.schedules",
@@ -360,7 +361,7 @@ FAMILY = Family(
         ("torch.distributed.fsdp._fully_shard._fsdp_param", "FSDPParam"),  # (FSDP2 inside the stages)
     ),
     seed_grids=grids.GRIDS,
-    export="parityfuzz.export.pipeline",
+    export="parityfuzz.families.pipeline.export",
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
            rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, rules.CHECKPOINT_NOT_RANK0_ONLY, *checkpointing.RULES),
@@ -369,8 +370,8 @@ FAMILY = Family(
     compile_groups=compile_groups,
     # DCP only: a full state dict of a rank's stages is that part of the model, which the 'full' way's one file
     # of rank 0's would not hold.
-    checkpoint_ways=("dcp",),
+    checkpoint_ways={"dcp": STATE_DICT_WAYS["dcp"]},
     partial_state=True,
     check_checkpoint=check_checkpoint,
-    resume="parityfuzz.strategies.pipeline:resumed",
+    resume="parityfuzz.families.pipeline.strategy:resumed",
 )

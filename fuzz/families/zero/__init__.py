@@ -13,7 +13,7 @@ optimizer steps inside the backward, once DDP has rebuilt its buckets, so the fi
 ``static_graph``) update nothing, as torch documents; the reference skips those steps.  ``late_group``: the last
 parameter group joins through ``add_param_group`` mid-training (in the reference too).  ``reload_at``: the
 optimizer state is consolidated on one rank, saved and loaded into a fresh ZeRO, or the live one, mid-training (the
-reference trains on uninterrupted).  Checkpoint events save and load ZeRO's own way (:mod:`parityfuzz.checkpoint.zero`):
+reference trains on uninterrupted).  Checkpoint events save and load ZeRO's own way (:mod:`parityfuzz.families.zero.checkpoint`):
 into a fresh system, at the same or another world size, or into the live one (a rollback).  With
 gloo (CPU ranks) torch refuses the hooks ("Gloo backend using Overlapping DDP with ZeRO may meet hangs"): an
 expected error there.
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
+from parityfuzz.case.checkpoint import Way
 from parityfuzz.families import Family
 from parityfuzz.families.zero import grids
 
@@ -100,7 +101,7 @@ def validate(case: Case) -> None:
     check(not plan.consolidate_to or plan.reload_at, "plan.consolidate_to", "is plan.reload_at's")
     check(not plan.reload_live or plan.reload_at, "plan.reload_live", "is plan.reload_at's")
     check(not (plan.reload_at and plan.late_group), "plan.reload_at", "not with plan.late_group")
-    if case.checkpoint:  # ZeRO's own way (parityfuzz.checkpoint.zero), into a fresh or the live optimizer
+    if case.checkpoint:  # ZeRO's own way (parityfuzz.families.zero.checkpoint), into a fresh or the live optimizer
         for field, on, why in (
                 ("overlap", plan.overlap, "a fresh ZeRO under overlap waits for DDP's rebuilt buckets again, which "
                  "the uninterrupted reference does not"),
@@ -169,19 +170,19 @@ FAMILY = Family(
     plan_type=ZeroPlan,
     meshes=MESHES,
     system="zero",
-    strategy="parityfuzz.strategies.zero",
+    strategy="parityfuzz.families.zero.strategy",
     reference=reference,
     validate=validate,
     features=features,
     describe=describe,
     expected_error=expected_error,
-    checkpoint_ways=("zero",),
+    checkpoint_ways={"zero": Way("zero", "parityfuzz.families.zero.checkpoint")},
     target="ZeroRedundancyOptimizer over DDP must train exactly like DDP with the whole optimizer on every rank.",
     systems={
-        "zero": "parityfuzz.systems.zero:ZeroSystem",
-        "zero_reference": "parityfuzz.systems.zero:ZeroReference",
+        "zero": "parityfuzz.families.zero.system:ZeroSystem",
+        "zero_reference": "parityfuzz.families.zero.system:ZeroReference",
     },
-    export="parityfuzz.export.zero",
+    export="parityfuzz.families.zero.export",
     patchable=(
         "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook",
     ),

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from parityfuzz.case import dtypes
+from parityfuzz.case.checkpoint import Way
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, check_rank_gate_periods, under
@@ -105,6 +106,11 @@ class FSDP1WrapPlan(Plan):
     def mixed_precision(self) -> bool:
         return self.precision.active()
 
+
+#: FSDP1's own state-dict types as checkpoint ways (:mod:`.checkpoint`), beside torch's state-dict APIs.
+CHECKPOINT_WAYS = {"fsdp1_full": Way("file", "parityfuzz.parts.fsdp1.checkpoint"),
+                   "fsdp1_sharded": Way("dcp", "parityfuzz.parts.fsdp1.checkpoint"),
+                   "fsdp1_local": Way("local", "parityfuzz.parts.fsdp1.checkpoint")}
 
 MESHES = (("dp_shard",), ("dp_replicate", "dp_shard"))
 

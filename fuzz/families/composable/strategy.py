@@ -19,7 +19,7 @@ from parityfuzz.case import Case, MeshSpec, under
 from parityfuzz.families.composable import ComposablePlan, Compose
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
-from parityfuzz.strategies.composable.plans import plans
+from parityfuzz.families.composable.plans import plans
 from parityfuzz.parts.fully_shard.strategy import meshes
 from parityfuzz.strategies.meshes import world_sizes
 from parityfuzz.strategies.models import models

@@ -1,7 +1,7 @@
 """The zero family's plan written out: DDP with the plan's ``gradient_as_bucket_view`` and ``static_graph``,
 ``no_sync()`` on the non-last microbatches, and ``ZeroRedundancyOptimizer`` around the case's optimizer in its
 parameter groups, whose partitions are checked to cover every parameter once (the harness's check, copied), as
-:class:`parityfuzz.systems.zero.ZeroSystem` does.
+:class:`parityfuzz.families.zero.system.ZeroSystem` does.
 
 Refused by name: ``overlap`` (its reference skips the warm-up steps), ``late_group`` and ``reload_at`` (steps
 where both systems change their optimizer), which the script's shared loop does not take yet."""
@@ -13,7 +13,7 @@ import inspect
 from parityfuzz.case import Case
 from parityfuzz.export.parts import Parts, function
 from parityfuzz.families.zero import ZeroPlan
-from parityfuzz.systems import zero as system
+from parityfuzz.families.zero import system
 
 IMPORTS = "import functools\nfrom torch.distributed.optim import ZeroRedundancyOptimizer\n"
 
@@ -29,7 +29,7 @@ def refusal(case: Case) -> str | None:
 def parts(case: Case) -> Parts:
     plan: ZeroPlan = case.plan
     apply_plan = function("apply_plan(model, mesh, device)", "DDP as the zero family's plan says "
-                          "(parityfuzz.systems.zero).", [
+                          "(parityfuzz.families.zero.system).", [
                               f"return ddp(model, device, gradient_as_bucket_view={plan.gradient_as_bucket_view}, "
                               f"static_graph={plan.static_graph})"])
     optimizer = function("make_zero_optimizer(named)", "ZeroRedundancyOptimizer around the case's optimizer, in its "

@@ -1,7 +1,7 @@
 """The composable family's plan written out: the ``fully_shard``, ``replicate`` (DDP-based),
 ``replicate_with_fsdp.replicate`` and ``checkpoint`` calls in the plan's order, ``set_requires_gradient_sync``
 per microbatch, its optimizer split by kind of tensor under ``foreach`` and its clipping over mixed kinds, and its
-invariants (parameters named as before, each parameter fully_shard manages a DTensor sharded on dim-0) as :class:`parityfuzz.systems.composable.ComposableSystem` checks them."""
+invariants (parameters named as before, each parameter fully_shard manages a DTensor sharded on dim-0) as :class:`parityfuzz.families.composable.system.ComposableSystem` checks them."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def parts(case: Case) -> Parts:
              '                             f"(order kept: {sorted(names) == sorted(after)})")',
              'check_managed(model, "after the calls")']
     apply_plan = function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
-                          "(parityfuzz.systems.composable).", lines, "return model")
+                          "(parityfuzz.families.composable.system).", lines, "return model")
     sync = [f"{at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
             for path, api in plan.data_parallel().items()] if plan.no_sync else []
     if plan.post_optim_event:

@@ -27,7 +27,7 @@ from parityfuzz.parts.fully_shard.strategy import accumulation, plans, precision
 from parityfuzz.parts.tensor_parallel import PREPARE
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import RARE
-from parityfuzz.strategies.fsdp2_tp.meshes import meshes
+from parityfuzz.families.fsdp2_tp.meshes import meshes
 from parityfuzz.parts.tensor_parallel.strategy import (OFTEN, overflow_outside, sequence_for_tp, tp_plans,
                                                        tp_training, transformer_models)
 from parityfuzz.strategies.meshes import world_sizes

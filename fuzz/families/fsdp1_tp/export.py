@@ -1,6 +1,6 @@
 """The fsdp1_tp family's plan written out: ``parallelize_module`` per style on the ``tp`` sub-mesh, then the FSDP1
 plan with ``device_mesh`` the ``dp_shard`` sub-mesh; gradients read from FSDP1's flat parameters are each rank's
-tensor-parallel shard, put back on ``tp`` before they are compared (:class:`parityfuzz.systems.fsdp1_tp.FSDP1TPSystem`)."""
+tensor-parallel shard, put back on ``tp`` before they are compared (:class:`parityfuzz.families.fsdp1_tp.system.FSDP1TPSystem`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def parts(case: Case) -> Parts:
     lines += fsdp1.plan_lines(case, mesh='mesh["dp_shard"]')
     apply_plan = ac_export.definitions(plan.checkpoints) + function(
         "apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP1 on the dp_shard sub-mesh "
-        "(parityfuzz.systems.fsdp1_tp).", lines, "return model")
+        "(parityfuzz.families.fsdp1_tp.system).", lines, "return model")
     base = fsdp1.parts(case)
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     return dataclasses.replace(

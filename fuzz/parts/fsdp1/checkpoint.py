@@ -71,6 +71,10 @@ def load_fsdp1_sharded(system, case, directory: str) -> None:
     system.optim.load_state_dict(optim_sd)
 
 
+#: The functions the ways call, which an exported script copies with them.
+SCRIPT_HELPERS = {"fsdp1_local": ("_local_file",)}
+
+
 def _local_file(directory: str) -> str:
     return os.path.join(directory, f"local-{dist.get_rank()}.pt")
 

@@ -1,6 +1,6 @@
 """The fsdp2_tp family's plan written out: ``parallelize_module`` per style on the ``tp`` sub-mesh, then the FSDP2
 plan on the data-parallel sub-mesh; the loss under ``loss_parallel()`` where the plan says, the optimizer's
-zeroing and step under ``implicit_replication()`` (:class:`parityfuzz.systems.fsdp2_tp.FSDP2TPSystem`)."""
+zeroing and step under ``implicit_replication()`` (:class:`parityfuzz.families.fsdp2_tp.system.FSDP2TPSystem`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def parts(case: Case) -> Parts:
         lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
     lines += fully_shard_export.plan_lines(plan, mesh="dp_mesh")
     apply_plan = function("apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP2 on the data-parallel "
-                          "sub-mesh (parityfuzz.systems.fsdp2_tp).", lines, "return model")
+                          "sub-mesh (parityfuzz.families.fsdp2_tp.system).", lines, "return model")
     loss = "loss_parallel" if plan.loss_parallel else "contextlib.nullcontext"
     base = fully_shard_export.parts(case)
     return Parts(imports=IMPORTS,
@@ -48,9 +48,9 @@ def reference_source(case: Case) -> tuple:
     # the plan's styles applied to the reference's own model first (the system's calls)
     styles = "".join(f"    parallelize_module({at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
                      f"{style_source(p)})\n" for p in case.plan.tp)
-    from parityfuzz.systems import fsdp2_tp as system
+    from parityfuzz.families.fsdp2_tp import system
 
     where, classes, construct, _ = fully_shard_export.reference_source(case, styles=styles, precision="FSDP2PrecisionTP")
     contexts = ("reference_step_context = implicit_replication  # the system's: a model only partly tensor parallel\n"
                 f"reference_loss_context = {'loss_parallel' if case.plan.loss_parallel else 'contextlib.nullcontext'}\n")
-    return f"{where}, parityfuzz.systems.fsdp2_tp", classes + [system.FSDP2PrecisionTP], construct, contexts
+    return f"{where}, parityfuzz.families.fsdp2_tp.system", classes + [system.FSDP2PrecisionTP], construct, contexts

@@ -19,6 +19,8 @@ import torch.distributed as dist
 from parityfuzz.checkpoint.invariants import check_keys
 
 ZERO_FILE = "zero.pt"
+#: The module constants the ways read, which an exported script defines.
+SCRIPT_CONSTANTS = ("ZERO_FILE",)
 
 
 def save_zero(system, case, directory: str) -> None:

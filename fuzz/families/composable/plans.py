@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import ModelSpec
 from parityfuzz.families.composable import ComposablePlan, Compose
-from parityfuzz.rules.composable import EAGER
+from parityfuzz.families.composable.rules import EAGER
 from parityfuzz.strategies.coins import RARE
 
 #: Which replicate APIs a case may use, in shrinking order.

@@ -1,10 +1,10 @@
 """The pipeline family's plan written out: the model split into this rank's stages (the harness's ``Stage``,
 copied), each stage's tensor-parallel styles, activation checkpoints and ``fully_shard`` in the order
-:class:`parityfuzz.systems.pipeline.PipelineSystem` applies them, a ``PipelineStage`` per stage on the ``pp`` group
+:class:`parityfuzz.families.pipeline.system.PipelineSystem` applies them, a ``PipelineStage`` per stage on the ``pp`` group
 and the plan's schedule; a step is one ``schedule.step``.  The reference is DDP fed the plan's microbatches one
 after another, the gradients divided by their count where ``scale_grads``
-(:class:`parityfuzz.systems.pipeline.PipelineReference`), or under the plan's ``MixedPrecisionPolicy`` the harness's
-emulation of it with one group per stage (:class:`parityfuzz.systems.pipeline.PipelineMixedPrecisionReference`).  Each rank records the stages it holds and says the
+(:class:`parityfuzz.families.pipeline.system.PipelineReference`), or under the plan's ``MixedPrecisionPolicy`` the harness's
+emulation of it with one group per stage (:class:`parityfuzz.families.pipeline.system.PipelineMixedPrecisionReference`).  Each rank records the stages it holds and says the
 others are held elsewhere, as the harness does.  Where the run unfreezes
 parameters, the stages and schedule are built anew around the same modules (``Pipelined.rebuild``), as the harness
 does; an evaluation forward is ``schedule.eval``.  A checkpoint event saves and loads each rank's stages as one module
@@ -28,7 +28,7 @@ from parityfuzz.parts.tensor_parallel import apply as tp_apply
 from parityfuzz.parts.tensor_parallel import export as tp_export
 from parityfuzz.parts.tensor_parallel.export import style_source
 from parityfuzz.run import build
-from parityfuzz.systems import pipeline as system
+from parityfuzz.families.pipeline import system
 
 IMPORTS = ("from torch.distributed import pipelining\nfrom torch.distributed.pipelining.microbatch import TensorChunkSpec\n"
            + fully_shard_export.IMPORTS + tp_export.IMPORTS)
@@ -85,7 +85,7 @@ class Pipelined(nn.Module):
 
 
 def apply_plan(model, mesh, device):
-    """The pipeline plan (parityfuzz.systems.pipeline): this rank's stages, under the schedule."""
+    """The pipeline plan (parityfuzz.families.pipeline.system): this rank's stages, under the schedule."""
     mine = STAGES_OF_RANK[mesh.get_local_rank("pp")]
     modules = [stage_module(model, index, mesh) for index in mine]
     return Pipelined(model, modules, mine, mesh, device)
