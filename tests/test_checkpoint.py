@@ -300,3 +300,22 @@ def test_a_known_bug_of_the_resumed_case_explains_a_failure_after_the_load():
                                      "torch_frame": frame},))
     assert known_bug(case, verdict) is not None
     assert known_bug(dataclasses.replace(case, checkpoint=Checkpoint(step=1)).validate(), verdict) is None
+
+
+def test_a_loaded_optimizer_state_may_come_back_in_its_parameters_dtype_and_nothing_else():
+    """``Optimizer.load_state_dict`` casts floating-point state (but ``step``) to its parameter's dtype: FSDP1's
+    ``keep_low_precision_grads`` gives SGD a bfloat16 momentum buffer for float64 parameters, which comes back
+    float64 (corpus/fsdp1/eba446d97f567bc0, a false alarm of the 30-minute run of 2026-11-28).  The load invariant
+    takes that cast, and only that: the values must still be the saved ones, and other entries keep their dtype."""
+    import torch
+
+    from parityfuzz.checkpoint.invariants import _difference, cast_on_load
+
+    saved = torch.tensor([0.1, -2.5], dtype=torch.bfloat16)
+    loaded = {"model body.bias": torch.zeros(2, dtype=torch.float64)}
+    momentum = "optimizer state body.bias.momentum_buffer"
+    assert _difference(cast_on_load(momentum, saved, loaded), saved.double()) is None
+    assert _difference(cast_on_load(momentum, saved, loaded), saved.double() + 1e-3) is not None  # values still count
+    assert _difference(cast_on_load(momentum, saved, loaded), saved) is not None  # cast: bfloat16 is not float64
+    for name in ("optimizer state body.bias.step", "model body.bias"):  # only the floating optimizer state casts
+        assert cast_on_load(name, saved, loaded) is saved

@@ -156,6 +156,20 @@ def test_plans_fsdp1_refuses_are_invalid_up_front():
                             plan=FSDP1Plan(ignored=("body.1",))).validate()
 
 
+@pytest.mark.parametrize("path", ["body.1", "body.1.inner", "body.1.inner.fc1"])
+def test_a_reentrant_checkpoint_holding_or_inside_a_per_rank_gate_is_refused(path):
+    """Its nested backward runs FSDP1's post-backward reduction on the ranks whose gate ran only: the 30-minute run
+    of 2026-11-28 met two hangs and a gloo size mismatch so (every strategy, NO_SHARD too).  The same checkpoint
+    non-reentrant, or a reentrant one beside the gate, stays valid."""
+    def case(at: str, reentrant: bool = True):
+        return fsdp1_case((2,), RANK_GATED, checkpoints=(ActivationCheckpoint(at, api="apply", reentrant=reentrant),))
+
+    with pytest.raises(CaseError, match=r"plan.checkpoints\[0\].reentrant.*per-rank gate 'body.1'"):
+        case(path)
+    case(path, reentrant=False)
+    case("body.2")
+
+
 def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
     """The pool's isolation snapshot covers FSDP1's internals: a fault injected there by one case does not leak
     into the next one (it once did, and a clean fuzz run after the fault tests failed)."""

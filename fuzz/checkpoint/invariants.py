@@ -6,7 +6,8 @@
 - where the save is rank-0-only (``rank0_only``, or a full state dict with ``cpu_offload``), the other ranks
   get empty dicts; where it offloads, every tensor is on the CPU;
 - right after the load, the fresh system's full parameters, buffers and optimizer state are the saved ones,
-  bit for bit (a round trip and a resharding move values, they compute nothing): every rank leaves a snapshot of
+  bit for bit (a round trip and a resharding move values, they compute nothing; an optimizer's floating-point
+  state comes back in its parameter's dtype, :func:`cast_on_load`): every rank leaves a snapshot of
   what it holds, and each rank of the loaded system checks what it holds against them all.
 
 A violation is recorded (:func:`report`), not raised: the ranks train on in step, the trainer puts what was
@@ -200,10 +201,23 @@ def check_snapshot(system, directory: str) -> None:
                "(against what was saved)")
         return
     for name in sorted(loaded):
-        problem = _difference(saved[name], loaded[name])
+        problem = _difference(cast_on_load(name, saved[name], loaded), loaded[name])
         if problem is not None:
             report("loaded", name, f"after the load: {name} {problem[0]}", problem[1])
             return
+
+
+def cast_on_load(name: str, value, loaded: dict):
+    """A saved snapshot entry as a load gives it back: an optimizer's floating-point state (but ``step``) in its
+    parameter's dtype, as ``Optimizer.load_state_dict`` casts it (torch/optim/optimizer.py,
+    ``Optimizer._process_value_according_to_param_policy``: floating-point state is "assumed to always match the
+    type of params"; FSDP1's ``keep_low_precision_grads`` gives SGD a bfloat16 momentum buffer for float64
+    parameters, which comes back float64: the 30-minute run of 2026-11-28 met it); anything else as saved."""
+    if not (name.startswith("optimizer state ") and isinstance(value, torch.Tensor) and value.is_floating_point()) \
+            or name.endswith(".step"):
+        return value
+    param = loaded.get("model " + snapshot_owner(name))
+    return value.to(param.dtype) if isinstance(param, torch.Tensor) and param.is_floating_point() else value
 
 
 def _difference(a, b) -> tuple[str, float] | None:
@@ -233,5 +247,6 @@ def _value(v):
     return tuple(_value(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-__all__ = ["check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot", "consolidated_state",
-           "optimizer_names", "report", "save_snapshot", "saved_snapshot", "snapshot", "snapshot_owner", "take"]
+__all__ = ["cast_on_load", "check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot",
+           "consolidated_state", "optimizer_names", "report", "save_snapshot", "saved_snapshot", "snapshot",
+           "snapshot_owner", "take"]

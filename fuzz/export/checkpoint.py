@@ -34,7 +34,7 @@ FSDP1_IMPORTS = ("from torch.distributed.fsdp import (FullOptimStateDictConfig, 
 INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.optimizer_names, invariants.check_keys,
               invariants.check_rank0_only, invariants.check_on_cpu, invariants._tensors, invariants.check_saved,
               invariants.snapshot, invariants.consolidated_state, invariants._plain, invariants.save_snapshot,
-              invariants.saved_snapshot, invariants.snapshot_owner, invariants.check_snapshot,
+              invariants.saved_snapshot, invariants.snapshot_owner, invariants.cast_on_load, invariants.check_snapshot,
               invariants._difference, invariants._value, trusted._barrier, trusted.save_scheduler,
               trusted.load_scheduler)
 

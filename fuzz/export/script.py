@@ -69,8 +69,9 @@ def constants(case: Case) -> str:
         ("SHARDED_SCALER", _system(case).sharded_scaler and t.scaler != "amp",
          "the system under test scales with ShardedGradScaler (its gradients are sharded), the reference with "
          "torch.amp.GradScaler"),
-        ("REFERENCE_SHARDED_SCALER", _reference(case).unscales_float16(case),
-         "the reference hands its optimizer float16 gradients, which only ShardedGradScaler unscales"),
+        ("REFERENCE_SHARDED_SCALER", _reference(case).sharded_reference_scaler(case),
+         "the reference scales with ShardedGradScaler too (float16 gradients, which only it unscales, or gradients "
+         "it does not reduce, whose infs the system's ShardedGradScaler syncs across ranks)"),
         ("OVERFLOW_AT", t.overflow_at, "the step whose backward on data-parallel rank 0 overflows (0: none)"),
         ("OVERFLOW_IN", t.overflow_in, "the Linear whose first output feature's gradient overflows there (x 2**24), "
                                        "instead of the loss (''): its weight row alone"),

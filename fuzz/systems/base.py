@@ -221,18 +221,20 @@ class System:
 
     def make_scaler(self):
         """The gradient scaler of the case's loss scaling, or None: sharded for a system under test whose
-        gradients are (:attr:`sharded_scaler`), and for a reference that hands its optimizer float16 gradients
-        (:meth:`unscales_float16`)."""
+        gradients are (:attr:`sharded_scaler`), and for a reference that needs one (:meth:`sharded_reference_scaler`)."""
         sharded = (self.sharded_scaler and self.case.train.scaler != "amp" if self.role == "system"
-                   else self.unscales_float16(self.case))
+                   else self.sharded_reference_scaler(self.case))
         return scaling.make_scaler(self.case.train.loss_scale, self.ctx.device.type, sharded)
 
     @classmethod
-    def unscales_float16(cls, case) -> bool:
-        """Whether this reference's optimizer sees float16 gradients under ``case``'s loss scaling:
-        ``torch.amp.GradScaler`` refuses them ("Attempting to unscale FP16 gradients"), ``ShardedGradScaler``
-        takes them (its ``unscale_`` passes ``allow_fp16=True``), with the same arithmetic over replicated
-        gradients.  A reference, as DDP, scales with the former otherwise."""
+    def sharded_reference_scaler(cls, case) -> bool:
+        """Whether this reference scales with ``ShardedGradScaler``, the same arithmetic as ``torch.amp.GradScaler``
+        over replicated gradients, which a reference, as DDP, takes otherwise.  Where its optimizer sees float16
+        gradients under ``case``'s loss scaling (``torch.amp.GradScaler`` refuses them, "Attempting to unscale FP16
+        gradients"; ``ShardedGradScaler``'s ``unscale_`` passes ``allow_fp16=True``), or where some of its
+        gradients are not reduced across ranks while the system under test's ``ShardedGradScaler`` syncs their
+        infs and NaNs ("Sync inf/nan for scaled gradient tensors on any torch.device ... across nodes", its
+        docstring)."""
         return False
 
     def make_optimizer(self) -> torch.optim.Optimizer:

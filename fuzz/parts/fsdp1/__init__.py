@@ -269,6 +269,23 @@ def checkpoint_flow_problem(model, found: frozenset[str], checkpointed: tuple[st
     return None
 
 
+def reentrant_flow_problem(model, path: str) -> str | None:
+    """Why a reentrant checkpoint at ``path`` breaks the ranks' order of collectives under per-rank control flow, or
+    None: its region holds a per-rank gate, or sits inside one.  Its recompute runs a nested backward
+    (torch/utils/checkpoint.py, ``CheckpointFunction.backward`` calls ``torch.autograd.backward``), whose gradients
+    for the instance's flat parameter fire FSDP1's post-backward hook and its reduction there, beside the outer
+    backward's; whether it does depends on what the gate ran, so the ranks' reductions differ (two hangs and a gloo
+    size mismatch in the 30-minute run of 2026-11-28, every sharding strategy, NO_SHARD too; with the
+    non-reentrant implementation, or the gate alike on every rank, the same plans train).  Same documentation as
+    :func:`rank_flow_problem`."""
+    for gate in model.rank_gates():
+        if under(gate, (path,)) or under(path, (gate,)):
+            where = "holds" if under(gate, (path,)) else "sits inside"
+            return (f"the reentrant checkpoint at {path!r} {where} the per-rank gate {gate!r}: its nested backward "
+                    "runs FSDP1's post-backward reduction on the ranks whose gate ran only")
+    return None
+
+
 def _validate_rank_flow(case: Case) -> None:
     """Per-rank control flow (a gate keyed by the data-parallel index): some rank uses each gated child, and
     every FSDP1 instance issues its collectives on every rank (:func:`rank_flow_problem`)."""
@@ -286,6 +303,10 @@ def _validate_rank_flow(case: Case) -> None:
     problem = checkpoint_flow_problem(case.model, found, tuple(c.path for c in case.plan.checkpoints))
     check(problem is None, "plan.checkpoints", f"with per-rank control flow {problem}: the ranks' collectives "
           "would differ")
+    for i, c in enumerate(case.plan.checkpoints):
+        problem = reentrant_flow_problem(case.model, c.path) if c.reentrant else None
+        check(problem is None, f"plan.checkpoints[{i}].reentrant",
+              f"with per-rank control flow {problem}: the ranks' collectives would differ")
 
 
 def _validate_precision(case: Case) -> None:

@@ -302,7 +302,7 @@ class FSDP1MixedPrecisionReference(EmulatedReference):
     name = "ddp_mp_fsdp1"
 
     @classmethod
-    def unscales_float16(cls, case) -> bool:
+    def sharded_reference_scaler(cls, case) -> bool:
         """``keep_low_precision_grads`` with a float16 reduction: the optimizer sees float16 gradients ("FSDP keeps
         the gradients in the dtype used for gradient reduction"), which FSDP1's ShardedGradScaler unscales and
         torch.amp.GradScaler refuses (a false alarm of the fault benchmark's seed-1 run: the reference raised)."""
