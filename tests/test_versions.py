@@ -1,5 +1,5 @@
 """The table of torch versions (:mod:`parityfuzz.triage.versions`): a replay's results file, a record's outcome from
-its files', the table, and the README kept equal to the shipped results files."""
+its files', the table, and docs/known-bugs.md (linked from the README) kept equal to the shipped results files."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_the_table_has_a_row_per_record_a_column_per_version_oldest_first_and_li
     assert "- torch 2.14.1: `fsdp2/ok.json` (step 0 grad ...)" in table
 
 
-def test_the_readme_table_is_the_shipped_results_files():
+def test_the_versions_table_is_the_shipped_results_files():
     assert versions.main(["table", "--check"]) == 0
 
 

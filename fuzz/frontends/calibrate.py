@@ -15,7 +15,7 @@ one round trip.  For every pass, loss and tensor it takes the deviation ``max |s
 It also runs the full oracle and lists every non-pass verdict on these cases (``--findings DIR`` writes each
 one's case file there, to replay with ``python -m fuzz.repro``): each must be explained, as a torch bug or a
 harness bug.  Cases with a finding are left out of the table, which is about what correct runs do.
-``parityfuzz.judge.oracle``'s ``K`` and ``FLOOR_ULPS`` come from this table; the README has the figures.
+``parityfuzz.judge.oracle``'s ``K`` and ``FLOOR_ULPS`` come from this table; docs/oracle.md has the figures.
 """
 
 from __future__ import annotations

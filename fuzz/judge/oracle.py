@@ -69,7 +69,7 @@ Values match when ``max |sut - ref| <= k * noise + floor`` over the tensor, wher
   low-precision arithmetic bit for bit (:mod:`parityfuzz.parts.fully_shard.reference`), so a reduction done in bf16
   where the policy says fp32 (~1e-3 relative) is caught.
 - ``k`` and ``FLOOR_ULPS`` were chosen from measurement over clean cases (``python -m parityfuzz.frontends.calibrate``;
-  the figures are in the README).
+  the figures are in docs/oracle.md).
 
 The noise is measured lazily: the comparison runs first with ``noise = 0`` (the floor alone); only a case
 that fails a value check is re-run with the perturbed reference and compared again.  Since the full

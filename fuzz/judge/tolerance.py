@@ -9,7 +9,7 @@ of one comparison as the worst noise relative to the scale so far; ``scale`` the
 group (the largest of the pass where the group's reference tensors are all zero).
 """
 
-#: Multiple of the measured noise a difference may reach (the README gives the measurements).
+#: Multiple of the measured noise a difference may reach (docs/oracle.md gives the measurements).
 K = 16.0
 #: Ulps of the model's dtype, at the tensor's scale, a difference may reach whatever the noise.
 FLOOR_ULPS = 32.0

@@ -28,8 +28,9 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "corpus" / "known_bugs.toml
 #: Owners of preconditions that are not families: a dimension every family draws -> its package.
 DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.systems.compiled"}
 
-#: What a bug does to a user, the most serious first: the README's tables list the records in this order.  A silent
-#: wrong result (training, a state dict, a dtype) comes before memory or placement, a hang and a loud crash.
+#: What a bug does to a user, the most serious first: the tables of docs/known-bugs.md list the records in this
+#: order.  A silent wrong result (training, a state dict, a dtype) comes before memory or placement, a hang and a
+#: loud crash.
 KINDS = ("wrong training", "wrong state dict", "wrong dtype", "memory or placement", "hang", "crash")
 #: The kind a mismatch signature shows, by the oracle's check (every other check: wrong training).
 MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_error": "crash",
@@ -126,7 +127,7 @@ class KnownBug:
     #: The torch APIs the trigger needs (dotted paths); ``api`` is their label by :func:`api_by_rule`.
     apis: tuple[str, ...]
     api: str
-    #: The README table it is listed in, and its row there (markdown).
+    #: The table of docs/known-bugs.md it is listed in, and its row there (markdown).
     table: str
     summary: str
     #: How torch goes wrong, as far as triage found.

@@ -1,8 +1,8 @@
-"""The README's tables of known torch bugs, generated from ``corpus/known_bugs.toml``.
+"""The tables of known torch bugs in ``docs/known-bugs.md``, generated from ``corpus/known_bugs.toml``.
 
-Each table sits in the README between ``<!-- known-bugs:<table>:start -->`` and ``<!-- known-bugs:<table>:end -->``.
-``python -m parityfuzz.triage.table`` prints them; ``--write`` puts them into the README; ``--check`` exits 1
-where the README differs from the data (a test runs it).
+Each table sits in ``docs/known-bugs.md`` between ``<!-- known-bugs:<table>:start -->`` and
+``<!-- known-bugs:<table>:end -->``.  ``python -m parityfuzz.triage.table`` prints them; ``--write`` puts them into
+that file (``--doc`` names another); ``--check`` exits 1 where the file differs from the data (a test runs it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from parityfuzz.triage.known import DEFAULT_PATH, KINDS, TABLES, KnownBug, load
 
-README = DEFAULT_PATH.parents[1] / "README.md"
+#: The Markdown file holding the tables (the reference pages the README links to live in ``docs/``).
+DOC = DEFAULT_PATH.parents[1] / "docs" / "known-bugs.md"
 
 
 def render(bugs: tuple[KnownBug, ...], table: str) -> str:
@@ -43,7 +44,7 @@ def replace_section(readme: str, start: str, end: str, body: str) -> str:
     where a marker is missing)."""
     pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
     if not pattern.search(readme):
-        raise ValueError(f"the README has no {start} ... {end} section")
+        raise ValueError(f"the document has no {start} ... {end} section")
     return pattern.sub(lambda _: f"{start}\n{body}\n{end}", readme)
 
 
@@ -69,16 +70,17 @@ def updated(readme: str, bugs: tuple[KnownBug, ...]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parityfuzz.triage.table", description=__doc__.split("\n")[0])
     parser.add_argument("--known-bugs", type=Path, default=DEFAULT_PATH, help="the known-bug file")
-    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--doc", "--readme", dest="doc", type=Path, default=DOC,
+                        help="the Markdown file holding the tables (default: docs/known-bugs.md)")
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="put the tables into the README")
-    action.add_argument("--check", action="store_true", help="exit 1 where the README's tables differ")
+    action.add_argument("--write", action="store_true", help="put the tables into the --doc file")
+    action.add_argument("--check", action="store_true", help="exit 1 where the --doc file's tables differ")
     args = parser.parse_args(argv)
     bugs = load(args.known_bugs)
     if not (args.write or args.check):
         print("\n\n".join(render(bugs, t) for t in TABLES))
         return 0
-    return write_or_check(args.readme, updated(args.readme.read_text(), bugs), args.check,
+    return write_or_check(args.doc, updated(args.doc.read_text(), bugs), args.check,
                           f"the known-bug tables differ from {args.known_bugs}: run python -m "
                           "parityfuzz.triage.table --write")
 

@@ -12,8 +12,9 @@ entries in an existing results file and keeping the others.
 
 ``table`` reads every results file in DIR and renders one Markdown table, a row per known-bug record and a column per
 torch version (the oldest first), then the ``expect: pass`` files that fail on some version; ``--write`` puts it in
-the README between ``<!-- versions:start -->`` and ``<!-- versions:end -->``, ``--check`` exits 1 where the README
-differs.  Exit codes: 0 done, 1 ``--check`` found a difference, 2 bad input.
+``docs/known-bugs.md`` (``--doc`` names another file) between ``<!-- versions:start -->`` and
+``<!-- versions:end -->``, ``--check`` exits 1 where that file differs.  Exit codes: 0 done, 1 ``--check`` found a
+difference, 2 bad input.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from parityfuzz.triage.table import replace_section, write_or_check
 
 CORPUS = DEFAULT_PATH.parent
 RESULTS = CORPUS / corpus.VERSIONS_DIR
-README = DEFAULT_PATH.parents[1] / "README.md"
+#: The Markdown file holding the table (the reference pages the README links to live in ``docs/``).
+DOC = DEFAULT_PATH.parents[1] / "docs" / "known-bugs.md"
 MARKERS = ("<!-- versions:start -->", "<!-- versions:end -->")
 
 #: A record's outcome on one version, from its files' outcomes.
@@ -142,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("-k", dest="only", default="", metavar="TEXT", help="only the files whose path contains TEXT")
     table_p = commands.add_parser("table", help="render the results files as one Markdown table")
     table_p.add_argument("directory", type=Path, nargs="?", default=RESULTS, metavar="DIR")
-    table_p.add_argument("--readme", type=Path, default=README)
+    table_p.add_argument("--doc", "--readme", dest="doc", type=Path, default=DOC,
+                         help="the Markdown file holding the table (default: docs/known-bugs.md)")
     action = table_p.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="put the table into the README")
-    action.add_argument("--check", action="store_true", help="exit 1 where the README's table differs")
+    action.add_argument("--write", action="store_true", help="put the table into the --doc file")
+    action.add_argument("--check", action="store_true", help="exit 1 where the --doc file's table differs")
     args = parser.parse_args(argv)
     if args.command == "run":
         if not args.corpus_dir.is_dir():
@@ -163,11 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.write or args.check):
             print(table)
             return 0
-        new = replace_section(args.readme.read_text(), *MARKERS, table)
+        new = replace_section(args.doc.read_text(), *MARKERS, table)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return write_or_check(args.readme, new, args.check,
+    return write_or_check(args.doc, new, args.check,
                           f"the versions table differs from {args.directory}: run parityfuzz versions table --write")
 
 
