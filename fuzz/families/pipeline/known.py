@@ -118,8 +118,11 @@ def zero_bubble_expanded_gradient(case: Case) -> bool:
     stores the expanded view as the .grad; :func:`_first_split_stages`: under ScheduleDualPipeV stages pp + 1 ..
     2 pp - 1 only, the other stages' weight steps adding into the dense .grad their full backwards stored), and
     something that writes into the stored gradient in place: a later microbatch, a later ``step()`` call of the same
-    optimizer step, or gradient clipping."""
-    writes = case.plan.microbatches > 1 or case.train.microbatches > 1 or case.train.clip > 0
+    optimizer step, gradient clipping, or a later step's weight step where ``zero_grad`` keeps the gradient
+    (``set_to_none=False``: ``zeros``, ``alternate``)."""
+    t = case.train
+    writes = (case.plan.microbatches > 1 or t.microbatches > 1 or t.clip > 0
+              or (t.steps > 1 and t.zero_grad != "none"))
     return writes and any(node.kind == "scale"
                           for node in _nodes_in(case, _units_of(case, _first_split_stages(case))))
 
