@@ -142,14 +142,6 @@ class FSDP1System(System):
     def rank_local(self) -> frozenset[str]:
         return self._ignored
 
-    @classmethod
-    def sharded_reference_scaler(cls, case) -> bool:
-        """Where FSDP1 scales with ``ShardedGradScaler``: each rank's own copy of an ignored module can overflow
-        alone, and that scaler syncs infs and NaNs across the ranks, so every rank skips the step (a false alarm
-        of the 30-minute run of 2026-11-28: with torch.amp.GradScaler the reference skipped on the overflowing rank
-        alone, corpus/fsdp1/ee771bcb7feb077b)."""
-        return case.train.scaler != "amp"
-
     def accumulation(self, index: int, last: bool):
         return self.model.no_sync() if self.case.plan.no_sync and not last else contextlib.nullcontext()
 
