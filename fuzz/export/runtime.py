@@ -78,7 +78,8 @@ def _oracle() -> str:
     from parityfuzz.run import trace
 
     constants = {"EPS": dtypes.EPS, "PASS": verdict.PASS, "MISMATCH": verdict.MISMATCH, "CHECKS": verdict.CHECKS,
-                 "ABSENT": trace.ABSENT, "ELSEWHERE": trace.ELSEWHERE, "KINDS": trace.KINDS, "LOOSE_SHARE": oracle.LOOSE_SHARE}
+                 "ABSENT": trace.ABSENT, "ELSEWHERE": trace.ELSEWHERE, "TENSOR_KINDS": trace.TENSOR_KINDS,
+                 "LOOSE_SHARE": oracle.LOOSE_SHARE}
     aliases = {"Array": "torch.Tensor", "Pass": "tuple", "Tensors": "dict"}  # the trace's names for plain types
     functions = [f for f in vars(arrays).values() if inspect.isfunction(f) and f.__module__ == arrays.__name__]
     pieces = (*functions, verdict.pass_name, verdict.Divergence, dtypes.Promise,

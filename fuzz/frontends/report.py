@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 #: Verdict kinds in display order, with their colours.
-KINDS = {"pass": "#4caf50", "mismatch": "#e53935", "error": "#fb8c00", "crash": "#8e24aa", "hang": "#3949ab"}
+VERDICT_COLOURS = {"pass": "#4caf50", "mismatch": "#e53935", "error": "#fb8c00", "crash": "#8e24aa", "hang": "#3949ab"}
 #: Features shown in a heatmap at most (the most drawn); the rest are counted in a note.
 HEATMAP_FEATURES = 48
 TIME_BUCKETS = 24
@@ -63,7 +63,7 @@ def _e(text) -> str:
 
 
 def _legend() -> str:
-    return "".join(f'<span class="kind" style="background:{c}"></span>{k}' for k, c in KINDS.items())
+    return "".join(f'<span class="kind" style="background:{c}"></span>{k}' for k, c in VERDICT_COLOURS.items())
 
 
 def timeline_svg(timeline: list, width: int = 560, height: int = 140) -> str:
@@ -74,10 +74,10 @@ def timeline_svg(timeline: list, width: int = 560, height: int = 140) -> str:
         return '<p class="muted">no cases</p>'
     start, end = min(entry[0] for entry in timeline), max(entry[0] for entry in timeline)
     span = (end - start) or 1.0
-    buckets = [dict.fromkeys(KINDS, 0) for _ in range(TIME_BUCKETS)]
+    buckets = [dict.fromkeys(VERDICT_COLOURS, 0) for _ in range(TIME_BUCKETS)]
     for t, kind, *n in timeline:
         index = min(TIME_BUCKETS - 1, int((t - start) / span * TIME_BUCKETS))
-        buckets[index][kind if kind in KINDS else "error"] += n[0] if n else 1
+        buckets[index][kind if kind in VERDICT_COLOURS else "error"] += n[0] if n else 1
     top = max(sum(b.values()) for b in buckets) or 1
     left, bottom = 34, 18
     w = (width - left) / TIME_BUCKETS
@@ -89,7 +89,7 @@ def timeline_svg(timeline: list, width: int = 560, height: int = 140) -> str:
                 h = n / top * (height - bottom - 8)
                 y -= h
                 parts.append(f'<rect x="{left + i * w:.1f}" y="{y:.1f}" width="{w - 1:.1f}" height="{h:.1f}" '
-                             f'fill="{KINDS[kind]}"><title>{n} {kind}</title></rect>')
+                             f'fill="{VERDICT_COLOURS[kind]}"><title>{n} {kind}</title></rect>')
     parts.append(f'<text x="0" y="12">{top}</text><text x="0" y="{height - bottom}">0</text>')
     parts.append(f'<text x="{left}" y="{height - 4}">{start:.0f} s</text>'
                  f'<text x="{width - 40}" y="{height - 4}">{end:.0f} s</text></svg>')
@@ -240,10 +240,10 @@ def render(report: dict, title: str = "parityfuzz run") -> str:
             "findings</p>")
     rows = "".join(
         f'<tr><td class="l"><a href="#t-{_e(n)}">{_e(n)}</a></td><td>{t.get("cases", 0)}</td>'
-        + "".join(f'<td>{t.get("verdicts", {}).get(k, 0)}</td>' for k in KINDS)
+        + "".join(f'<td>{t.get("verdicts", {}).get(k, 0)}</td>' for k in VERDICT_COLOURS)
         + f'<td>{t.get("distinct_feature_combinations", 0)}</td><td>{t.get("generate_seconds", 0):.0f}</td>'
         + _rates(t.get("timing", {})) + f'<td>{len(t.get("failures", []))}</td></tr>' for n, t in report["targets"].items())
-    table = ('<table><tr><th class="l">target</th><th>cases</th>' + "".join(f"<th>{k}</th>" for k in KINDS)
+    table = ('<table><tr><th class="l">target</th><th>cases</th>' + "".join(f"<th>{k}</th>" for k in VERDICT_COLOURS)
              + "<th>feature combinations</th><th>s generating</th><th>eager cases/min</th>"
              "<th>compiled cases/min (share compiling)</th><th>findings</th></tr>" + rows + "</table>")
     sections = []

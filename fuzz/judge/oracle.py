@@ -91,7 +91,7 @@ from parityfuzz.judge.tolerance import FLOOR_ULPS, K, allowed, pooled_noise, sca
 from parityfuzz.judge.verdict import MISMATCH, PASS, Divergence, Verdict, pass_name
 from parityfuzz.run.arrays import (all_finite, count_above, difference, largest, largest_relative, magnitude, same,
                                    size)
-from parityfuzz.run.trace import ABSENT, KINDS, Rec, Trace, module_of, replica_groups
+from parityfuzz.run.trace import ABSENT, TENSOR_KINDS, Rec, Trace, module_of, replica_groups
 
 #: A passing case whose allowed difference somewhere exceeded this share of the tensor's scale was
 #: checked only loosely there: the verdict's note says so (and the run summary counts such cases).
@@ -270,7 +270,7 @@ def _compare_pass(p: _Pass, promise: Promise) -> None:
         p.fail("optimizer", "step", "skipped_step",
                "; ".join(said) + " (a skip: an inf or NaN in the unscaled gradients)",
                ranks=tuple(sorted(set(skipped["system under test"]) ^ set(skipped["reference"]))))
-    for what in KINDS:
+    for what in TENSOR_KINDS:
         scales = module_scales(p.ref, p.i, what, p.tol)
         for name in p.ref.names(p.i, what) + [n for n in p.sut.names(p.i, what) if n not in p.ref.names(p.i, what)]:
             _compare_tensor(p, what, name, promise, scale_of(scales, p.tol.group(name)))
@@ -328,8 +328,8 @@ def measure(ref: Trace, sut: Trace, noise: Trace, tol: Tolerance):
     for i, at in enumerate(ref.passes[:stop]):
         rows = [(f"loss[rank {r}]", "loss", a, b, n)
                 for r, (a, b, n) in enumerate(zip(ref.losses(i), sut.losses(i), noise.losses(i))) if a is not None]
-        scales = {what: module_scales(ref, i, what, tol) for what in KINDS}
-        for what in KINDS:
+        scales = {what: module_scales(ref, i, what, tol) for what in TENSOR_KINDS}
+        for what in TENSOR_KINDS:
             rows += [(name, what, ref.full(i, what, name), sut.full(i, what, name), noise.full(i, what, name))
                      for name in ref.names(i, what)]
         for name, what, a, b, n in rows:
@@ -352,7 +352,7 @@ def _first_non_finite(ref: Trace) -> int | None:
     """The first pass at which the reference holds a non-finite value (loss, gradient or parameter), if any."""
     for i in range(len(ref.passes)):
         values: list[Rec | None] = list(ref.losses(i))
-        for what in KINDS:
+        for what in TENSOR_KINDS:
             values += [ref.full(i, what, name) for name in ref.names(i, what)]
         if any(r is not None and not all_finite(r.value) for r in values):
             return i

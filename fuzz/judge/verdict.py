@@ -7,7 +7,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 
 PASS, MISMATCH, ERROR, CRASH, HANG = "pass", "mismatch", "error", "crash", "hang"
-KINDS = (PASS, MISMATCH, ERROR, CRASH, HANG)
+VERDICT_KINDS = (PASS, MISMATCH, ERROR, CRASH, HANG)
 
 #: What a mismatch can be (``Divergence.check``).
 CHECKS = {

@@ -118,7 +118,7 @@ Pass = tuple
 
 
 #: What a pass records besides its loss.
-KINDS = ("grad", "param")
+TENSOR_KINDS = ("grad", "param")
 
 #: Marks a tensor a rank did not record at all (as opposed to ``None``: recorded, no gradient).
 ABSENT = "absent"

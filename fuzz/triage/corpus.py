@@ -24,7 +24,7 @@ from pathlib import Path
 
 from parityfuzz import __version__
 from parityfuzz.case import Case, CaseError
-from parityfuzz.judge.verdict import KINDS, Verdict
+from parityfuzz.judge.verdict import VERDICT_KINDS, Verdict
 
 CORPUS_FORMAT = 1
 EXPECTATIONS = ("pass", "fail")
@@ -143,8 +143,8 @@ def load(path: Path | str) -> Entry:
     verdict = None
     if doc.get("verdict") is not None:
         v = doc["verdict"]
-        if not isinstance(v, dict) or v.get("kind") not in KINDS:
-            raise CorpusError(path, "verdict.kind", f"must be one of {KINDS}")
+        if not isinstance(v, dict) or v.get("kind") not in VERDICT_KINDS:
+            raise CorpusError(path, "verdict.kind", f"must be one of {VERDICT_KINDS}")
         try:
             verdict = Verdict.from_dict(v)
         except TypeError as e:

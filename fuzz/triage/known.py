@@ -31,7 +31,7 @@ DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.syst
 #: What a bug does to a user, the most serious first: the tables of docs/known-bugs.md list the records in this
 #: order.  A silent wrong result (training, a state dict, a dtype) comes before memory or placement, a hang and a
 #: loud crash.
-KINDS = ("wrong training", "wrong state dict", "wrong dtype", "memory or placement", "hang", "crash")
+BUG_KINDS = ("wrong training", "wrong state dict", "wrong dtype", "memory or placement", "hang", "crash")
 #: The kind a mismatch signature shows, by the oracle's check (every other check: wrong training).
 MISMATCH_KINDS = {"dtype": "wrong dtype", "checkpoint": "wrong state dict", "no_error": "crash",
                   "local_shape": "memory or placement"}
@@ -69,11 +69,11 @@ class Signature:
 
 
 def signature_kind(fields: dict) -> str:
-    """The kind of failure one signature shows (:data:`KINDS`)."""
+    """The kind of failure one signature shows (:data:`BUG_KINDS`)."""
     verdict = fields["verdict"][0]
     if verdict == "mismatch":
         checks = fields.get("check", ())
-        return min((MISMATCH_KINDS.get(c, "wrong training") for c in checks), key=KINDS.index)
+        return min((MISMATCH_KINDS.get(c, "wrong training") for c in checks), key=BUG_KINDS.index)
     if verdict == "hang":
         return "hang"
     if verdict == "error" and "InvariantViolation" in fields.get("exception", ()):
@@ -81,14 +81,14 @@ def signature_kind(fields: dict) -> str:
         unknown = [f for f in frames if f not in INVARIANT_KINDS]
         if unknown:
             raise KeyError(f"the harness invariant {unknown[0]!r} has no kind in INVARIANT_KINDS")
-        return min((INVARIANT_KINDS[f] for f in frames), key=KINDS.index)
+        return min((INVARIANT_KINDS[f] for f in frames), key=BUG_KINDS.index)
     return "crash"
 
 
 def kind_by_rule(signatures: tuple[Signature, ...]) -> str:
     """A record's kind: the most serious its signatures show (a record that crashes in one form and trains wrongly
     in another is wrong training)."""
-    return min((signature_kind(dict(s.fields)) for s in signatures), key=KINDS.index)
+    return min((signature_kind(dict(s.fields)) for s in signatures), key=BUG_KINDS.index)
 
 
 def api_by_rule(apis: tuple[str, ...]) -> str:
@@ -265,7 +265,7 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
             resolve_precondition(condition)
     except KnownBugsError as e:
         fail("precondition", str(e))
-    for field, allowed in (("kind", KINDS), ("table", TABLES)):
+    for field, allowed in (("kind", BUG_KINDS), ("table", TABLES)):
         if raw[field] not in allowed:
             fail(field, f"{raw[field]!r} is not one of {', '.join(allowed)}")
     for api in texts("apis"):
@@ -305,7 +305,7 @@ def _record(path: Path, index: int, raw: dict) -> KnownBug:
         fail("signatures", e.args[0])
     if raw["kind"] != kind:
         fail("kind", f"{raw['kind']!r}, where its signatures show {kind!r} (the most serious of them: "
-                     f"{', '.join(KINDS)})")
+                     f"{', '.join(BUG_KINDS)})")
     return KnownBug(
         id=raw["id"], title=text("title"), families=names, precondition=conditions,
         signatures=parsed, files=texts("files"),

@@ -12,17 +12,17 @@ import re
 import sys
 from pathlib import Path
 
-from parityfuzz.triage.known import DEFAULT_PATH, KINDS, TABLES, KnownBug, load
+from parityfuzz.triage.known import DEFAULT_PATH, BUG_KINDS, TABLES, KnownBug, load
 
 #: The Markdown file holding the tables (the reference pages the README links to live in ``docs/``).
 DOC = DEFAULT_PATH.parents[1] / "docs" / "known-bugs.md"
 
 
 def render(bugs: tuple[KnownBug, ...], table: str) -> str:
-    """The markdown table of ``bugs`` listed in ``table``: the most serious kind first (:data:`KINDS`), each kind
+    """The markdown table of ``bugs`` listed in ``table``: the most serious kind first (:data:`BUG_KINDS`), each kind
     in the file's order."""
     rows = ["| kind | bug | upstream | corpus files |", "|---|---|---|---|"]
-    for b in sorted((b for b in bugs if b.table == table), key=lambda b: KINDS.index(b.kind)):
+    for b in sorted((b for b in bugs if b.table == table), key=lambda b: BUG_KINDS.index(b.kind)):
         links = ", ".join(_link(x) for x in b.upstream.links)
         upstream = b.upstream.status + (f": {links}" if links else "") + (f"; fixed in {b.fixed_in}" if b.fixed_in else "")
         files = ", ".join(f"`{f.removesuffix('.json')}`" for f in b.files)
