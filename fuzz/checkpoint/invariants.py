@@ -212,7 +212,7 @@ def cast_on_load(name: str, value, loaded: dict):
     parameter's dtype, as ``Optimizer.load_state_dict`` casts it (torch/optim/optimizer.py,
     ``Optimizer._process_value_according_to_param_policy``: floating-point state is "assumed to always match the
     type of params"; FSDP1's ``keep_low_precision_grads`` gives SGD a bfloat16 momentum buffer for float64
-    parameters, which comes back float64: the 30-minute run of 2026-11-28 met it); anything else as saved."""
+    parameters, which comes back float64: corpus/fsdp1/eba446d97f567bc0); anything else as saved."""
     if not (name.startswith("optimizer state ") and isinstance(value, torch.Tensor) and value.is_floating_point()) \
             or name.endswith(".step"):
         return value

@@ -274,10 +274,9 @@ def reentrant_flow_problem(model, path: str) -> str | None:
     None: its region holds a per-rank gate, or sits inside one.  Its recompute runs a nested backward
     (torch/utils/checkpoint.py, ``CheckpointFunction.backward`` calls ``torch.autograd.backward``), whose gradients
     for the instance's flat parameter fire FSDP1's post-backward hook and its reduction there, beside the outer
-    backward's; whether it does depends on what the gate ran, so the ranks' reductions differ (two hangs and a gloo
-    size mismatch in the 30-minute run of 2026-11-28, every sharding strategy, NO_SHARD too; with the
-    non-reentrant implementation, or the gate alike on every rank, the same plans train).  Same documentation as
-    :func:`rank_flow_problem`."""
+    backward's; whether it does depends on what the gate ran, so the ranks' reductions differ (hangs, or a gloo size
+    mismatch, under every sharding strategy, NO_SHARD too; with the non-reentrant implementation, or the gate alike
+    on every rank, the same plans train).  Same documentation as :func:`rank_flow_problem`."""
     for gate in model.rank_gates():
         if under(gate, (path,)) or under(path, (gate,)):
             where = "holds" if under(gate, (path,)) else "sits inside"

@@ -233,9 +233,8 @@ class DDPIgnoringSystem(DDPSystem):
     @classmethod
     def sharded_reference_scaler(cls, case) -> bool:
         """Where FSDP1 scales with ``ShardedGradScaler``: each rank's own copy of an ignored module can overflow
-        alone, and that scaler syncs infs and NaNs across the ranks, so every rank skips the step (a false alarm
-        of the 30-minute run of 2026-11-28: with torch.amp.GradScaler the reference skipped on the overflowing rank
-        alone, corpus/fsdp1/ee771bcb7feb077b)."""
+        alone, and that scaler syncs infs and NaNs across the ranks, so every rank skips the step (with torch.amp.GradScaler
+        the reference skipped on the overflowing rank alone: corpus/fsdp1/fad3c69dcd1b09f4)."""
         return case.train.scaler != "amp"
 
 
