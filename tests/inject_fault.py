@@ -1,4 +1,4 @@
-"""Run an exported script (parityfuzz.export) with a test fault of tests/faults.py injected inside torch first, as the
+"""Run an exported script (parityfuzz.export) with a test fault of tests/faults/ injected inside torch first, as the
 fuzzer's rank does before it sets the faulty system up:
 
     torchrun --nproc-per-node=N tests/inject_fault.py FAULT CASE.json SCRIPT
@@ -17,12 +17,13 @@ import torch
 from parityfuzz.case import Case
 from parityfuzz.systems import RankContext
 from tests import faults
+from tests.faults.injection import _Injected
 
 
 def main() -> None:
     name, case_path, script = sys.argv[1:4]
     cls = getattr(faults, name)
-    if not issubclass(cls, faults._Injected):
+    if not issubclass(cls, _Injected):
         sys.exit(f"{name} is not a fault inside torch: an exported script cannot carry it")
     fault = object.__new__(cls)  # only what inject() reads: the case and this rank's place
     with open(case_path) as f:

@@ -50,7 +50,7 @@ files = ["fsdp2/0000000000000000.json"]
 torch_seen = ["2.13.0+cpu"]
 signatures = {signatures}
 summary = "a test fault"
-mechanism = "tests/faults.py"
+mechanism = "tests/faults/"
 source = ["torch/nn/modules/module.py:Module.load_state_dict:2530"]
 violates = "torch/nn/modules/module.py: a test fault breaks it"
 [bug.upstream]

@@ -1,4 +1,4 @@
-"""Subtle faults injected inside FSDP2 itself (tests/faults.py): one replica not all-reduced, a reduction in
+"""Subtle faults injected inside FSDP2 itself (tests/faults/): one replica not all-reduced, a reduction in
 bf16 where the policy says fp32, a gradient off by 0.5%, a drift of 0.3% from step 3 on, an output left in
 bf16 where the policy says fp32.
 

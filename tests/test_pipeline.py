@@ -1,6 +1,6 @@
 """The ``pipeline`` family: every schedule torch 2.13 ships trains like the unsplit model under DDP fed the same
 microbatches (alone and with FSDP2 per stage), the schedules' refusals of a microbatch count are expected errors,
-the plan's validity rules hold, and faults inside ``torch.distributed.pipelining`` (tests/faults.py) are found by
+the plan's validity rules hold, and faults inside ``torch.distributed.pipelining`` (tests/faults/) are found by
 short fuzz runs and shrunk to cases that still show them."""
 
 import dataclasses

@@ -2,12 +2,12 @@
 
     python -m parityfuzz.frontends.bench [--cases N] [--world-sizes 2,4] [--json]
     python -m parityfuzz.frontends.bench --soak-check [--cases 2000] [--world-sizes 4] [--json]
-    python -m parityfuzz.frontends.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults.py)
+    python -m parityfuzz.frontends.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults/)
     python -m parityfuzz.frontends.bench --attached [--cases N] [--world-sizes 2] [--json]
     python -m parityfuzz.frontends.bench --pool-starts [--cases N] [--world-sizes 2,4] [--json]
     python -m parityfuzz.frontends.bench --profile [--cases N] [--world-sizes 2,4] [--json]
     python -m parityfuzz.frontends.bench --schedule [--budget S] [--seeds 1,2] [--world-sizes 1,2,4] [--json]
-        (from the repository: it plants tests/faults.py faults; see parityfuzz.frontends.schedule_bench)
+        (from the repository: it plants tests/faults/ faults; see parityfuzz.frontends.schedule_bench)
     python -m parityfuzz.frontends.bench --faults [NAMES] [--budget 420] [--seeds 1,2] [--world-sizes 1,2,3,4] [--json]
         (from the repository: each test fault planted under the user's command; see parityfuzz.frontends.fault_bench)
 

@@ -1,4 +1,4 @@
-"""``python -m fuzz.bench --faults``: the project's own test faults (tests/faults.py), each planted in turn under the
+"""``python -m fuzz.bench --faults``: the project's own test faults (tests/faults/), each planted in turn under the
 user's command, so that a dimension's reach is measured where users run it, not in a test that draws it alone.
 
 Each run is what ``pytest fuzz/ --fuzz-budget=BUDGET --world-sizes=...`` does from an empty corpus (every target,
@@ -6,7 +6,7 @@ the adaptive schedule, shrinking on), with one fault planted in its target's sys
 target draws the family's own, unfocused cases (the checkpoint target's faults: its cases of that family alone).  A
 failure of the planted target counts as the fault's where its case passes without the fault (a failure that still
 fails is a torch finding, listed apart).  Per fault and seed: found or not, the seconds into the run of the first
-find, and the shrunk case's size (body modules, steps).  From the repository (it imports tests/faults.py).
+find, and the shrunk case's size (body modules, steps).  From the repository (it imports tests/faults/).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-#: The family whose system under test carries a test fault (tests/faults.py), and the fault.
+#: The family whose system under test carries a test fault (tests/faults/), and the fault.
 FAULTS = {
     "fsdp2": "tests.faults:UnevenShardGradOff",
     "fsdp1": "tests.faults:NoShardOrigParamsGradUnreduced",
