@@ -87,11 +87,13 @@ def keep_low_precision_grads_sharded(case: Case) -> bool:
 
 
 def tied_weight_low_precision_gradient(case: Case) -> bool:
-    """A tied weight, use_orig_params=True, mixed precision, and a gradient the next forward finds in param_dtype:
-    no_sync() accumulation without sharding, or keep_low_precision_grads."""
+    """A tied weight, use_orig_params=True, and a gradient below the parameters' dtype: in param_dtype after
+    no_sync() accumulation without sharding, or in the reduction dtype (``reduce_dtype``, else ``param_dtype``)
+    kept by keep_low_precision_grads."""
     mp, master = case.plan.precision, dtypes.model_dtype(case)
-    return (case.model.tie_head and case.plan.use_orig_params and mp.compute(master) != master
-            and ((case.plan.no_sync and runs_unsharded(case)) or mp.keep_low_precision_grads))
+    low = ((case.plan.no_sync and runs_unsharded(case) and mp.compute(master) != master)
+           or (mp.keep_low_precision_grads and mp.reduce(master) != master))
+    return case.model.tie_head and case.plan.use_orig_params and low
 
 
 def stateless_optimizer_through_dcp(case: Case) -> bool:
