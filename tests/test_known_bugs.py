@@ -260,3 +260,20 @@ def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatc
     either, neither = register(monkeypatch, tmp_path, record("m", hang, '["tests:never", "tests:always"]')
                                + record("n", hang, '["tests:never", "tests:never"]'))
     assert either.applies(case) and not neither.applies(case)
+
+
+def test_every_precondition_reads_every_case_of_its_record_s_families():
+    """A record's predicates run on every shipped case of the record's families and on the case its checkpoint load
+    resumes (as explain() and the throttle call them), and raise on none: the second 30-minute run of 2026-11-28
+    stopped its checkpoint target on a merged record whose composable predicate read a resumed fsdp2_tp plan."""
+    cases = [corpus.load(path).case for path in sorted(CORPUS.glob("*/*.json"))
+             if path.parent.name not in ("versions", "upstream")]
+    cases += [c.resumed() for c in cases if c.checkpoint]
+    bugs = known.shipped()
+    for case in cases:
+        for bug in bugs:
+            bug.applies(case)
+    merged = next(b for b in bugs if b.id == "grad-scaler-over-plain-and-dtensor-gradients")
+    tp_case = next(c for c in cases if c.family == "fsdp2_tp")
+    scaled = dataclasses.replace(tp_case, train=dataclasses.replace(tp_case.train, loss_scale=1024.0))
+    merged.applies(scaled)  # the fsdp2_tp predicate alone reads it

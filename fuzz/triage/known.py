@@ -20,6 +20,7 @@ from typing import Callable
 
 from parityfuzz import families
 from parityfuzz.case import Case
+from parityfuzz.case.plan import Plan
 from parityfuzz.judge.verdict import Verdict
 
 #: The shipped data file: ``corpus/known_bugs.toml`` of the checkout parityfuzz runs from.
@@ -148,8 +149,11 @@ class KnownBug:
         return bool(self.fixed_in) and version_key(torch_version) >= version_key(self.fixed_in)
 
     def applies(self, case: Case) -> bool:
-        """Whether ``case`` meets the precondition (its family is one of the record's)."""
-        return case.family in self.families and any(resolve_precondition(p)(case) for p in self.precondition)
+        """Whether ``case`` meets the precondition (its family is one of the record's), by the predicates that read
+        its plan (:func:`reads`)."""
+        merged = len(self.precondition) > 1
+        return case.family in self.families and any(
+            resolve_precondition(p)(case) for p in self.precondition if reads(p, case, merged))
 
     def explains(self, case: Case, verdict: Verdict) -> bool:
         """Whether this bug explains ``verdict`` on ``case``: on the case itself, or (a checkpoint event) on the
@@ -165,6 +169,20 @@ class KnownBug:
 
     def signature_strings(self) -> list[str]:
         return [s for sig in self.signatures for s in sig.strings()]
+
+
+def reads(predicate: str, case: Case, merged: bool = True) -> bool:
+    """Whether the predicate ``<owner>:<function>`` of a record reads ``case``'s plan.  A record of one predicate
+    gives it every family the record names (fsdp2_tp's reads the pipeline's tensor-parallel plans alike); in a
+    ``merged`` record (one predicate per situation) a dimension's reads any case, a family's its own family's and
+    those built on the same part (fsdp1's and fsdp1_tp's plans are both the FSDP1 part's), not another family's:
+    the second 30-minute run of 2026-11-28 stopped its checkpoint target where a merged record's composable
+    predicate met an fsdp2_tp plan a checkpoint load resumed."""
+    owner = predicate.partition(":")[0]
+    if not merged or owner not in families.MODULES or owner == case.family:
+        return True
+    shared = set(type(case.plan).__mro__) & set(families.get(owner).plan_type.__mro__)
+    return bool(shared - {Plan, object})
 
 
 @functools.cache
