@@ -84,10 +84,10 @@ def full_state_dict(case: Case) -> bool:
 
 
 def set_full_model_state_dict(case: Case) -> bool:
-    """DSD's full model state dict (plain full tensors) loaded by set_state_dict(full_state_dict=True) into FSDP1
-    over DTensor parameters."""
+    """DSD's full model state dict (plain full tensors) loaded under FSDP1's FULL_STATE_DICT (by
+    set_state_dict(full_state_dict=True), or FSDP1's own full load) into FSDP1 over DTensor parameters."""
     c = case.checkpoint
-    return (bool(c) and case.family == "fsdp1_tp" and c.save == "full" and c.load_way == "full"
+    return (bool(c) and case.family == "fsdp1_tp" and c.save == "full" and c.load_way in ("full", "fsdp1_full")
             and _dtensor_parameters(case))
 
 
@@ -116,13 +116,14 @@ def compiled_tensor_parallel_unit_after_another_shape(case: Case) -> bool:
 
 
 def compiled_tensor_parallel_linears_of_two_styles(case: Case) -> bool:
-    """The model or a block compiled, holding a colwise and a rowwise module that are each an FSDP1 instance:
+    """The model or a block compiled (before or after wrapping), holding a colwise and a rowwise module that are each
+    an FSDP1 instance:
     FSDP1's unshard graph-breaks, so ``nn.Linear.forward`` is a frame of its own, compiled for one style and
     recompiled for the other with automatic dynamic shapes, and AOTAutograd's trace of F.linear over DTensors with
     symbolic sizes never ends.  Eager, ``dynamic=False``, no TP, FSDP1 at the root alone or use_orig_params=False
     train (measured); two Linears of one style but other sizes probably recompile too (not measured)."""
     c = case.compile
-    if not c or c.form not in ("model", "blocks_after"):
+    if not c or c.form not in ("model", "blocks_after", "blocks_before"):
         return False
     found = units(case)
     return len({p.style for p in case.plan.tp if p.style in ("colwise", "rowwise")
