@@ -153,6 +153,28 @@ def test_a_tied_weight_whose_uses_a_reentrant_checkpoint_splits_is_allowed_its_a
     assert split_uses(checkpointed(twice, "body")) == []  # both calls in one checkpoint
 
 
+def test_a_wrapped_module_whose_input_a_residual_also_uses_is_allowed_the_autocast_sum_order():
+    """corpus/fsdp2/4b515ce06f6769d0.json (a harness false alarm): under float16 autocast, fully_shard on the
+    attention inside a residual sums its input's q, k and v gradients before the skip's joins them (its
+    post-backward autograd function), DDP in another order.  The autocast dtype's allowance comes with exactly
+    that: a wrap at a residual's inner module, eager, under autocast."""
+    import dataclasses
+
+    from parityfuzz.case.dtypes import forked_wraps, unpinned_dtype
+    from parityfuzz.triage import corpus
+
+    case = corpus.load("corpus/fsdp2/4b515ce06f6769d0.json").case
+    assert forked_wraps(case) == ["body.1.inner"] and unpinned_dtype(case) == "float16"
+
+    def wrapped(*paths):
+        return dataclasses.replace(case, plan=dataclasses.replace(
+            case.plan, wraps=tuple(dataclasses.replace(case.plan.wraps[-1], path=p) for p in paths)))
+
+    assert unpinned_dtype(wrapped("")) == ""  # the root alone
+    assert unpinned_dtype(wrapped("body.1", "")) == ""  # the residual whole: the skip inside it
+    assert unpinned_dtype(dataclasses.replace(case, train=dataclasses.replace(case.train, autocast=""))) == ""
+
+
 #: A 10-minute run's harness false alarm (2026-11-27): FSDP1 with bfloat16 parameters, the model compiled with
 #: aot_eager, Adam.  Every gradient agreed with the reference within the compiled-precision floor; after step 0 one
 #: of 25 elements of the attention's v weight was 0.02 off, twice the learning rate: Adam's first update is about

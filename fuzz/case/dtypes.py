@@ -48,14 +48,29 @@ def unpinned_dtype(case: Case) -> str:
       (:func:`split_uses`): its nested ``torch.autograd.backward`` adds their part into ``.grad`` by itself
       (``torch/utils/checkpoint.py``, ``CheckpointFunction.backward``), so the system sums ``(G + a) + b`` where
       the reference, which does not checkpoint (a checkpointing bug must not hide in it), sums ``G + (a + b)``;
-      torch documents no order for the contributions to a ``.grad``."""
+      torch documents no order for the contributions to a ``.grad``;
+    - the autocast dtype in which the gradient of a wrapped module's input is summed, where the input is used
+      outside the module too (:func:`forked_wraps`): FSDP2 runs a wrapped module's inputs through an autograd
+      function of its own (its post-backward hook), so the uses inside the module are summed before the outside
+      one joins them, where the reference's autograd sums them in another order (torch pins none): one float16
+      rounding apart in ``corpus/fsdp2/4b515ce06f6769d0.json``."""
     found = set()
     if case.compile:
         found |= {case.train.autocast} | param_dtypes(case)
-    elif case.train.microbatches > 1 and split_uses(case):
-        found |= param_dtypes(case)
+    else:
+        if case.train.microbatches > 1 and split_uses(case):
+            found |= param_dtypes(case)
+        if case.train.autocast and forked_wraps(case):
+            found.add(case.train.autocast)
     low = [d for d in found if d and EPS[d] > EPS[model_dtype(case)]]
     return max(low, key=EPS.get, default="")
+
+
+def forked_wraps(case: Case) -> list[str]:
+    """Paths of the ``fully_shard`` wraps whose module's input is also used outside it: the inner module of a
+    residual, whose skip adds the same input."""
+    inners = {f"{path}.inner" for path, node in case.model.body.walk("body") if node.kind == "residual"}
+    return [w.path for w in getattr(case.plan, "wraps", ()) if getattr(w, "path", None) in inners]
 
 
 def split_uses(case: Case) -> list[str]:
