@@ -19,3 +19,15 @@ def sgd_foreach_nesterov_changes_gradients(case: Case) -> bool:
     t = case.train
     return (t.optimizer == "sgd" and t.nesterov and t.foreach and not t.weight_decay and not t.maximize
             and bool(t.loss_scale))
+
+
+def live_load_keeps_local_state(case: Case) -> bool:
+    """A rollback through ZeRO's own way (the checkpoint loaded into the live optimizer) with a stateful optimizer
+    (momentum, Adam), where some parameter gets its state after the save: a freeze lifted at a step from the save's
+    to the rollback's, or a gated module (it may first be used there; by reading, not run)."""
+    c, t = case.checkpoint, case.train
+    if not (c and c.rollback_at and c.save == "zero" and c.load_way == "zero"):
+        return False
+    if not (t.optimizer in ("adam", "adamw") or t.momentum):
+        return False
+    return any(f.until and c.step <= f.until < c.rollback_at for f in t.frozen) or bool(case.model.gates())
