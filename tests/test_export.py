@@ -191,7 +191,7 @@ def test_a_mixed_precision_pipeline_exports_its_policy_and_the_emulating_referen
     case = mixed_case(*MIXED[0])
     text = export(case)
     assert ('fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward=False, mp_policy=MixedPrecisionPolicy('
-            'param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=None, cast_forward_inputs=True))'
+            'param_dtype=torch.bfloat16, reduce_dtype=torch.float32))'
             in text)
     assert "dict(path=\"stage 1\", modules=['body.1', 'body.2', 'body.3']," in text and "def emulated_microbatches_in_turn" in text
     verdict = verify_case(dataclasses.replace(case, system="tests.faults:StageAccumulatesInComputeDtype"), executor)

@@ -71,8 +71,9 @@ def load_fsdp1_sharded(system, case, directory: str) -> None:
     system.optim.load_state_dict(optim_sd)
 
 
-#: The functions the ways call, which an exported script copies with them.
+#: What an exported script copies with the ways: the functions they call, the constants they read.
 SCRIPT_HELPERS = {"fsdp1_local": ("_local_file",)}
+SCRIPT_CONSTANTS = ("FULL_FILE",)
 
 
 def _local_file(directory: str) -> str:
