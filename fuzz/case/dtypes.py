@@ -76,12 +76,11 @@ def forked_wraps(case: Case) -> list[str]:
 def split_uses(case: Case) -> list[str]:
     """Paths of the reentrant checkpoints that run the backward of some, not all, uses of a parameter: one at the
     tied head or the embedding it is tied to, or one under a module called twice (each call checkpointed apart)."""
-    def holds(outer: str, path: str) -> bool:
-        return outer == "" or path == outer or path.startswith(outer + ".")
+    from parityfuzz.case.model import under
 
     twice = [path for path, node in case.model.body.walk("body") if node.kind == "twice"]
     return [c.path for c in getattr(case.plan, "checkpoints", ()) if c.reentrant and (
-        (case.model.tie_head and holds(c.path, "head") != holds(c.path, "inp"))
+        (case.model.tie_head and under("head", (c.path,)) != under("inp", (c.path,)))
         or any(c.path.startswith(t + ".") for t in twice))]
 
 
