@@ -29,9 +29,8 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec, dimensions
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
-from parityfuzz.case.checkpoint import (checkpoint_families, PLAIN_REFERENCES, RANK_LOCAL_REFERENCES,
-                                        ROLLBACK_REFERENCES, Checkpoint, check_rollback, reshards as resharding,
-                                        saves_from, ways)
+from parityfuzz.case.checkpoint import (checkpoint_families, Checkpoint, check_rollback, reference,
+                                        reshards as resharding, saves_from, ways)
 
 #: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
 ROLLBACK = st.sampled_from((False, False, True))
@@ -57,7 +56,7 @@ def ways_into(case: Case, fmt: str) -> list[str]:
 
 def can_reshard(case: Case) -> bool:
     return (not case.mixed_precision() and not case.model.rank_gates()
-            and case.reference_name() in PLAIN_REFERENCES)
+            and reference(case).plain)
 
 
 def kinds() -> st.SearchStrategy[str]:
@@ -142,7 +141,7 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     # nothing reshards, steps are left
     event = dataclasses.replace(event, load="" if load == save else load, **options)
     if (rollback and not resharding(dataclasses.replace(case, checkpoint=event)) and step + 1 < case.train.steps
-            and case.reference_name() in ROLLBACK_REFERENCES):
+            and reference(case).rolls_back):
         # (where a freeze ends between the save and the rollback torch leaves the load undefined:
         # case.checkpoint.check_rollback; an earlier rollback then)
         valid = [r for r in range(step + 1, case.train.steps)
@@ -182,8 +181,8 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     # (the event then resumes the same plan): such a case draws only the dimensions both families take.
     drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system,
                   within=_taken_by(kind, family))
-    case = draw(drawn.filter(lambda c: c.reference_name() in ROLLBACK_REFERENCES) if rollback else drawn)
+    case = draw(drawn.filter(lambda c: reference(c).rolls_back) if rollback else drawn)
     # A case torch refuses (an expected error) trains to no checkpoint, and one with tensors of a value per rank
     # (FSDP1's ignored modules) cannot keep them through any: not spent here.
-    assume(expectation(case, "cpu") is None and case.reference_name() not in RANK_LOCAL_REFERENCES)
+    assume(expectation(case, "cpu") is None and not reference(case).rank_local)
     return draw(checkpoints(case, world_sizes, rollback, kind))

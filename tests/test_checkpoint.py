@@ -284,6 +284,25 @@ def test_fsdp1_ignored_modules_take_no_checkpoint_event():
     assert e.value.field == "checkpoint"
 
 
+def test_the_rules_read_the_reference_s_traits_from_its_registration():
+    """A reference's traits are declared where it is registered: the emulation of ``MixedPrecisionPolicy`` holds
+    plain tensors (it may reshard) but not its master weights in its state dict (it may not roll back); a system
+    registered by a plain string, as a plug-in's, has none of them (every checkpoint rule that needs one refuses)."""
+    from parityfuzz import families
+    low = FSDP2Plan(wraps=(Wrap("", param_dtype="bfloat16"),))
+    mixed = simple(model=MLP, train=dataclasses.replace(ADAM, steps=5), plan=low)
+    assert mixed.reference_name() == "ddp_mp" and families.registration("ddp_mp").plain
+    dataclasses.replace(mixed, checkpoint=event(world_size=1, mesh=MeshSpec((1,)))).validate()
+    with pytest.raises(CaseError, match="rolls back") as e:
+        dataclasses.replace(mixed, checkpoint=event(rollback_at=3)).validate()
+    assert e.value.field == "checkpoint.rollback_at"
+    assert families.registration("mine:System") == families.Registration("mine:System")
+    with pytest.raises(CaseError, match="plain full tensors") as e:
+        simple(model=MLP, train=ADAM, reference="tests.test_checkpoint:Anything",
+               checkpoint=event(world_size=1, mesh=MeshSpec((1,)))).validate()
+    assert e.value.field == "checkpoint.plan"
+
+
 def test_a_known_bug_of_the_resumed_case_explains_a_failure_after_the_load():
     """A tp=2 case resumed on tp=4, where a colwise Linear of 3 rows leaves a rank a shard of size 0: the resumed
     case meets a known bug (found so by the first 20-minute run)."""

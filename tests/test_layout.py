@@ -120,7 +120,7 @@ def family_modules(family) -> list[str]:
     from parityfuzz import families
 
     named = [families.MODULES[family.name], family.strategy, family.export,
-             *(target.partition(":")[0] for target in family.systems.values())]
+             *(getattr(entry, "target", entry).partition(":")[0] for entry in family.systems.values())]
     return [m for m in named if m and not m.startswith("parityfuzz.parts.")]
 
 

@@ -84,17 +84,6 @@ def fsdp1_families() -> tuple[str, ...]:
 #: The boolean options that are off by default.
 OPTIONS = ("full_state_dict", "cpu_offload", "rank0_only", "broadcast_from_rank0", "separate", "flatten_optimizer")
 
-#: References whose parameters are plain tensors: they can take a resharding turn through the trusted path.
-PLAIN_REFERENCES = ("ddp", "ddp_mp", "ddp_mp_fsdp1", "zero_reference", "pipeline_reference")
-#: References that can roll back through the trusted path: those whose module holds what they train.  The
-#: mixed-precision emulations train master weights their module's state dict does not hold, so a live load of it
-#: leaves the masters as trained (the 30-minute run met it: the loaded parameters 0.013 off the saved ones).
-ROLLBACK_REFERENCES = ("ddp", "zero_reference", "pipeline_reference")
-#: References of cases whose tensors hold a value per rank by design (FSDP1's ignored modules, neither sharded
-#: nor reduced): a checkpoint keeps one copy of a plain tensor (DCP deduplicates, full state dicts are rank
-#: 0's), so no round trip can keep them.
-RANK_LOCAL_REFERENCES = ("ddp_ignoring",)
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -138,6 +127,13 @@ class Checkpoint:
         return self.load or self.save
 
 
+def reference(case: Case):
+    """The registration of ``case``'s reference (:class:`parityfuzz.families.Registration`): its traits."""
+    from parityfuzz import families
+
+    return families.registration(case.reference_name())
+
+
 def saves_from(case: Case) -> list[str]:
     """The ways ``case``'s system can save (and load, into the same plan)."""
     local = not getattr(case.plan, "use_orig_params", False)
@@ -174,7 +170,7 @@ def validate_checkpoint(case: Case) -> None:
     check(not case.expect_error, "checkpoint", "a case torch must refuse does not train to a checkpoint")
     check(not case.train.loss_scale, "checkpoint", "not with loss scaling: the checkpoint keeps no gradient scaler "
           "(its scale after a skipped step), so a loaded system would scale otherwise than the uninterrupted one")
-    check(case.reference_name() not in RANK_LOCAL_REFERENCES, "checkpoint",
+    check(not reference(case).rank_local, "checkpoint",
           "this case holds tensors with a value per rank (FSDP1's ignored modules): a checkpoint keeps one copy")
     for key, way in (("save", c.save), ("load", c.load_way)):
         check(way in ways(), f"checkpoint.{key}", f"must be one of {sorted(ways())}, got {way!r}")
@@ -223,13 +219,13 @@ def validate_checkpoint(case: Case) -> None:
     if c.rollback_at:
         check(not reshards(case), "checkpoint.rollback_at",
               "a rollback loads into the live system: the same world size, mesh and plan")
-        check(case.reference_name() in ROLLBACK_REFERENCES, "checkpoint.rollback_at",
+        check(reference(case).rolls_back, "checkpoint.rollback_at",
               f"the reference rolls back through its module's state dict; {case.reference_name()!r} trains tensors "
               "that one does not hold (sharded ones, or an emulation's master weights)")
         check_rollback(case)
     if reshards(case):
         for which, c_ in (("the case", case), ("the resumed case", r)):
-            check(c_.reference_name() in PLAIN_REFERENCES, "checkpoint.plan",
+            check(reference(c_).plain, "checkpoint.plan",
                   f"resharding takes the reference through its plain full tensors; {which}'s reference "
                   f"{c_.reference_name()!r} holds sharded ones")
         check(not case.model.rank_gates() or (r.world_size, r.mesh) == (case.world_size, case.mesh),

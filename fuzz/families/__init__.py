@@ -1,12 +1,13 @@
 """System families: one record each, one registry, torch-free.
 
 A family is a way of training in parallel (``fsdp2``, ``fsdp2_tp``, ``fsdp1``, ``fsdp1_tp``, ``zero``,
-``composable``, ``pipeline``).  Its folder here holds its plan type, validation, feature tags, reference rule and printout, and
-its :class:`Family` record (``FAMILY`` in the folder's ``__init__``) names every other layer: its strategy
-(``strategies/``), its systems (``fuzz/systems/``), its export writer (``fuzz/export/``), the torch modules its test
-faults may patch, and its known bugs' preconditions (``known.py`` in the folder).  Every registry that maps a family
-to a layer is derived from these records (:func:`records`): the systems', the export's, the rank isolation's and
-the fuzz targets (``fuzz/test_families.py``).  Adding a family is one folder and one line in :data:`MODULES` (or,
+``composable``, ``pipeline``).  Its folder here holds all of it: its plan type, validation, feature tags,
+reference rule and printout, and its :class:`Family` record (``FAMILY`` in the folder's ``__init__``), torch-free,
+which names every other layer by module: its strategy, its systems (with their traits as references,
+:class:`Registration`), its export writer, its checkpoint ways, the torch modules its test faults may patch, and its
+known bugs' preconditions (``known.py``), each in the folder or in a shared part (``parityfuzz.parts``).  Every
+registry that maps a family to a layer is derived from these records (:func:`records`): the systems', the
+export's, the rank isolation's and the fuzz targets (``fuzz/test_families.py``).  Adding a family is one folder and one line in :data:`MODULES` (or,
 for a family that lives outside the package, :func:`register`).
 """
 
@@ -71,6 +72,40 @@ def unregister(name: str) -> None:
 
 
 @dataclass(frozen=True)
+class Registration:
+    """A registered system: its class (``"module:Class"``) and what the torch-free side must know of it where it
+    is a case's reference (the checkpoint rules read these; a plain string registers a system with none of them).
+    """
+
+    target: str
+    #: Its parameters are plain full tensors, so it can take a resharding turn through the trusted path (a load
+    #: into another world size, mesh or plan).
+    plain: bool = False
+    #: Its module's state dict holds everything it trains, so it can roll back through it: not the
+    #: mixed-precision emulations, whose master weights that state dict does not hold (a live load of it leaves
+    #: the masters as trained).
+    rolls_back: bool = False
+    #: Some of its tensors hold a value per rank by design (FSDP1's ignored modules, neither sharded nor reduced):
+    #: a checkpoint keeps one copy of a plain tensor (DCP deduplicates, full state dicts are rank 0's), so no round
+    #: trip can keep them.
+    rank_local: bool = False
+
+
+#: The systems no family owns: the generic reference.
+GENERIC_SYSTEMS = {"ddp": Registration("parityfuzz.systems.ddp:DDPSystem", plain=True, rolls_back=True)}
+
+
+def registration(name: str) -> Registration:
+    """The registration of the system ``name`` (a generic or family system; a plug-in's or a ``module:attribute``
+    one has no traits)."""
+    for family in records():
+        if name in family.systems:
+            entry = family.systems[name]
+            return entry if isinstance(entry, Registration) else Registration(entry)
+    return GENERIC_SYSTEMS.get(name) or Registration(name)
+
+
+@dataclass(frozen=True)
 class Family:
     """What the torch-free side knows of a family."""
 
@@ -101,8 +136,9 @@ class Family:
     expected_error: Callable | None = None
     #: The fuzz target's claim (``fuzz/test_families.py``): what the family's systems must do.
     target: str = ""
-    #: The systems the family brings, ``{registered name: "module:Class"}`` (its system under test, and the
-    #: references only it uses); the systems registry is the union of these and the generic ``ddp``.
+    #: The systems the family brings, ``{registered name: "module:Class" or Registration}`` (its system under
+    #: test, and the references only it uses, with their traits); the systems registry is the union of these and
+    #: :data:`GENERIC_SYSTEMS`.
     systems: dict = field(default_factory=dict)
     #: The module (``fuzz/export/``) that writes out its plan (``refusal(case)``, ``parts(case)``).
     export: str = ""
@@ -165,5 +201,5 @@ def records() -> list[Family]:
 LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids", "compiles")
 
 
-__all__ = ["ENVIRONMENT", "LAYERS", "MODULES", "Family", "get", "load_environment", "records", "register",
-           "unregister"]
+__all__ = ["ENVIRONMENT", "GENERIC_SYSTEMS", "LAYERS", "MODULES", "Family", "Registration", "get", "load_environment", "records",
+           "register", "registration", "unregister"]

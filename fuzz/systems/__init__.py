@@ -14,17 +14,14 @@ import importlib
 
 from parityfuzz.systems.base import RankContext, System
 
-#: The generic reference; every other system is a family's (:attr:`parityfuzz.families.Family.systems`).
-GENERIC = {"ddp": "parityfuzz.systems.ddp:DDPSystem"}
-
-
 def registry() -> dict[str, str]:
-    """Every registered system, ``{name: "module:Class"}``: the generic ones and each family's."""
+    """Every registered system, ``{name: "module:Class"}``: the generic ones (:data:`parityfuzz.families.GENERIC_SYSTEMS`)
+    and each family's."""
     from parityfuzz import families
 
-    out = dict(GENERIC)
-    for family in families.records():
-        out.update(family.systems)
+    out = {}
+    for systems in (families.GENERIC_SYSTEMS, *(family.systems for family in families.records())):
+        out.update({name: getattr(entry, "target", entry) for name, entry in systems.items()})
     return out
 
 
@@ -58,4 +55,4 @@ def system_class(name: str) -> type[System]:
     return cls
 
 
-__all__ = ["ENTRY_POINTS", "GENERIC", "RankContext", "System", "plugged", "registry", "system_class"]
+__all__ = ["ENTRY_POINTS", "RankContext", "System", "plugged", "registry", "system_class"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
 from parityfuzz.case.checkpoint import STATE_DICT_WAYS
-from parityfuzz.families import Family
+from parityfuzz.families import Family, Registration
 from parityfuzz.families.fsdp1 import grids
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 from parityfuzz.parts.fsdp1 import (CHECKPOINT_WAYS, HYBRID, MESHES, SHARDINGS, UNSUPPORTED, FSDP1WrapPlan, describe, expected_error,
@@ -71,8 +71,8 @@ FAMILY = Family(
     ),
     systems={
         "fsdp1": "parityfuzz.parts.fsdp1.system:FSDP1System",
-        "ddp_ignoring": "parityfuzz.parts.fsdp1.system:DDPIgnoringSystem",
-        "ddp_mp_fsdp1": "parityfuzz.parts.fsdp1.reference:FSDP1MixedPrecisionReference",
+        "ddp_ignoring": Registration("parityfuzz.parts.fsdp1.system:DDPIgnoringSystem", rank_local=True),
+        "ddp_mp_fsdp1": Registration("parityfuzz.parts.fsdp1.reference:FSDP1MixedPrecisionReference", plain=True),
     },
     export="parityfuzz.parts.fsdp1.export",
     patchable=(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from parityfuzz.case.core import Case
 from parityfuzz.case.checkpoint import STATE_DICT_WAYS
-from parityfuzz.families import Family
+from parityfuzz.families import Family, Registration
 from parityfuzz.families.fsdp2 import grids
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
 from parityfuzz.parts.fully_shard import MESHES, FullyShardPlan, describe, features, validate
@@ -44,7 +44,7 @@ FAMILY = Family(
     target="FSDP2 ``fully_shard`` must train exactly like DDP.",
     systems={
         "fsdp2": "parityfuzz.parts.fully_shard.system:FSDP2System",
-        "ddp_mp": "parityfuzz.parts.fully_shard.reference:MixedPrecisionReference",
+        "ddp_mp": Registration("parityfuzz.parts.fully_shard.reference:MixedPrecisionReference", plain=True),
     },
     export="parityfuzz.parts.fully_shard.export",
     patchable=(

@@ -34,7 +34,7 @@ from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import ModelSpec, child_names, under
 from parityfuzz.case.checkpoint import STATE_DICT_WAYS
-from parityfuzz.families import Family
+from parityfuzz.families import Family, Registration
 from parityfuzz.parts.tensor_parallel import Parallelize, describe_styles, style_features, validate_styles
 from parityfuzz.families.pipeline import grids
 from parityfuzz.families.pipeline import precision as stage_mp
@@ -346,7 +346,8 @@ FAMILY = Family(
            "the same microbatches, with the loss scaling the schedules document.",
     systems={
         "pipeline": "parityfuzz.families.pipeline.system:PipelineSystem",
-        "pipeline_reference": "parityfuzz.families.pipeline.system:PipelineReference",
+        "pipeline_reference": Registration("parityfuzz.families.pipeline.system:PipelineReference", plain=True,
+                                           rolls_back=True),
         "pipeline_mp_reference": "parityfuzz.families.pipeline.system:PipelineMixedPrecisionReference",
     },
     patchable=(

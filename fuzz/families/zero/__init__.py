@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from parityfuzz.case.core import Case, ExpectedError, Plan
 from parityfuzz.case.errors import check
 from parityfuzz.case.checkpoint import Way
-from parityfuzz.families import Family
+from parityfuzz.families import Family, Registration
 from parityfuzz.families.zero import grids
 
 OVERLAPS = ("", "hook", "interleaved")
@@ -180,7 +180,7 @@ FAMILY = Family(
     target="ZeroRedundancyOptimizer over DDP must train exactly like DDP with the whole optimizer on every rank.",
     systems={
         "zero": "parityfuzz.families.zero.system:ZeroSystem",
-        "zero_reference": "parityfuzz.families.zero.system:ZeroReference",
+        "zero_reference": Registration("parityfuzz.families.zero.system:ZeroReference", plain=True, rolls_back=True),
     },
     export="parityfuzz.families.zero.export",
     patchable=(
