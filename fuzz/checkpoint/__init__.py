@@ -19,6 +19,14 @@ def _way(name: str, verb: str):
     return getattr(importlib.import_module(ways()[name].module), f"{verb}_{name}")
 
 
+def state_of(name: str):
+    """How the snapshot reads the full state of a system that saves or loads the way ``name``: its module's
+    ``state_<name>`` where it has one, else :func:`parityfuzz.checkpoint.invariants.full_state`."""
+    from parityfuzz.checkpoint import invariants
+
+    return getattr(importlib.import_module(ways()[name].module), f"state_{name}", invariants.full_state)
+
+
 def save(system, case: Case, directory: str, trusted: bool = False) -> list[tuple]:
     """Save ``system``'s model, optimizer and LR scheduler into ``directory`` (made here): the case's way for
     the system under test, the trusted path for a reference.  The system under test also leaves a snapshot
@@ -31,7 +39,7 @@ def save(system, case: Case, directory: str, trusted: bool = False) -> list[tupl
     if trusted:
         trusted_path.save(system, directory)
         return []
-    invariants.save_snapshot(system, directory)
+    invariants.save_snapshot(system, directory, state_of(case.checkpoint.save))
     _way(case.checkpoint.save, "save")(system, case, directory)
     trusted_path.save_scheduler(system, directory)
     return invariants.take()
@@ -50,5 +58,5 @@ def load(system, case: Case, directory: str, trusted: bool = False) -> list[tupl
         return []
     _way(case.checkpoint.load_way, "load")(system, case, directory)
     trusted_path.load_scheduler(system, directory)
-    invariants.check_snapshot(system, directory)
+    invariants.check_snapshot(system, directory, state_of(case.checkpoint.load_way))
     return invariants.take()

@@ -120,19 +120,21 @@ def check_saved(system, case, model_sd: dict, optim_sd: dict, where: str, rank0_
 
 # --------------------------------------------------------------------------- the loaded state is the saved one
 
-def snapshot(system) -> dict:
-    """The system's full state as plain CPU tensors and values: parameters and buffers by case name, the
-    optimizer's state and hyperparameters per parameter name (``get_optimizer_state_dict``, full)."""
+def full_state(system) -> tuple[dict, dict]:
+    """The system's full model and optimizer state dicts, parameters by name: one ``get_state_dict`` call, as users
+    take it (alone, ``get_optimizer_state_dict`` fails with KeyError on an FSDP2 model an evaluation forward left
+    unsharded under ``reshard_after_forward=False``; the registered parameters are then the unsharded compute
+    copies, which the model's state dict hooks reshard).  A way whose system this call does not read gives its own
+    (``state_<way>`` in its module: :func:`parityfuzz.checkpoint.state_of`)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    if hasattr(system.optim, "consolidate_state_dict"):  # ZeroRedundancyOptimizer: get_state_dict raises
-        model, optim = consolidated_state(system)       # "Optimizer state has not been consolidated on this rank"
-    else:
-        # One get_state_dict call, as users take it (alone, get_optimizer_state_dict fails with KeyError on an
-        # FSDP2 model an evaluation forward left unsharded under reshard_after_forward=False; the registered
-        # parameters are then the unsharded compute copies, which the model's state dict hooks reshard).
-        model, optim = get_state_dict(system.state_module(), system.optim,
-                                      options=StateDictOptions(full_state_dict=True))
+    return get_state_dict(system.state_module(), system.optim, options=StateDictOptions(full_state_dict=True))
+
+
+def snapshot(system, state=full_state) -> dict:
+    """The system's full state (``state(system)``: :func:`full_state` or a way's own) as plain CPU tensors and
+    values: parameters and buffers by case name, the optimizer's state and hyperparameters per parameter name."""
+    model, optim = state(system)
     out = {f"model {name}": _plain(t) for name, t in model.items()}
     for param, state in optim.get("state", {}).items():
         for key, value in (state or {}).items():  # (ZeRO's global state holds None for a parameter without any)
@@ -144,20 +146,6 @@ def snapshot(system) -> dict:
     return out
 
 
-def consolidated_state(system) -> tuple[dict, dict]:
-    """A ``ZeroRedundancyOptimizer``'s system's full state as ``get_state_dict`` gives others': the DDP module's
-    state dict, and the optimizer's global state (consolidated on rank 0, sent to every rank) with each parameter's
-    index over the optimizer's parameter groups replaced by its name."""
-    system.optim.consolidate_state_dict(to=0)
-    state = [system.optim.state_dict() if _rank() == 0 else None]
-    dist.broadcast_object_list(state, src=0)
-    names = {id(p): name for name, p in system.model.module.named_parameters()}
-    order = [names[id(p)] for group in system.optim.param_groups for p in group["params"]]
-    optim = {"state": {order[i]: s for i, s in state[0]["state"].items()},
-             "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in state[0]["param_groups"]]}
-    return system.model.module.state_dict(), optim
-
-
 def _plain(value):
     if isinstance(value, torch.Tensor):
         full = value.full_tensor() if hasattr(value, "full_tensor") else value
@@ -165,9 +153,9 @@ def _plain(value):
     return value
 
 
-def save_snapshot(system, directory: str) -> None:
+def save_snapshot(system, directory: str, state=full_state) -> None:
     """Every rank's snapshot of what it holds (``snapshot.<rank>.pt``)."""
-    torch.save(snapshot(system), os.path.join(directory, f"snapshot.{_rank()}.pt"))
+    torch.save(snapshot(system, state), os.path.join(directory, f"snapshot.{_rank()}.pt"))
 
 
 def saved_snapshot(directory: str) -> dict:
@@ -189,11 +177,11 @@ def snapshot_owner(entry: str) -> str:
     return entry[len("optimizer state "):].rpartition(".")[0]
 
 
-def check_snapshot(system, directory: str) -> None:
+def check_snapshot(system, directory: str, state=full_state) -> None:
     """What this rank holds after the load against what the saving ranks held, bit for bit; the first difference
     is the violation."""
     saved = saved_snapshot(directory)
-    loaded = snapshot(system)
+    loaded = snapshot(system, state)
     missing = sorted(k for k in set(saved) - set(loaded) if system.holds(snapshot_owner(k)))
     extra = sorted(set(loaded) - set(saved))
     if missing or extra:
@@ -248,5 +236,5 @@ def _value(v):
 
 
 __all__ = ["cast_on_load", "check_keys", "check_on_cpu", "check_rank0_only", "check_saved", "check_snapshot",
-           "consolidated_state", "optimizer_names", "report", "save_snapshot", "saved_snapshot", "snapshot",
+           "full_state", "optimizer_names", "report", "save_snapshot", "saved_snapshot", "snapshot",
            "snapshot_owner", "take"]

@@ -19,7 +19,7 @@ import inspect
 
 from parityfuzz.case import Case
 from parityfuzz.case.checkpoint import OPTIONS, reshard_kind, ways
-from parityfuzz.checkpoint import invariants, trusted
+from parityfuzz.checkpoint import invariants, state_of, trusted
 
 IMPORTS = ("import shutil\nimport tempfile\nfrom types import SimpleNamespace\n\n"
            "import torch.distributed.checkpoint as dcp\n"
@@ -33,7 +33,7 @@ FSDP1_IMPORTS = ("from torch.distributed.fsdp import (FullOptimStateDictConfig, 
 #: The invariants' functions the ways and the turn call (``expected_keys`` is the script's own: its model).
 INVARIANTS = (invariants.report, invariants.take, invariants._rank, invariants.optimizer_names, invariants.check_keys,
               invariants.check_rank0_only, invariants.check_on_cpu, invariants._tensors, invariants.check_saved,
-              invariants.snapshot, invariants.consolidated_state, invariants._plain, invariants.save_snapshot,
+              invariants.full_state, invariants.snapshot, invariants._plain, invariants.save_snapshot,
               invariants.saved_snapshot, invariants.snapshot_owner, invariants.cast_on_load, invariants.check_snapshot,
               invariants._difference, invariants._value, trusted._barrier, trusted.save_scheduler,
               trusted.load_scheduler)
@@ -110,7 +110,7 @@ def save_turn(role, holder, passes):
     take()
     with discarded_on_error(directory):
         if role == "system":
-            save_snapshot(holder, directory)
+            save_snapshot(holder, directory, SAVE_STATE)
             SAVE(holder, CASE, directory)
             save_scheduler(holder, directory)
             passes[-1]["violations"] = take()
@@ -139,7 +139,7 @@ def load_turn(role, holder, directory, loaded):
         if role == "system":
             LOAD(holder, CASE, directory)
             load_scheduler(holder, directory)
-            check_snapshot(holder, directory)
+            check_snapshot(holder, directory, LOAD_STATE)
             loaded["violations"] = take()
         else:
             trusted_load(holder, directory)
@@ -190,15 +190,16 @@ def source(case: Case) -> str:
              f"CASE = SimpleNamespace(checkpoint=SimpleNamespace(**{options!r}))  # what the functions read"]
     functions, constants = [], {}
     for way, verb in ((c.save, "save"), (c.load_way, "load")):
-        module = importlib.import_module(ways()[way].module)  # its helpers, constants and function, copied
+        module = importlib.import_module(ways()[way].module)  # its helpers, constants and functions, copied
         constants.update({name: getattr(module, name) for name in getattr(module, "SCRIPT_CONSTANTS", ())})
         for f in (*(getattr(module, h) for h in getattr(module, "SCRIPT_HELPERS", {}).get(way, ())),
-                  getattr(module, f"{verb}_{way}")):
-            if f not in functions:
+                  getattr(module, f"{verb}_{way}"), state_of(way)):
+            if f not in functions and f is not invariants.full_state:
                 functions.append(f)
     lines += [f"{name} = {value!r}" for name, value in constants.items()]
     trusted_turn = [inspect.getsource(f).replace(f"def {f.__name__}(", f"def trusted_{f.__name__}(", 1)
                     for f in (trusted.save, trusted.load)] if c.rollback_at else []
     body = ["_VIOLATIONS = []", *(inspect.getsource(f) for f in INVARIANTS), *(inspect.getsource(f) for f in functions),
-            *trusted_turn, f"SAVE, LOAD = save_{c.save}, load_{c.load_way}", TURN]
+            *trusted_turn, f"SAVE, LOAD = save_{c.save}, load_{c.load_way}",
+            f"SAVE_STATE, LOAD_STATE = {state_of(c.save).__name__}, {state_of(c.load_way).__name__}", TURN]
     return "\n".join(lines) + "\n\n\n" + "\n\n".join(b.strip("\n") + "\n" for b in body)
