@@ -31,13 +31,26 @@ def parityfuzz(*args: str, cwd: Path, env=None, timeout=300) -> subprocess.Compl
     return run([str(command), *args], cwd, env, timeout)
 
 
-def test_the_installed_package_list_is_every_folder_mapped_under_parityfuzz():
+def test_every_folder_is_installed_as_its_package_under_parityfuzz():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapped = {"parityfuzz": "fuzz", "parityfuzz.strategies": "strategies"}
-    assert config["package-dir"] == mapped
-    folders = {f"{name}.{'.'.join(p.parent.relative_to(ROOT / folder).parts)}".rstrip(".")
+    assert config["package-dir"] == mapped and "packages" not in config  # setup.py finds them
+    folders = {f"{name}.{'.'.join(p.parent.relative_to(ROOT / folder).parts)}".rstrip("."): p.parent
                for name, folder in mapped.items() for p in (ROOT / folder).rglob("__init__.py")}
-    assert set(config["packages"]) == folders
+    code = ("import importlib.util, json, sys; print(json.dumps({n: importlib.util.find_spec(n).origin "
+            "for n in sys.argv[1:]}))")
+    found = json.loads(run([sys.executable, "-c", code, *folders], ROOT.parent).stdout)
+    assert {n: Path(origin).parent for n, origin in found.items()} == folders
+
+
+def test_the_built_in_families_are_the_installed_entry_points_and_every_family_folder():
+    from parityfuzz import families
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][families.ENTRY_POINTS]
+    folders = {p.parent.name: f"parityfuzz.families.{p.parent.name}"
+               for p in (ROOT / "fuzz" / "families").glob("*/__init__.py")}
+    assert listed == folders == families.installed()
+    assert list(families.installed()) == sorted(folders)  # the order of the targets
 
 
 def test_a_users_project_sees_parityfuzz_and_no_generic_top_level_names(tmp_path):

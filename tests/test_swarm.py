@@ -88,9 +88,10 @@ def test_a_checkpoint_resuming_another_family_draws_only_the_dimensions_both_tak
     drawn = draws(cases(family="fsdp2", world_sizes=(2, 4), within=into), 150)
     met = Counter(d for c in drawn for d in dimensions.drawn(c))
     assert set(met) <= set(into) and met["eval"] and met["compile"], met
-    resumed = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4)), 300, seed=1)
+    resumed = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4)), 400, seed=1)
     into_stages = sum(c.family != "pipeline" and c.resumed().family == "pipeline" for c in resumed)
-    assert into_stages / len(resumed) >= 0.02, into_stages  # (0.7% before: the resumed case was refused)
+    # 2.3-5.8% over seeds and family orders; 0.7% before, when the resumed case was refused
+    assert into_stages / len(resumed) >= 0.015, into_stages
 
 
 def test_the_swarm_configuration_shrinks_to_every_switch_off():

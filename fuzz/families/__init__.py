@@ -7,8 +7,12 @@ which names every other layer by module: its strategy, its systems (with their t
 :class:`Registration`), its export writer, its checkpoint ways, the torch modules its test faults may patch, and its
 known bugs' preconditions (``known.py``), each in the folder or in a shared part (``parityfuzz.parts``).  Every
 registry that maps a family to a layer is derived from these records (:func:`records`): the systems', the
-export's, the rank isolation's and the fuzz targets (``fuzz/test_families.py``).  Adding a family is one folder and one line in :data:`MODULES` (or,
-for a family that lives outside the package, :func:`register`).
+export's, the rank isolation's and the fuzz targets (``fuzz/test_families.py``).
+
+A family is registered as an entry point of the group :data:`ENTRY_POINTS` (``name = "module"``, the module
+whose ``FAMILY`` is its record): parityfuzz's own in its ``pyproject.toml``, a package's own in its, so that adding
+a family is one folder and one line.  A family that is not installed (a test's) is registered at run time by
+:func:`register`.
 """
 
 from __future__ import annotations
@@ -18,16 +22,25 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-#: Family name -> the module whose ``FAMILY`` is its record.
-MODULES = {
-    "fsdp2": "parityfuzz.families.fsdp2",
-    "fsdp2_tp": "parityfuzz.families.fsdp2_tp",
-    "fsdp1": "parityfuzz.families.fsdp1",
-    "fsdp1_tp": "parityfuzz.families.fsdp1_tp",
-    "zero": "parityfuzz.families.zero",
-    "composable": "parityfuzz.families.composable",
-    "pipeline": "parityfuzz.families.pipeline",
-}
+#: The entry-point group through which installed packages register families (``name = "module"``).
+ENTRY_POINTS = "parityfuzz.families"
+
+
+def installed() -> dict[str, str]:
+    """The families installed packages register, ``{name: module}``, in name order (entry points carry none);
+    ``RuntimeError`` where there are none, as when the package was installed before its families were entry
+    points."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINTS)}
+    if not found:
+        raise RuntimeError(f"no parityfuzz families are installed (entry-point group {ENTRY_POINTS!r}): reinstall "
+                           "the package (pip install -e .) so that its metadata lists them")
+    return dict(sorted(found.items()))
+
+
+#: Family name -> the module whose ``FAMILY`` is its record: the installed ones, then those registered at run time.
+MODULES = installed()
 
 #: Families registered from outside the package (:func:`register`), ``name=module`` joined by commas: an
 #: environment variable, so that the ranks (spawned processes) and a pytest subprocess see them too.
@@ -201,5 +214,5 @@ def records() -> list[Family]:
 LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "rules", "seed_grids", "compiles")
 
 
-__all__ = ["ENVIRONMENT", "GENERIC_SYSTEMS", "LAYERS", "MODULES", "Family", "Registration", "get", "load_environment", "records",
-           "register", "registration", "unregister"]
+__all__ = ["ENTRY_POINTS", "ENVIRONMENT", "GENERIC_SYSTEMS", "LAYERS", "MODULES", "Family", "Registration", "get",
+           "installed", "load_environment", "records", "register", "registration", "unregister"]
