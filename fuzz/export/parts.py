@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parityfuzz.run.calls import At, source
+
 
 @dataclass(frozen=True)
 class Parts:
@@ -46,7 +48,7 @@ class Parts:
 
 def at(path: str) -> str:
     """The script's expression for the module at a case path of ``model``."""
-    return f'resolve(model, "{path}")' if path else "model"
+    return source(At(path))
 
 
 def function(signature: str, doc: str, lines: list[str], end: str = "") -> str:

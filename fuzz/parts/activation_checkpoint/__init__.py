@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parityfuzz.run.calls import Call, Name, keywords
+
 #: The checkpointing APIs: ``torch.distributed._composable.checkpoint``, ``checkpoint_wrapper``,
 #: ``apply_activation_checkpointing``.
 CHECKPOINT_APIS = ("composable", "wrapper", "apply")
@@ -35,3 +37,10 @@ def checkpoint_tags(checkpoints) -> set[str]:
     """Feature tags of activation checkpoints: API, before or after the parallel API, reentrant or not."""
     return {f"ckpt={c.api}/{'before' if c.before else 'after'}{'/reentrant' if c.reentrant else ''}"
             for c in checkpoints}
+
+
+def checkpoint_call(c: ActivationCheckpoint, model: str = "model"):
+    """The call that checkpoints plan entry ``c`` of ``model`` (a name its backend binds): to
+    :func:`parityfuzz.parts.activation_checkpoint.apply.apply_checkpoint`, which systems run and scripts copy."""
+    api = (c.api,) if c.api != "composable" or c.reentrant else ()
+    return Call("apply_checkpoint", (Name(model), c.path, *api), keywords(reentrant=True) if c.reentrant else ())

@@ -16,9 +16,7 @@ def definitions(checkpoints) -> str:
 
 def call(c, model: str = "model") -> str:
     """The call that checkpoints plan entry ``c`` of ``model`` (a script variable), as the systems make it."""
-    args = [model, repr(c.path)]
-    if c.api != "composable" or c.reentrant:
-        args.append(repr(c.api))
-    if c.reentrant:
-        args.append("reentrant=True")
-    return f"apply_checkpoint({', '.join(args)})"
+    from parityfuzz.parts.activation_checkpoint import checkpoint_call
+    from parityfuzz.run.calls import source
+
+    return source(checkpoint_call(c, model))

@@ -16,9 +16,11 @@ from parityfuzz.case import dtypes
 from parityfuzz.case.core import Case, Plan
 from parityfuzz.case.dtypes import MP_DTYPES
 from parityfuzz.case.errors import CaseError, check
-from parityfuzz.case.model import check_paths, check_rank_gate_periods
-from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_tags
+from parityfuzz.case.model import check_paths, check_rank_gate_periods, children_first
+from parityfuzz.parts.activation_checkpoint import (CHECKPOINT_APIS, ActivationCheckpoint, checkpoint_call,
+                                                    checkpoint_tags)
 from parityfuzz.parts.activation_checkpoint import rules as checkpointing
+from parityfuzz.run.calls import At, Call, Name, keywords, source
 
 #: The meshes ``fully_shard`` is drawn on: 1-D, and HSDP (replicate over the first axis, shard over the second).
 MESHES = (("dp_shard",), ("dp_replicate", "dp_shard"))
@@ -56,11 +58,15 @@ class Policy:
             check(value == "" or value in MP_DTYPES, f"{where}.{key}",
                   f"must be '' (None) or one of {MP_DTYPES}, got {value!r}")
 
+    def as_call(self, dtype_prefix: str = "torch.") -> Call:
+        """The policy's constructor call (:mod:`parityfuzz.run.calls`), its arguments at their defaults left out."""
+        return Call("MixedPrecisionPolicy", kwargs=tuple(
+            [(k, Name(dtype_prefix + getattr(self, k))) for k in POLICY_DTYPES if getattr(self, k)]
+            + ([] if self.cast_forward_inputs else [("cast_forward_inputs", False)])))
+
     def call(self, dtype_prefix: str = "") -> str:
         """The policy as its constructor call, for printouts (``dtype_prefix`` ``"torch."`` for source)."""
-        args = [f"{k}={dtype_prefix}{getattr(self, k)}" for k in POLICY_DTYPES if getattr(self, k)]
-        args += [] if self.cast_forward_inputs else ["cast_forward_inputs=False"]
-        return f"MixedPrecisionPolicy({', '.join(args)})"
+        return source(self.as_call(dtype_prefix))
 
     def features(self, least_precise: str) -> set[str]:
         """Tags of an active policy (``least_precise``: the case's least precise dtype) that do not depend on how
@@ -146,6 +152,36 @@ class FullyShardPlan(Plan):
 
     def mixed_precision(self) -> bool:
         return any(w.mixed_precision() for w in self.wraps)
+
+    def calls(self, mesh: str = "mesh") -> list[Call]:
+        """The plan's torch calls (:mod:`parityfuzz.run.calls`), in order: the activation checkpoints applied
+        before, ``fully_shard`` per wrap (children before parents, on the mesh the backend binds as ``mesh``), the
+        checkpoints applied after, then the settings of the wrapped modules.  The system runs them, an exported
+        script prints them."""
+        out = [checkpoint_call(c) for c in self.checkpoints if c.before]
+        out += [fully_shard_call(w, mesh) for w in children_first(self.wraps, lambda w: w.path)]
+        out += [checkpoint_call(c) for c in self.checkpoints if not c.before]
+        if self.reduce_scatter_unused:
+            out.append(Call("set_reduce_scatter_unused_params", (True,), on=At("")))
+        for p in self.prefetch:
+            for direction, targets in (("forward", p.forward), ("backward", p.backward)):
+                if targets:
+                    out.append(Call(f"set_modules_to_{direction}_prefetch", ([At(t) for t in targets],), on=At(p.path)))
+        if self.forward_method:
+            out.append(Call("register_fsdp_forward_method", (At(""), "forward_alt")))
+        return out
+
+
+def fully_shard_call(w: Wrap, mesh: str = "mesh") -> Call:
+    """``fully_shard`` of one wrap; ``reshard_after_forward`` always spelled out (its default, None, is False for
+    the root, the case's default True), the policies only where they are not the defaults."""
+    kwargs = [("mesh", Name(mesh)), ("reshard_after_forward", w.reshard_after_forward)]
+    if w.offload:  # pinned memory only where there is an accelerator
+        kwargs.append(("offload_policy", Call("CPUOffloadPolicy", kwargs=keywords(
+            pin_memory=Call("torch.cuda.is_available")))))
+    if w.mixed_precision():
+        kwargs.append(("mp_policy", w.policy.as_call()))
+    return Call("fully_shard", (At(w.path),), tuple(kwargs))
 
 
 def validate(case: Case) -> None:

@@ -1,53 +1,29 @@
 """The fully_shard part written out (the fsdp2 family's export, which fsdp2_tp, pipeline and composable build on):
-activation checkpoints, ``fully_shard`` per wrap (children before parents), prefetching, the accumulation switches,
-as :class:`parityfuzz.parts.fully_shard.system.FSDP2System` applies them; and the emulating reference ``ddp_mp``,
-copied by source."""
+the plan's own calls (:meth:`parityfuzz.parts.fully_shard.FullyShardPlan.calls`: activation checkpoints,
+``fully_shard`` per wrap, prefetching), printed, which :class:`parityfuzz.parts.fully_shard.system.FSDP2System`
+runs; the accumulation switches; and the emulating reference ``ddp_mp``, copied by source."""
 
 from __future__ import annotations
 
 import inspect
 
 from parityfuzz.case import Case
-from parityfuzz.case.model import children_first
 from parityfuzz.export.parts import Parts, at, function
-from parityfuzz.parts.fully_shard import FullyShardPlan, Wrap
+from parityfuzz.parts.fully_shard import FullyShardPlan
 from parityfuzz.parts.activation_checkpoint import export as ac_export
+from parityfuzz.run.calls import source
 
-IMPORTS = (ac_export.IMPORTS + "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, "
-           "fully_shard\n")
+IMPORTS = (ac_export.IMPORTS + "from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, "
+           "fully_shard,\n    register_fsdp_forward_method)\n")
 
 
 def refusal(case: Case) -> str | None:
     return None
 
 
-def fully_shard_line(w: Wrap, mesh: str = "mesh") -> str:
-    # always spelled out: fully_shard's default (None) is False for the root, the case's default True
-    kwargs = [f"mesh={mesh}", f"reshard_after_forward={w.reshard_after_forward!r}"]
-    if w.offload:
-        kwargs.append("offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available())")
-    if w.mixed_precision():
-        kwargs.append(f"mp_policy={w.policy.call('torch.')}")
-    return f"fully_shard({at(w.path)}, {', '.join(kwargs)})"
-
-
 def plan_lines(plan: FullyShardPlan, mesh: str = "mesh") -> list[str]:
-    """The calls, in FSDP2System.wrap's order."""
-    lines = [ac_export.call(c) for c in plan.checkpoints if c.before]
-    for w in children_first(plan.wraps, lambda w: w.path):
-        lines.append(fully_shard_line(w, mesh))
-    lines += [ac_export.call(c) for c in plan.checkpoints if not c.before]
-    if plan.reduce_scatter_unused:
-        lines.append("model.set_reduce_scatter_unused_params(True)")
-    for p in plan.prefetch:
-        if p.forward:
-            lines.append(f"{at(p.path)}.set_modules_to_forward_prefetch([{', '.join(at(t) for t in p.forward)}])")
-        if p.backward:
-            lines.append(f"{at(p.path)}.set_modules_to_backward_prefetch([{', '.join(at(t) for t in p.backward)}])")
-    if plan.forward_method:
-        lines.append("from torch.distributed.fsdp import register_fsdp_forward_method\n"
-                     'register_fsdp_forward_method(model, "forward_alt")')
-    return lines
+    """The plan's calls as the script's lines, ``mesh`` the script's name of the mesh ``fully_shard`` takes."""
+    return [source(call) for call in plan.calls(mesh)]
 
 
 #: ``set_post_optim_event`` on the root at a step's first microbatch (``plan.post_optim_event``).

@@ -14,14 +14,15 @@ step's last backward; on an accelerator the root is fed its inputs on the CPU
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn as nn
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from parityfuzz.case.model import children_first
 from parityfuzz.parts.fully_shard import POLICY_DTYPES, Policy
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
+from parityfuzz.run import calls
 from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.base import InvariantViolation, System, resolve
 
@@ -61,35 +62,20 @@ class FSDP2System(System):
         """The mesh ``fully_shard`` takes: the case's whole mesh (1-D, or HSDP's 2-D)."""
         return self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
 
-    def wrap(self, model: nn.Module) -> nn.Module:
-        plan = self.case.plan
-        mesh = self.data_parallel_mesh() if plan.wraps else None
-        for c in plan.checkpoints:
-            if c.before:
-                apply_checkpoint(model, c.path, c.api, c.reentrant, **self.checkpoint_kwargs)
-        # Children before parents: deepest paths first, the root ("") last.
-        for w in children_first(plan.wraps, lambda w: w.path):
-            offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if w.offload else OffloadPolicy()
-            fully_shard(resolve(model, w.path), mesh=mesh, reshard_after_forward=w.reshard_after_forward,
-                        offload_policy=offload, mp_policy=mp_policy(w.policy))
-        for c in plan.checkpoints:
-            if not c.before:
-                apply_checkpoint(model, c.path, c.api, c.reentrant, **self.checkpoint_kwargs)
-        if plan.reduce_scatter_unused:
-            model.set_reduce_scatter_unused_params(True)
-        for p in plan.prefetch:
-            module = resolve(model, p.path)
-            if p.forward:
-                module.set_modules_to_forward_prefetch([resolve(model, t) for t in p.forward])
-            if p.backward:
-                module.set_modules_to_backward_prefetch([resolve(model, t) for t in p.backward])
-        self._ran: set[str] = set()  # wrapped modules whose forward ran in the current pass
-        for w in plan.wraps:
-            resolve(model, w.path).register_forward_pre_hook(lambda *_, path=w.path: self._ran.add(path))
-        if plan.forward_method:
-            from torch.distributed.fsdp import register_fsdp_forward_method
+    def names(self, model: nn.Module) -> dict:
+        """What the plan's calls (:meth:`parityfuzz.parts.fully_shard.FullyShardPlan.calls`) name, bound."""
+        from torch.distributed.fsdp import register_fsdp_forward_method
 
-            register_fsdp_forward_method(model, "forward_alt")
+        return {"torch": torch, "model": model, "mesh": self.data_parallel_mesh() if self.case.plan.wraps else None,
+                "fully_shard": fully_shard, "MixedPrecisionPolicy": MixedPrecisionPolicy,
+                "CPUOffloadPolicy": CPUOffloadPolicy, "register_fsdp_forward_method": register_fsdp_forward_method,
+                "apply_checkpoint": functools.partial(apply_checkpoint, **self.checkpoint_kwargs)}
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        calls.run(self.case.plan.calls(), model, self.names(model))
+        self._ran: set[str] = set()  # wrapped modules whose forward ran in the current pass
+        for w in self.case.plan.wraps:
+            resolve(model, w.path).register_forward_pre_hook(lambda *_, path=w.path: self._ran.add(path))
         return model
 
     def forward(self, batch, module=None):

@@ -1,0 +1,64 @@
+"""A part's torch calls are data with two backends (:mod:`parityfuzz.run.calls`): the system runs them, the exported
+script prints them, so what a script shows is what the harness ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from parityfuzz.case import ModelSpec, Node, TrainSpec
+from parityfuzz.families.fsdp2 import FSDP2Plan
+from parityfuzz.judge.verify import verify_case
+from parityfuzz.parts.activation_checkpoint import ActivationCheckpoint
+from parityfuzz.parts.fully_shard import Prefetch, Wrap
+from parityfuzz.run import calls
+from tests.test_case import simple
+
+BODY = Node("seq", children=(Node("linear", out=6), Node("act", fn="tanh"), Node("linear", out=5),
+                             Node("linear", out=4), Node("gate", period=2, by_rank=True,
+                                                          children=(Node("linear", out=4),))))
+#: Every kind of call the fully_shard part makes (the reduce-scatter of unused parameters for the per-rank gate).
+PLAN = FSDP2Plan(
+    wraps=(Wrap("body.0", offload=True), Wrap("body.2", reshard_after_forward=False, param_dtype="float32", output_dtype="float64"),
+           Wrap("")),
+    checkpoints=(ActivationCheckpoint("body.3", api="wrapper", reentrant=True),
+                 ActivationCheckpoint("body.1", before=False)),
+    prefetch=(Prefetch("body.0", forward=("body.2",)), Prefetch("body.2", backward=("body.0",))),
+    reduce_scatter_unused=True, forward_method=True)
+
+
+def test_the_plan_s_calls_print_as_the_script_s_lines():
+    assert [calls.source(c) for c in PLAN.calls("dp_mesh")] == [
+        "apply_checkpoint(model, 'body.3', 'wrapper', reentrant=True)",
+        'fully_shard(resolve(model, "body.0"), mesh=dp_mesh, reshard_after_forward=True, '
+        "offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()))",
+        'fully_shard(resolve(model, "body.2"), mesh=dp_mesh, reshard_after_forward=False, '
+        "mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=torch.float64))",
+        "fully_shard(model, mesh=dp_mesh, reshard_after_forward=True)",
+        "apply_checkpoint(model, 'body.1')",
+        "model.set_reduce_scatter_unused_params(True)",
+        'resolve(model, "body.0").set_modules_to_forward_prefetch([resolve(model, "body.2")])',
+        'resolve(model, "body.2").set_modules_to_backward_prefetch([resolve(model, "body.0")])',
+        "register_fsdp_forward_method(model, 'forward_alt')",
+    ]
+
+
+def test_running_calls_binds_names_resolves_paths_and_evaluates_arguments_first():
+    import torch.nn as nn
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 3)))
+    made = []
+    names = {"make": lambda **kw: made.append(kw) or len(made), "pick": lambda *a, **kw: (a, kw),
+             "cfg": type("Cfg", (), {"depth": 3})}
+    call = calls.Call("pick", (calls.At("1.0"), [calls.At("")], calls.Name("cfg.depth")),
+                      calls.keywords(policy=calls.Call("make", kwargs=calls.keywords(x=1))))
+    assert calls.run([call], model, names) == ((model[1][0], [model], 3), {"policy": 1}) and made == [{"x": 1}]
+    with pytest.raises(KeyError, match="'nowhere'"):
+        calls.run([calls.Call("nowhere")], model, names)
+
+
+def test_the_system_runs_the_calls_the_script_prints(executor):
+    """Every call of :data:`PLAN` run by the system under test, on two ranks: it trains like the reference (the
+    run would raise on a call it does not bind)."""
+    case = simple(model=ModelSpec(body=BODY), plan=PLAN, train=TrainSpec(steps=3, microbatches=2)).validate()
+    verdict = verify_case(case, executor)
+    assert verdict.ok, verdict.describe()
