@@ -42,6 +42,20 @@ def test_the_plan_s_calls_print_as_the_script_s_lines():
     ]
 
 
+def test_tensor_parallel_styles_print_as_parallelize_module_calls():
+    from parityfuzz.parts.tensor_parallel import Parallelize, parallelize_calls
+
+    styles = (Parallelize("body.0", "colwise", output_layout="shard_seq"), Parallelize("body.2", "rowwise"),
+              Parallelize("body", "prepare_input", input_layout="replicate", desired_layout="shard_last"))
+    assert [calls.source(c, "inner") for c in parallelize_calls(styles, 'mesh["tp"]')] == [
+        'parallelize_module(resolve(inner, "body.0"), mesh["tp"], ColwiseParallel(output_layouts=Shard(1), '
+        "use_local_output=True))",
+        'parallelize_module(resolve(inner, "body.2"), mesh["tp"], RowwiseParallel(use_local_output=True))',
+        'parallelize_module(resolve(inner, "body"), mesh["tp"], PrepareModuleInput(input_layouts=Replicate(), '
+        "desired_input_layouts=Shard(-1), use_local_output=True))",
+    ]
+
+
 def test_running_calls_binds_names_resolves_paths_and_evaluates_arguments_first():
     import torch.nn as nn
 

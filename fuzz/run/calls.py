@@ -81,19 +81,19 @@ def _value(v, model, names: dict):
 # ----------------------------------------------------------------------------------------------- printing them
 
 
-def source(v) -> str:
-    """The script's expression for a call or an argument (``model``: the script's model variable)."""
+def source(v, model: str = "model") -> str:
+    """The script's expression for a call or an argument (``model``: the script's variable holding the model)."""
     if isinstance(v, Call):
-        args = [source(a) for a in v.args] + [f"{k}={source(a)}" for k, a in v.kwargs]
-        return f"{source(v.on) + '.' if v.on is not None else ''}{v.fn}({', '.join(args)})"
+        args = [source(a, model) for a in v.args] + [f"{k}={source(a, model)}" for k, a in v.kwargs]
+        return f"{source(v.on, model) + '.' if v.on is not None else ''}{v.fn}({', '.join(args)})"
     if isinstance(v, At):
-        return f'resolve(model, "{v.path}")' if v.path else "model"
+        return f'resolve({model}, "{v.path}")' if v.path else model
     if isinstance(v, Name):
         return v.name
     if isinstance(v, list):
-        return f"[{', '.join(source(a) for a in v)}]"
+        return f"[{', '.join(source(a, model) for a in v)}]"
     if isinstance(v, tuple):
-        return f"({', '.join(source(a) for a in v)}{',' if len(v) == 1 else ''})"
+        return f"({', '.join(source(a, model) for a in v)}{',' if len(v) == 1 else ''})"
     return repr(v)
 
 

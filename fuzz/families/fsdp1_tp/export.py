@@ -8,10 +8,9 @@ import dataclasses
 
 from parityfuzz.case import Case
 from parityfuzz.parts.fsdp1 import export as fsdp1
-from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.export.parts import Parts, function
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import export as tp_export
-from parityfuzz.parts.tensor_parallel.export import style_source
 
 
 def refusal(case: Case) -> str | None:
@@ -21,7 +20,7 @@ def refusal(case: Case) -> str | None:
 def parts(case: Case) -> Parts:
     plan = case.plan
     lines = ['tp_mesh = mesh["tp"]']
-    lines += [f"parallelize_module({at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
+    lines += tp_export.plan_lines(plan.tp)
     lines.append("TP_PLACEMENTS.update({case_name(n): (p.device_mesh, p.placements, p.shape, p.stride())\n"
                  "                      for n, p in model.named_parameters() if isinstance(p, DTensor)})")
     lines += fsdp1.plan_lines(case, mesh='mesh["dp_shard"]')

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from parityfuzz.case import Case
 from parityfuzz.parts.fully_shard import export as fully_shard_export
-from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.export.parts import Parts, function
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import export as tp_export
-from parityfuzz.parts.tensor_parallel.export import style_source
 
 IMPORTS = fully_shard_export.IMPORTS + tp_export.IMPORTS
 
@@ -21,7 +20,7 @@ def refusal(case: Case) -> str | None:
 def parts(case: Case) -> Parts:
     plan = case.plan
     lines = ['tp_mesh = mesh["tp"]']
-    lines += [f"parallelize_module({at(p.path)}, tp_mesh, {style_source(p)})" for p in plan.tp]
+    lines += tp_export.plan_lines(plan.tp)
     if plan.wraps:
         dp = tuple(a for a in case.mesh.names if a != "tp")
         lines.append(f"dp_mesh = mesh[{dp if len(dp) > 1 else dp[0]!r}]")
@@ -46,8 +45,7 @@ def reference_title(case: Case) -> str:
 
 def reference_source(case: Case) -> tuple:
     # the plan's styles applied to the reference's own model first (the system's calls)
-    styles = "".join(f"    parallelize_module({at(p.path).replace('model', 'inner', 1)}, mesh[\"tp\"], "
-                     f"{style_source(p)})\n" for p in case.plan.tp)
+    styles = "".join(f"    {line}\n" for line in tp_export.plan_lines(case.plan.tp, mesh='mesh["tp"]', model="inner"))
     from parityfuzz.families.fsdp2_tp import system
 
     where, classes, construct, _ = fully_shard_export.reference_source(case, styles=styles, precision="FSDP2PrecisionTP")

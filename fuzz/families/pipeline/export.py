@@ -21,12 +21,11 @@ from parityfuzz.parts.fully_shard import export as fully_shard_export
 from parityfuzz.export import reference
 from parityfuzz.export.reference import dtype_literal
 from parityfuzz.export.model import classes_used
-from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.export.parts import Parts, function
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import apply as tp_apply
 from parityfuzz.parts.tensor_parallel import export as tp_export
-from parityfuzz.parts.tensor_parallel.export import style_source
 from parityfuzz.run import build
 from parityfuzz.families.pipeline import system
 
@@ -208,7 +207,7 @@ def stage_source(case: Case) -> str:
     def checkpoints(before: bool) -> None:
         per_stage([c for c in plan.checkpoints if (c.before or not sharded) == before], ac_export.call)
 
-    per_stage(plan.tp, lambda p: f'parallelize_module({at(p.path)}, mesh["tp"], {style_source(p)})')
+    per_stage(plan.tp, lambda p: tp_export.plan_lines([p], mesh='mesh["tp"]')[0])
     checkpoints(True)
     if sharded:
         mp = plan.precision

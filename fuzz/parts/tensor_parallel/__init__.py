@@ -15,6 +15,7 @@ from parityfuzz.case.core import Case
 from parityfuzz.case.errors import check
 from parityfuzz.case.model import check_paths, under
 from parityfuzz.parts.tensor_parallel import rules as tp_rules
+from parityfuzz.run.calls import At, Call, Name, keywords
 
 STYLES = ("colwise", "rowwise", "sequence", "prepare_input", "prepare_output")
 #: Styles that only convert a module's inputs or outputs: such an entry may share its path with one other.
@@ -159,13 +160,12 @@ def describe_styles(case: Case) -> tuple[dict[str, str], list[str]]:
 #: The torch class of each style (``torch.distributed.tensor.parallel``).
 CLASSES = {"colwise": "ColwiseParallel", "rowwise": "RowwiseParallel", "sequence": "SequenceParallel",
            "prepare_input": "PrepareModuleInput", "prepare_output": "PrepareModuleOutput"}
-#: The constructor's keyword arguments that take a placement (their values here: layout names).
-LAYOUT_ARGUMENTS = ("input_layouts", "output_layouts", "desired_input_layouts", "desired_output_layouts")
+#: Each layout name's placement, as a call.
+PLACEMENTS = {"replicate": Call("Replicate"), "shard_seq": Call("Shard", (1,)), "shard_last": Call("Shard", (-1,))}
 
 
-def style_call(p: Parallelize) -> tuple[str, dict]:
-    """``(class name, keyword arguments)`` of the style a plan entry names, layouts as their names (layouts left
-    out take the style's defaults): what the system constructs and the export prints."""
+def style_call(p: Parallelize) -> Call:
+    """The constructor call of the style a plan entry names (layouts left out take the style's defaults)."""
     kwargs: dict = {}
     if p.style == "prepare_input":
         kwargs = {"input_layouts": p.input_layout, "desired_input_layouts": p.desired_layout}
@@ -173,4 +173,11 @@ def style_call(p: Parallelize) -> tuple[str, dict]:
         kwargs = {"output_layouts": p.output_layout, "desired_output_layouts": p.desired_layout}
     elif p.style != "sequence":
         kwargs = {k: v for k, v in (("input_layouts", p.input_layout), ("output_layouts", p.output_layout)) if v}
-    return CLASSES[p.style], {**kwargs, "use_local_output": p.use_local_output}
+    return Call(CLASSES[p.style], kwargs=keywords(**{k: PLACEMENTS[v] for k, v in kwargs.items()},
+                                                  use_local_output=p.use_local_output))
+
+
+def parallelize_calls(styles, mesh: str = "tp_mesh") -> list[Call]:
+    """The calls that apply a plan's styles (:mod:`parityfuzz.run.calls`), ``parallelize_module`` on the mesh the
+    backend binds as ``mesh``, in the plan's order: what the systems run and the export prints."""
+    return [Call("parallelize_module", (At(p.path), Name(mesh), style_call(p))) for p in styles]

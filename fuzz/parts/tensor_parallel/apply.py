@@ -1,5 +1,6 @@
-"""Tensor parallelism applied: the plan's styles on the ``tp`` mesh (constructed from
-:func:`parityfuzz.parts.tensor_parallel.style_call`, which the export prints), and what it adds to a system."""
+"""Tensor parallelism applied: the plan's styles on the ``tp`` mesh (the calls of
+:func:`parityfuzz.parts.tensor_parallel.parallelize_calls`, which the export prints), and what it adds to a
+system."""
 
 from __future__ import annotations
 
@@ -11,22 +12,16 @@ from torch.distributed.tensor import parallel as tp
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
 
-from parityfuzz.parts.tensor_parallel import LAYOUT_ARGUMENTS, style_call
-from parityfuzz.systems.base import resolve
-
-#: Each layout name's placement.
-PLACEMENTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
-
-
-def style_of(p):
-    """The torch parallel style of a plan entry (:class:`parityfuzz.parts.tensor_parallel.Parallelize`)."""
-    name, kwargs = style_call(p)
-    return getattr(tp, name)(**{k: PLACEMENTS[v] if k in LAYOUT_ARGUMENTS else v for k, v in kwargs.items()})
+from parityfuzz.parts.tensor_parallel import CLASSES, parallelize_calls
+from parityfuzz.run import calls
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh, styles) -> None:
-    for p in styles:
-        parallelize_module(resolve(model, p.path), tp_mesh, style_of(p))
+    """``parallelize_module`` per plan entry (:class:`parityfuzz.parts.tensor_parallel.Parallelize`) on
+    ``tp_mesh``."""
+    names = {"parallelize_module": parallelize_module, "tp_mesh": tp_mesh, "Replicate": Replicate, "Shard": Shard,
+             **{name: getattr(tp, name) for name in CLASSES.values()}}
+    calls.run(parallelize_calls(styles), model, names)
 
 
 class TensorParallel:

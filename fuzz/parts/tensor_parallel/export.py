@@ -1,12 +1,10 @@
-"""Tensor parallelism in an exported script: each style's constructor call, printed from
-:func:`parityfuzz.parts.tensor_parallel.style_call` (what the system constructs)."""
+"""Tensor parallelism in an exported script: the calls of
+:func:`parityfuzz.parts.tensor_parallel.parallelize_calls` (what the system runs), printed."""
 
 from __future__ import annotations
 
-from parityfuzz.parts.tensor_parallel import LAYOUT_ARGUMENTS, style_call
-
-#: Each layout name's placement, as the script writes it (:data:`.apply.PLACEMENTS`).
-PLACEMENTS = {"replicate": "Replicate()", "shard_seq": "Shard(1)", "shard_last": "Shard(-1)"}
+from parityfuzz.parts.tensor_parallel import parallelize_calls
+from parityfuzz.run.calls import source
 
 IMPORTS = ("from torch.distributed.tensor import Replicate, Shard\n"
            "from torch.distributed.tensor.experimental import implicit_replication\n"
@@ -15,8 +13,7 @@ IMPORTS = ("from torch.distributed.tensor import Replicate, Shard\n"
            "                                               parallelize_module)\n")
 
 
-def style_source(p) -> str:
-    """The parallel style's constructor call."""
-    name, kwargs = style_call(p)
-    args = [f"{k}={PLACEMENTS[v] if k in LAYOUT_ARGUMENTS else repr(v)}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(args)})"
+def plan_lines(styles, mesh: str = "tp_mesh", model: str = "model") -> list[str]:
+    """The plan's ``parallelize_module`` calls as the script's lines (on the script's variables ``mesh`` and
+    ``model``)."""
+    return [source(call, model) for call in parallelize_calls(styles, mesh)]
