@@ -412,6 +412,20 @@ def test_units_accumulating_in_the_compute_dtype_are_found_and_the_stage_roots_a
     assert verify_case(stages_alone, executor).ok
 
 
+def test_the_mixed_precision_reference_gives_each_fully_shard_call_its_group_in_the_system_s_order():
+    """Under shard_units every block of a stage is its own fully_shard call before the stage's: the reference casts
+    and reduces per call as well (one group per stage summed a float16 reduction over 4 ranks in another order:
+    corpus/pipeline/96abebd440054a10.json), the blocks' groups first, so that they own their parameters."""
+    from parityfuzz.families.pipeline.precision import fully_shard_groups
+
+    case = pipeline_case("1f1b", dp=2, shard_units=True)
+    units = case.plan.stage_units(case.model)
+    assert fully_shard_groups(case) == [*({"path": u} for u in units[0]), {"path": "stage 0", "modules": list(units[0])},
+                                        *({"path": u} for u in units[1]), {"path": "stage 1", "modules": list(units[1])}]
+    stages = dataclasses.replace(case, plan=dataclasses.replace(case.plan, shard_units=False))
+    assert fully_shard_groups(stages) == [{"path": f"stage {i}", "modules": list(u)} for i, u in enumerate(units)]
+
+
 def test_blocks_sharded_inside_stages_need_fully_shard_and_a_cast_back_between_units_and_are_drawn():
     """A unit that receives the unit before's float32 output must cast it to its bfloat16 (cast_forward_inputs),
     even inside a single stage; a plan without fully_shard has no units."""

@@ -23,6 +23,7 @@ from parityfuzz.export.reference import dtype_literal
 from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts, function
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan
+from parityfuzz.families.pipeline.precision import fully_shard_groups
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import apply as tp_apply
 from parityfuzz.parts.tensor_parallel import export as tp_export
@@ -257,13 +258,13 @@ def reference_text(case: Case) -> str:
     classes = fully_shard_export.emulation_classes()
     mp = case.plan.precision
     policies = ",\n    ".join(
-        f'dict(path="stage {i}", modules={units!r}, param_dtype={dtype_literal(mp.param_dtype)}, '
+        f'dict({", ".join(f"{k}={v!r}" for k, v in group.items())}, param_dtype={dtype_literal(mp.param_dtype)}, '
         f"reduce_dtype={dtype_literal(mp.reduce_dtype)}, output_dtype={dtype_literal(mp.output_dtype)}, "
         f"cast_forward_inputs={mp.cast_forward_inputs})"
-        for i, units in enumerate(case.plan.stage_units(case.model)))
+        for group in fully_shard_groups(case))
     return (f"# ---- the reference: {reference_title(case)} (the harness's emulation, "
             "parityfuzz.parts.fully_shard.reference, copied)\n\n\n"
             + "\n\n".join(inspect.getsource(c) for c in classes)
-            + f"\n\n#: Each stage's fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
+            + f"\n\n#: Each fully_shard call's MixedPrecisionPolicy (the system under test's, above).\n"
             f"POLICIES = [\n    {policies},\n]\n\n" + reference.EMULATED + EMULATED_PASS + "\n\n"
             + inspect.getsource(system.emulated_microbatches_in_turn) + shared)

@@ -29,6 +29,7 @@ import torch.nn as nn
 from parityfuzz.case.dtypes import promise
 from parityfuzz.case.model import under
 from parityfuzz.families.pipeline import SCHEDULES, rank_modules
+from parityfuzz.families.pipeline.precision import fully_shard_groups
 from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
 from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
@@ -262,9 +263,10 @@ class PipelineReference(DDPSystem):
 
 class PipelineMixedPrecisionReference(EmulatedReference):
     """:class:`PipelineReference` under the plan's ``MixedPrecisionPolicy``: the unsplit model through the emulation
-    of FSDP2's policy (:class:`~parityfuzz.parts.fully_shard.reference.FSDP2Precision`) with one ``fully_shard`` group per
-    stage (its top-level modules: the stage's input is cast where it reaches the first, its output where it leaves
-    the last), reducing over the ``dp_shard`` group as each stage's ``fully_shard`` does.
+    of FSDP2's policy (:class:`~parityfuzz.parts.fully_shard.reference.FSDP2Precision`) with a group per ``fully_shard``
+    call (:func:`~parityfuzz.families.pipeline.precision.fully_shard_groups`: one per stage, its top-level modules,
+    the stage's input cast where it reaches the first, its output where it leaves the last; under ``shard_units``
+    each of those modules' own first), reducing over the ``dp_shard`` group as each call does.
 
     A ``step()``'s microbatches run one after another with gradient sync off on all but the last (the schedules
     turn it off for every microbatch and reduce once after the last: ``PipelineStage.backward_maybe_with_nosync``,
@@ -288,9 +290,7 @@ class PipelineMixedPrecisionReference(EmulatedReference):
 
     def emulate(self, model: nn.Module) -> FSDP2Precision:
         case = self.case
-        mp = case.plan.precision
-        policies = [{"path": f"stage {i}", "modules": units, **policy_arguments(mp)}
-                    for i, units in enumerate(case.plan.stage_units(case.model))]
+        policies = [{**group, **policy_arguments(case.plan.precision)} for group in fully_shard_groups(case)]
         shard, _ = self.mesh_groups()
         return FSDP2Precision(model, policies, shard, unsynced=[p["path"] for p in policies])
 

@@ -114,10 +114,15 @@ class FSDP2Precision(Masters):
                  unsynced=(), reduce_scatter_unused: bool = False, no_all_reduce: bool = False):
         master_dtype = next(module.parameters()).dtype
         self.groups = [_Group(policy, master_dtype) for policy in policies]
-        by_path = {path: g for g in self.groups for path in g.modules}
-
         # fully_shard makes "one group that includes the parameters ... except those already assigned to a group from
-        # an earlier call on a submodule" (_fully_shard.py): bottom-up, the deepest owns it (tied weights: one group).
+        # an earlier call on a submodule" (_fully_shard.py): bottom-up, the deepest owns it (tied weights: one group);
+        # where two calls name one module (a pipeline stage over its top-level modules, each sharded first), the
+        # earlier call (``policies`` is in call order).
+        by_path: dict = {}
+        for g in self.groups:
+            for path in g.modules:
+                by_path.setdefault(path, g)
+
         def owner(name):
             path = name.rpartition(".")[0]
             while path and path not in by_path:
