@@ -3,6 +3,8 @@ script prints them, so what a script shows is what the harness ran."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from parityfuzz.case import ModelSpec, Node, TrainSpec
@@ -56,6 +58,23 @@ def test_tensor_parallel_styles_print_as_parallelize_module_calls():
     ]
 
 
+def test_fsdp1_s_calls_bind_its_arguments_once_and_nest_children_first():
+    from parityfuzz.families.fsdp1 import FSDP1Plan
+    from parityfuzz.parts.fsdp1.calls import wrap_calls
+
+    case = simple(model=ModelSpec(body=BODY), plan=FSDP1Plan(wraps=("body.2", "body.4", "body.4.inner.0"),
+                                                              checkpoints=(ActivationCheckpoint("body.0"),)))
+    lines = [calls.statement(c) for c in wrap_calls(case)]
+    assert lines[0] == "apply_checkpoint(model, 'body.0')"
+    assert lines[1].startswith("kwargs = dict(sharding_strategy=ShardingStrategy.FULL_SHARD,\n")
+    assert lines[2:] == ["policy = None", "wrap_at(model, 'body.4.inner.0', FSDP, **kwargs)",
+                         "wrap_at(model, 'body.2', FSDP, **kwargs)", "wrap_at(model, 'body.4', FSDP, **kwargs)",
+                         "model = FSDP(model, auto_wrap_policy=policy, **kwargs)"]
+    by_class = dataclasses.replace(case.plan, wrapping="module_class", wraps=(), wrap_kinds=("linear", "mlp", "gate"))
+    assert calls.source(wrap_calls(dataclasses.replace(case, plan=by_class))[2]) == \
+        "policy = ModuleWrapPolicy({Gate, nn.Linear})"  # (no mlp in the model: no class to match)
+
+
 def test_running_calls_binds_names_resolves_paths_and_evaluates_arguments_first():
     import torch.nn as nn
 
@@ -65,9 +84,15 @@ def test_running_calls_binds_names_resolves_paths_and_evaluates_arguments_first(
              "cfg": type("Cfg", (), {"depth": 3})}
     call = calls.Call("pick", (calls.At("1.0"), [calls.At("")], calls.Name("cfg.depth")),
                       calls.keywords(policy=calls.Call("make", kwargs=calls.keywords(x=1))))
-    assert calls.run([call], model, names) == ((model[1][0], [model], 3), {"policy": 1}) and made == [{"x": 1}]
+    bound = calls.run([calls.Let("got", call)], {"model": model, **names})
+    assert bound["got"] == ((model[1][0], [model], 3), {"policy": 1}) and made == [{"x": 1}]
+    wrapped = []
+    names["wrap"] = lambda m, **kw: wrapped.append(kw) or nn.Sequential(m)  # a Let rebinds the model At reads
+    rebound = calls.run([calls.Let("model", calls.Call("wrap", (calls.Name("model"),), splat=calls.Name("extra"))),
+                         calls.Let("got", calls.At("0"))], {"model": model, "extra": {"k": 2}, **names})
+    assert rebound["got"] is model and wrapped == [{"k": 2}]
     with pytest.raises(KeyError, match="'nowhere'"):
-        calls.run([calls.Call("nowhere")], model, names)
+        calls.run([calls.Call("nowhere")], {"model": model, **names})
 
 
 def test_the_system_runs_the_calls_the_script_prints(executor):

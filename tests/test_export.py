@@ -127,7 +127,7 @@ def test_the_script_imports_only_torch_and_the_standard_library(kind):
 
 def test_the_plan_is_written_out_as_torch_calls():
     case = simple(plan=FSDP2Plan(wraps=(Wrap("body.0", reshard_after_forward=False, offload=True), Wrap(""))))
-    script = export(case.validate())
+    script = " ".join(export(case.validate()).split())  # (a long call's arguments one per line)
     assert ('fully_shard(resolve(model, "body.0"), mesh=mesh, reshard_after_forward=False, '
             "offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()))") in script
     assert "fully_shard(model, mesh=mesh, reshard_after_forward=True)" in script  # torch's root default differs
@@ -193,7 +193,7 @@ def test_a_mixed_precision_pipeline_exports_its_policy_and_the_emulating_referen
     assert ('fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward=False, mp_policy=MixedPrecisionPolicy('
             'param_dtype=torch.bfloat16, reduce_dtype=torch.float32))'
             in text)
-    assert "dict(path=\"stage 1\", modules=['body.1', 'body.2', 'body.3']," in text and "def emulated_microbatches_in_turn" in text
+    assert "dict(path='stage 1', modules=['body.1', 'body.2', 'body.3']," in text and "def emulated_microbatches_in_turn" in text
     verdict = verify_case(dataclasses.replace(case, system="tests.faults:StageAccumulatesInComputeDtype"), executor)
     assert verdict.kind == "mismatch", verdict.describe()
     script_shows_the_fault(tmp_path, "StageAccumulatesInComputeDtype", case, verdict)

@@ -3,8 +3,10 @@ the script's source.  One representation, so that what a script shows is what th
 (``fully_shard(resolve(model, "body.1"), mesh=mesh, ...)``), not a copy kept equal by tests.
 
 A :class:`Call` names its callable (a name the backend binds, dotted names through attributes: ``torch.bfloat16``)
-or a method of the module at a case path (``on``); its arguments are literals, :class:`At` (the module at a path),
-:class:`Name` (a value the backend binds: ``mesh``), lists of those, or other calls (a policy's constructor).
+or a method of a value (``on``: the module at a case path, a name); its arguments are literals, :class:`At` (the
+module at a path of the bound ``model``), :class:`Name` (a value the backend binds: ``mesh``), lists, tuples and
+sets of those, or other calls (a policy's constructor).  :class:`Let` binds a name to a value (``model = FSDP(model,
+...)`` rebinds the model itself).
 """
 
 from __future__ import annotations
@@ -29,12 +31,22 @@ class Name:
 
 @dataclass(frozen=True)
 class Call:
-    """``fn(*args, **kwargs)``, or the method ``fn`` of the module at ``on``."""
+    """``fn(*args, **kwargs, **splat)``, or the method ``fn`` of the value ``on``."""
 
     fn: str
     args: tuple = ()
     kwargs: tuple[tuple[str, Any], ...] = ()
-    on: At | None = None
+    on: Any = None
+    #: A bound dict whose items are keyword arguments too (``**kwargs`` of a script).
+    splat: Name | None = None
+
+
+@dataclass(frozen=True)
+class Let:
+    """``name = value``: binds ``name`` for the calls after it."""
+
+    name: str
+    value: Any
 
 
 def keywords(**kwargs) -> tuple[tuple[str, Any], ...]:
@@ -45,15 +57,20 @@ def keywords(**kwargs) -> tuple[tuple[str, Any], ...]:
 # ---------------------------------------------------------------------------------------------- executing them
 
 
-def run(calls, model, names: dict):
-    """Execute ``calls`` on ``model``, each name bound by ``names``; returns the last call's result."""
-    result = None
+def run(calls, names: dict) -> dict:
+    """Execute ``calls``, each name bound by ``names`` (``model``: the model the paths of :class:`At` are on), which
+    their :class:`Let` statements rebind; returns the names as they end."""
+    names = dict(names)
     for call in calls:
-        result = _value(call, model, names)
-    return result
+        if isinstance(call, Let):
+            names[call.name] = _value(call.value, names)
+        else:
+            _value(call, names)
+    return names
 
 
-def _lookup(name: str, names: dict):
+def lookup(name: str, names: dict):
+    """The value of a (dotted) name in ``names``."""
     head, *rest = name.split(".")
     if head not in names:
         raise KeyError(f"a call names {head!r}, which its backend does not bind (binds: {', '.join(sorted(names))})")
@@ -63,18 +80,19 @@ def _lookup(name: str, names: dict):
     return value
 
 
-def _value(v, model, names: dict):
+def _value(v, names: dict):
     from parityfuzz.systems.base import resolve
 
     if isinstance(v, Call):
-        fn = getattr(_value(v.on, model, names), v.fn) if v.on is not None else _lookup(v.fn, names)
-        return fn(*(_value(a, model, names) for a in v.args), **{k: _value(a, model, names) for k, a in v.kwargs})
+        fn = getattr(_value(v.on, names), v.fn) if v.on is not None else lookup(v.fn, names)
+        kwargs = {k: _value(a, names) for k, a in v.kwargs}
+        return fn(*(_value(a, names) for a in v.args), **kwargs, **(_value(v.splat, names) if v.splat else {}))
     if isinstance(v, At):
-        return resolve(model, v.path)
+        return resolve(names["model"], v.path)
     if isinstance(v, Name):
-        return _lookup(v.name, names)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_value(a, model, names) for a in v)
+        return lookup(v.name, names)
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return type(v)(_value(a, names) for a in v)
     return v
 
 
@@ -83,8 +101,11 @@ def _value(v, model, names: dict):
 
 def source(v, model: str = "model") -> str:
     """The script's expression for a call or an argument (``model``: the script's variable holding the model)."""
+    if isinstance(v, Let):
+        return f"{v.name} = {source(v.value, model)}"
     if isinstance(v, Call):
         args = [source(a, model) for a in v.args] + [f"{k}={source(a, model)}" for k, a in v.kwargs]
+        args += [f"**{source(v.splat, model)}"] if v.splat else []
         return f"{source(v.on, model) + '.' if v.on is not None else ''}{v.fn}({', '.join(args)})"
     if isinstance(v, At):
         return f'resolve({model}, "{v.path}")' if v.path else model
@@ -94,7 +115,23 @@ def source(v, model: str = "model") -> str:
         return f"[{', '.join(source(a, model) for a in v)}]"
     if isinstance(v, tuple):
         return f"({', '.join(source(a, model) for a in v)}{',' if len(v) == 1 else ''})"
+    if isinstance(v, (set, frozenset)):
+        return f"{{{', '.join(sorted(source(a, model) for a in v))}}}" if v else "set()"
     return repr(v)
 
 
-__all__ = ["At", "Call", "Name", "keywords", "run", "source"]
+def statement(v, model: str = "model", width: int = 110) -> str:
+    """A call or :class:`Let` as a script's statement: one line, or, past ``width`` characters, its arguments one
+    per line under the opening parenthesis."""
+    line = source(v, model)
+    call = v.value if isinstance(v, Let) else v
+    if len(line) <= width or not isinstance(call, Call):
+        return line
+    head = (f"{v.name} = " if isinstance(v, Let) else "") + (f"{source(call.on, model)}." if call.on is not None
+                                                            else "") + f"{call.fn}("
+    args = [source(a, model) for a in call.args] + [f"{k}={source(a, model)}" for k, a in call.kwargs]
+    args += [f"**{source(call.splat, model)}"] if call.splat else []
+    return head + (",\n" + " " * len(head)).join(args) + ")"
+
+
+__all__ = ["At", "Call", "Let", "Name", "keywords", "lookup", "run", "source", "statement"]

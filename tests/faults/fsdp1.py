@@ -53,11 +53,14 @@ class RefusalSuppressed(FSDP1System):
     """FSDP1 quietly drops ``cpu_offload`` and ``sync_module_states`` where it cannot honour them (no
     accelerator) instead of raising: a case torch documents refusing then trains."""
 
-    def fsdp_kwargs(self, model):
-        kwargs = super().fsdp_kwargs(model)
-        kwargs.pop("cpu_offload", None)
-        kwargs["sync_module_states"] = False
-        return kwargs
+    def names(self, model):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def quiet(module, **kwargs):
+            kwargs.pop("cpu_offload", None)
+            return FSDP(module, **{**kwargs, "sync_module_states": False})
+
+        return {**super().names(model), "FSDP": quiet}
 
 
 class TensorParallelShardNotReduced(_Injected, FSDP1TPSystem):

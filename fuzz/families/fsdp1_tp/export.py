@@ -23,8 +23,8 @@ def parts(case: Case) -> Parts:
     lines += tp_export.plan_lines(plan.tp)
     lines.append("TP_PLACEMENTS.update({case_name(n): (p.device_mesh, p.placements, p.shape, p.stride())\n"
                  "                      for n, p in model.named_parameters() if isinstance(p, DTensor)})")
-    lines += fsdp1.plan_lines(case, mesh='mesh["dp_shard"]')
-    apply_plan = ac_export.definitions(plan.checkpoints) + function(
+    lines += ['dp_mesh = mesh["dp_shard"]', *fsdp1.plan_lines(case, mesh="dp_mesh")]
+    apply_plan = ac_export.definitions(plan.checkpoints) + fsdp1.helpers(case) + function(
         "apply_plan(model, mesh, device)", "Tensor parallelism, then FSDP1 on the dp_shard sub-mesh "
         "(parityfuzz.families.fsdp1_tp.system).", lines, "return model")
     base = fsdp1.parts(case)

@@ -21,9 +21,11 @@ from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_
 class FSDP1TPSystem(TensorParallel, FSDP1System):
     name = "fsdp1_tp"
 
-    def fsdp_kwargs(self, model: nn.Module) -> dict:
+    device_mesh = "dp_mesh"
+
+    def names(self, model: nn.Module) -> dict:
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-        return {**super().fsdp_kwargs(model), "device_mesh": mesh["dp_shard"]}
+        return {**super().names(model), "dp_mesh": mesh["dp_shard"]}
 
     def wrap(self, model: nn.Module) -> nn.Module:
         apply_tensor_parallel(model, self.tp_mesh(), self.case.plan.tp)

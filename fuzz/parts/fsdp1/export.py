@@ -9,10 +9,10 @@ from __future__ import annotations
 import inspect
 
 from parityfuzz.case import Case
-from parityfuzz.case.model import children_first
-from parityfuzz.export.model import classes_used
-from parityfuzz.export.parts import Parts, at, function
-from parityfuzz.parts.fsdp1 import HYBRID, FSDP1WrapPlan
+from parityfuzz.export.parts import Parts, function
+from parityfuzz.parts.fsdp1 import FSDP1WrapPlan
+from parityfuzz.parts.fsdp1.calls import wrap_calls
+from parityfuzz.run.calls import statement
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.systems import base
 from parityfuzz.parts.fsdp1 import system
@@ -23,60 +23,12 @@ IMPORTS = (ac_export.IMPORTS +
            "from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, "
            "size_based_auto_wrap_policy\n")
 
-#: The class each module kind a ``ModuleWrapPolicy`` names has in the script (``parityfuzz.parts.fsdp1.system.KIND_CLASSES``).
-KIND_CLASSES = {"linear": "nn.Linear", "seq": "nn.Sequential", "layernorm": "nn.LayerNorm", "rmsnorm": "nn.RMSNorm",
-                "embedding": "nn.Embedding", "mlp": "MLP", "attention": "Attention", "block": "Block",
-                "residual": "Residual", "twice": "Twice", "scale": "Scale", "gate": "Gate"}
-
 
 def refusal(case: Case) -> str | None:
     plan: FSDP1WrapPlan = case.plan
     if plan.ignored:
         return "ignored modules (FSDP1 trains each rank's copy on its own), which the export does not write out yet"
     return None
-
-
-def policy_lines(case: Case) -> list[str]:
-    plan: FSDP1WrapPlan = case.plan
-    if plan.wrapping == "module_class":
-        defined = set(classes_used(case))  # a kind the model lacks has no class in the script: it matches nothing
-        names = sorted(KIND_CLASSES[k] for k in plan.wrap_kinds if "." in KIND_CLASSES[k] or KIND_CLASSES[k] in defined)
-        return [f"policy = ModuleWrapPolicy({{{', '.join(names)}}})"]
-    if plan.wrapping == "size":
-        return [f"policy = functools.partial(size_based_auto_wrap_policy, min_num_params={plan.min_num_params})"]
-    if plan.wrapping == "lambda":
-        return [f"targets = {{{', '.join(f'id({at(p)})' for p in plan.wraps)}}}",
-                "policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in targets)"]
-    return ["policy = None"]
-
-
-def kwargs_lines(case: Case, mesh: str = "") -> list[str]:
-    """FSDP1's arguments; ``mesh`` names a ``device_mesh`` of the caller's (fsdp1_tp: the ``dp_shard`` sub-mesh)."""
-    plan: FSDP1WrapPlan = case.plan
-    prefetch = f"BackwardPrefetch.{plan.backward_prefetch}" if plan.backward_prefetch else "None"
-    args = [f"sharding_strategy=ShardingStrategy.{plan.sharding}", f"use_orig_params={plan.use_orig_params}",
-            "device_id=device", f"backward_prefetch={prefetch}", f"forward_prefetch={plan.forward_prefetch}",
-            f"limit_all_gathers={plan.limit_all_gathers}", f"sync_module_states={plan.sync_module_states}"]
-    if plan.offload:
-        args.append("cpu_offload=CPUOffload(offload_params=True)")
-    if plan.precision.active():
-        args.append(f"mixed_precision={mixed_precision(plan.precision)}")
-    if mesh:
-        args.append(f"device_mesh={mesh}")
-    elif plan.sharding in HYBRID and plan.hybrid_via == "mesh":
-        args.append("device_mesh=mesh")
-    elif plan.sharding in HYBRID and plan.hybrid_via == "groups":
-        args.append('process_group=(mesh.get_group("dp_shard"), mesh.get_group("dp_replicate"))')
-    return ["kwargs = dict(" + ",\n              ".join(args) + ")"]
-
-
-def mixed_precision(mp) -> str:
-    """FSDP1's ``MixedPrecision`` call: the fields that differ from its defaults."""
-    default = type(mp)()
-    fields = [f"{k}=torch.{getattr(mp, k)}" for k in ("param_dtype", "reduce_dtype", "buffer_dtype") if getattr(mp, k)]
-    fields += [f"{k}={getattr(mp, k)}" for k in ("keep_low_precision_grads", "cast_forward_inputs",
-                                                 "cast_root_forward_inputs") if getattr(mp, k) != getattr(default, k)]
-    return f"MixedPrecision({', '.join(fields)})"
 
 
 START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must broadcast rank 0's weights over these
@@ -88,17 +40,18 @@ START_ELSEWHERE = '''if dist.get_rank() != 0:  # sync_module_states: FSDP1 must 
 
 
 def plan_lines(case: Case, mesh: str = "") -> list[str]:
+    """The plan's calls (:func:`parityfuzz.parts.fsdp1.calls.wrap_calls`) as the script's lines, after other initial
+    weights off rank 0 where FSDP1 must broadcast rank 0's; ``mesh``: the script's name of a ``device_mesh``."""
     plan: FSDP1WrapPlan = case.plan
-    lines = [START_ELSEWHERE] if plan.sync_module_states else []
-    lines += [ac_export.call(c) for c in plan.checkpoints if c.before]
-    lines += kwargs_lines(case, mesh) + policy_lines(case)
-    if plan.wrapping == "manual":
-        for path in children_first(plan.wraps):
-            lines.append(f'owner, attr = holder(model, "{path}")\n'
-                         "setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))")
-    lines.append("model = FSDP(model, auto_wrap_policy=policy, **kwargs)")
-    lines += [ac_export.call(c) for c in plan.checkpoints if not c.before]
-    return lines
+    return ([START_ELSEWHERE] if plan.sync_module_states else []) + [statement(c) for c in wrap_calls(case, mesh)]
+
+
+def helpers(case: Case) -> str:
+    """The harness's helpers the calls name (copied)."""
+    plan: FSDP1WrapPlan = case.plan
+    used = (["wrap_at"] if plan.wrapping == "manual" and plan.wraps else []) + \
+        (["one_of"] if plan.wrapping == "lambda" else [])
+    return "".join(inspect.getsource(getattr(system, name)) + "\n\n" for name in used)
 
 
 #: fsdp1_tp: each flat gradient read is a rank's tensor-parallel shard, put back on tp as its parameter is.
@@ -132,7 +85,7 @@ def records_source(tensor_parallel: bool = False) -> str:
 
 def parts(case: Case) -> Parts:
     plan: FSDP1WrapPlan = case.plan
-    apply_plan = ac_export.definitions(plan.checkpoints) + function(
+    apply_plan = ac_export.definitions(plan.checkpoints) + helpers(case) + function(
         "apply_plan(model, mesh, device)", "FSDP1 as the case's plan says (parityfuzz.parts.fsdp1.system).",
         plan_lines(case), "return model")
     accumulate = ("def accumulate(model, micro, last):\n"

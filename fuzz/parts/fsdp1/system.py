@@ -27,19 +27,34 @@ from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDa
                                     MixedPrecision, ShardingStrategy)
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy, size_based_auto_wrap_policy
 
-from parityfuzz.case.model import children_first
-from parityfuzz.parts.fsdp1 import HYBRID
-from parityfuzz.run import build
-from parityfuzz.run.record import torch_dtype as dtype
+from parityfuzz.parts.fsdp1 import HYBRID, calls as plan_calls
+from parityfuzz.run import build, calls
 from parityfuzz.systems.base import System, case_name, holder, resolve
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
 from parityfuzz.systems.base import InvariantViolation
 
+#: The names of the module classes the plan's calls may name (``torch.nn``, the model's own).
+MODEL_CLASSES = {"nn": nn, **{name: getattr(build, name) for name in plan_calls.KIND_CLASSES.values()
+                              if "." not in name}}
 #: The class of each module kind ``ModuleWrapPolicy`` may name (see ``parityfuzz.run.build``).
-KIND_CLASSES = {"linear": nn.Linear, "mlp": build.MLP, "attention": build.Attention, "seq": nn.Sequential,
-                "block": build.Block, "residual": build.Residual, "twice": build.Twice, "scale": build.Scale,
-                "gate": build.Gate, "layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "embedding": nn.Embedding}
+KIND_CLASSES = {kind: calls.lookup(name, MODEL_CLASSES) for kind, name in plan_calls.KIND_CLASSES.items()}
+
+
+def wrap_at(model: nn.Module, path: str, wrapper, **kwargs) -> None:
+    """Replace the module at ``path`` (not the root) by ``wrapper(module, **kwargs)`` in its parent."""
+    owner, attr = holder(model, path)
+    setattr(owner, attr, wrapper(getattr(owner, attr), **kwargs))
+
+
+def one_of(*modules):
+    """A ``lambda_auto_wrap_policy`` predicate: whether a module is one of ``modules``."""
+    return lambda module: any(module is m for m in modules)
+
+
+def parameters_of(*modules) -> list:
+    """The parameters of ``modules`` (FSDP1's ``ignored_states``)."""
+    return [p for m in modules for p in m.parameters()]
 
 
 def ignored_names(model: nn.Module, paths) -> frozenset[str]:
@@ -60,66 +75,30 @@ class FSDP1System(System):
     name = "fsdp1"
     sharded_scaler = True
 
-    def fsdp_kwargs(self, model: nn.Module) -> dict:
-        """The arguments every ``FullyShardedDataParallel`` call of the plan takes (the root's adds the policy)."""
-        plan = self.case.plan
-        kwargs = dict(sharding_strategy=ShardingStrategy[plan.sharding], use_orig_params=plan.use_orig_params,
-                      device_id=self.ctx.device, backward_prefetch=BackwardPrefetch[plan.backward_prefetch]
-                      if plan.backward_prefetch else None, forward_prefetch=plan.forward_prefetch,
-                      limit_all_gathers=plan.limit_all_gathers, sync_module_states=plan.sync_module_states)
-        if plan.ignored:
-            modules = [resolve(model, p) for p in plan.ignored]
-            if plan.ignored_via == "modules":
-                kwargs["ignored_modules"] = modules
-            else:
-                kwargs["ignored_states"] = [p for m in modules for p in m.parameters()]
-        if plan.offload:
-            kwargs["cpu_offload"] = CPUOffload(offload_params=True)
-        mp = plan.precision
-        if mp.active():
-            kwargs["mixed_precision"] = MixedPrecision(
-                param_dtype=dtype(mp.param_dtype), reduce_dtype=dtype(mp.reduce_dtype),
-                buffer_dtype=dtype(mp.buffer_dtype), keep_low_precision_grads=mp.keep_low_precision_grads,
-                cast_forward_inputs=mp.cast_forward_inputs, cast_root_forward_inputs=mp.cast_root_forward_inputs)
-        if plan.sharding in HYBRID and plan.hybrid_via != "auto":
-            mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-            if plan.hybrid_via == "mesh":
-                kwargs["device_mesh"] = mesh
-            else:
-                kwargs["process_group"] = (mesh.get_group("dp_shard"), mesh.get_group("dp_replicate"))
-        return kwargs
+    #: The name of the ``device_mesh`` every instance takes, which :meth:`names` binds (``""``: the case's mesh
+    #: where a hybrid plan takes one).
+    device_mesh = ""
 
-    def auto_wrap_policy(self, model: nn.Module):
+    def names(self, model: nn.Module) -> dict:
+        """What the plan's calls (:func:`parityfuzz.parts.fsdp1.calls.wrap_calls`) name, bound."""
         plan = self.case.plan
-        if plan.wrapping == "module_class":
-            return ModuleWrapPolicy({KIND_CLASSES[k] for k in plan.wrap_kinds})
-        if plan.wrapping == "size":
-            return functools.partial(size_based_auto_wrap_policy, min_num_params=plan.min_num_params)
-        if plan.wrapping == "lambda":
-            targets = {id(resolve(model, p)) for p in plan.wraps}
-            return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in targets)
-        return None
+        mesh = (self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
+                if plan.sharding in HYBRID and plan.hybrid_via != "auto" else None)
+        return {"torch": torch, "functools": functools, "dict": dict, "model": model, "device": self.ctx.device,
+                "mesh": mesh, "FSDP": FSDP, "ShardingStrategy": ShardingStrategy, "BackwardPrefetch": BackwardPrefetch,
+                "CPUOffload": CPUOffload, "MixedPrecision": MixedPrecision, "ModuleWrapPolicy": ModuleWrapPolicy,
+                "size_based_auto_wrap_policy": size_based_auto_wrap_policy,
+                "lambda_auto_wrap_policy": lambda_auto_wrap_policy, "wrap_at": wrap_at, "one_of": one_of,
+                "parameters_of": parameters_of, "apply_checkpoint": apply_checkpoint, **MODEL_CLASSES}
 
     def wrap(self, model: nn.Module) -> nn.Module:
         plan = self.case.plan
         self._ignored = ignored_names(model, plan.ignored)
         if plan.sync_module_states and self.ctx.rank != 0:
             self._start_elsewhere(model)
-        for c in plan.checkpoints:
-            if c.before:
-                apply_checkpoint(model, c.path, c.api, c.reentrant)
-        kwargs = self.fsdp_kwargs(model)
-        policy = self.auto_wrap_policy(model)
-        if plan.wrapping == "manual":
-            for path in children_first(plan.wraps):
-                owner, attr = holder(model, path)
-                setattr(owner, attr, FSDP(getattr(owner, attr), **kwargs))
-        model = FSDP(model, auto_wrap_policy=policy, **kwargs)
+        model = calls.run(plan_calls.wrap_calls(self.case, self.device_mesh), self.names(model))["model"]
         if plan.sharding in HYBRID:
             self._check_hybrid_groups(model)
-        for c in plan.checkpoints:
-            if not c.before:
-                apply_checkpoint(model, c.path, c.api, c.reentrant)
         return model
 
     def _start_elsewhere(self, model: nn.Module) -> None:

@@ -11,7 +11,7 @@ from parityfuzz.case import Case
 from parityfuzz.export.parts import Parts, at, function
 from parityfuzz.parts.fully_shard import FullyShardPlan
 from parityfuzz.parts.activation_checkpoint import export as ac_export
-from parityfuzz.run.calls import source
+from parityfuzz.run.calls import statement
 
 IMPORTS = (ac_export.IMPORTS + "from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, "
            "fully_shard,\n    register_fsdp_forward_method)\n")
@@ -23,7 +23,7 @@ def refusal(case: Case) -> str | None:
 
 def plan_lines(plan: FullyShardPlan, mesh: str = "mesh") -> list[str]:
     """The plan's calls as the script's lines, ``mesh`` the script's name of the mesh ``fully_shard`` takes."""
-    return [source(call) for call in plan.calls(mesh)]
+    return [statement(call) for call in plan.calls(mesh)]
 
 
 #: ``set_post_optim_event`` on the root at a step's first microbatch (``plan.post_optim_event``).

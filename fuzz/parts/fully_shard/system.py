@@ -72,7 +72,7 @@ class FSDP2System(System):
                 "apply_checkpoint": functools.partial(apply_checkpoint, **self.checkpoint_kwargs)}
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        calls.run(self.case.plan.calls(), model, self.names(model))
+        calls.run(self.case.plan.calls(), self.names(model))
         self._ran: set[str] = set()  # wrapped modules whose forward ran in the current pass
         for w in self.case.plan.wraps:
             resolve(model, w.path).register_forward_pre_hook(lambda *_, path=w.path: self._ran.add(path))

@@ -19,9 +19,9 @@ from parityfuzz.run import calls
 def apply_tensor_parallel(model: nn.Module, tp_mesh, styles) -> None:
     """``parallelize_module`` per plan entry (:class:`parityfuzz.parts.tensor_parallel.Parallelize`) on
     ``tp_mesh``."""
-    names = {"parallelize_module": parallelize_module, "tp_mesh": tp_mesh, "Replicate": Replicate, "Shard": Shard,
-             **{name: getattr(tp, name) for name in CLASSES.values()}}
-    calls.run(parallelize_calls(styles), model, names)
+    names = {"model": model, "parallelize_module": parallelize_module, "tp_mesh": tp_mesh, "Replicate": Replicate,
+             "Shard": Shard, **{name: getattr(tp, name) for name in CLASSES.values()}}
+    calls.run(parallelize_calls(styles), names)
 
 
 class TensorParallel:

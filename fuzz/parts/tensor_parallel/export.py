@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from parityfuzz.parts.tensor_parallel import parallelize_calls
-from parityfuzz.run.calls import source
+from parityfuzz.run.calls import statement
 
 IMPORTS = ("from torch.distributed.tensor import Replicate, Shard\n"
            "from torch.distributed.tensor.experimental import implicit_replication\n"
@@ -16,4 +16,4 @@ IMPORTS = ("from torch.distributed.tensor import Replicate, Shard\n"
 def plan_lines(styles, mesh: str = "tp_mesh", model: str = "model") -> list[str]:
     """The plan's ``parallelize_module`` calls as the script's lines (on the script's variables ``mesh`` and
     ``model``)."""
-    return [source(call, model) for call in parallelize_calls(styles, mesh)]
+    return [statement(call, model) for call in parallelize_calls(styles, mesh)]
