@@ -170,6 +170,30 @@ def test_a_reentrant_checkpoint_holding_or_inside_a_per_rank_gate_is_refused(pat
     case("body.2")
 
 
+def test_known_bug_preconditions_read_nested_gates_and_a_retrace_after_unfreezing():
+    """A gate inside another runs its child only where both do (the 30-minute run's fsdp1_tp/8a6e3502: periods 3
+    and 2, two microbatches, unused in step 1), and a compiled module's parameters unfrozen at a step whose gradients
+    zero_grad keeps make Dynamo retrace there (fsdp1/75812476); each variation that torch passes is left out."""
+    from parityfuzz.families.fsdp1.known import (compiled_forward_without_grad_holding_gradients,
+                                                 orig_params_unused_in_a_step)
+    from parityfuzz.case.compiled import Compile
+
+    inner = Node("gate", period=2, children=(Node("layernorm"),))
+    nested = Node("seq", children=(Node("gate", period=3, children=(inner,)), Node("linear", out=1)))
+    case = simple(model=ModelSpec(body=nested), plan=FSDP1Plan(), train=TrainSpec(steps=2, microbatches=2))
+    assert orig_params_unused_in_a_step(case)
+    alone = Node("seq", children=(Node("gate", period=3, children=(Node("layernorm"),)), Node("linear", out=1)))
+    assert not orig_params_unused_in_a_step(dataclasses.replace(case, model=ModelSpec(body=alone)))
+
+    mlp = simple(model=ModelSpec(body=Node("mlp", hidden=1)), plan=FSDP1Plan(wrapping="size", min_num_params=1),
+                 train=TrainSpec(steps=2, zero_grad="zeros", frozen=(Freeze("body.fc1", until=1),)),
+                 compile=Compile(backend="aot_eager", paths=("body",)))
+    assert compiled_forward_without_grad_holding_gradients(mlp)
+    for train in (dataclasses.replace(mlp.train, zero_grad="none"), dataclasses.replace(mlp.train, frozen=()),
+                  dataclasses.replace(mlp.train, frozen=(Freeze("body.fc1"),))):
+        assert not compiled_forward_without_grad_holding_gradients(dataclasses.replace(mlp, train=train)), train
+
+
 def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
     """The pool's isolation snapshot covers FSDP1's internals: a fault injected there by one case does not leak
     into the next one (it once did, and a clean fuzz run after the fault tests failed)."""

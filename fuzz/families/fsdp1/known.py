@@ -32,12 +32,15 @@ def flat_unit_unused_in_the_last_backward(case: Case) -> bool:
 
 def _skips_a_step(case: Case, gate: str) -> bool:
     """Whether the gate at ``gate`` leaves its child unused for some whole step (every microbatch of it): a per-rank
-    gate may, a step gate whose period the microbatches of some step never meet does."""
-    node = dict(case.model.body.walk("body"))[gate]
-    if node.by_rank:
+    gate may, a step gate does where on every microbatch of some step it or a gate around it skips (each reads
+    the same forward index: a gate of period 2 inside one of period 3 runs its child on every sixth forward)."""
+    chain = [node for path, node in case.model.body.walk("body")
+             if node.kind == "gate" and (path == gate or gate.startswith(path + "."))]
+    if any(node.by_rank for node in chain):
         return True
     n = case.train.microbatches
-    return any(all((step * n + micro) % node.period for micro in range(n)) for step in range(case.train.steps))
+    return any(all(any((step * n + micro) % node.period for node in chain) for micro in range(n))
+               for step in range(case.train.steps))
 
 
 def flat_params_unused_in_a_step(case: Case) -> bool:
@@ -169,12 +172,27 @@ def hybrid_sharded_recipe(case: Case) -> bool:
 def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
     """A compiled FSDP1 forward traced while the flat parameters hold gradients, sharded (a gradient of the
     shard's size on the unsharded parameter) or in mixed precision (a gradient in another dtype than the cast
-    parameter): under ``torch.no_grad()`` (the evaluation pass fails the grad-mode guard), or where a per-rank gate
+    parameter): under ``torch.no_grad()`` (the evaluation pass fails the grad-mode guard), where a per-rank gate
     at or around a compiled module first runs its inner module on a rank after a backward (a later microbatch, or a
-    later step whose gradients ``zero_grad`` keeps), so that the rank compiles it then."""
+    later step whose gradients ``zero_grad`` keeps), so that the rank compiles it then, or where parameters of a
+    compiled module are unfrozen at a later step whose gradients ``zero_grad`` keeps (a retrace then)."""
     if not case.compile or (runs_unsharded(case) and not case.plan.mixed_precision()):
         return False
-    return case.train.eval or _a_gate_compiled_after_a_backward(case)
+    return case.train.eval or _a_gate_compiled_after_a_backward(case) or _unfrozen_in_a_compiled_module(case)
+
+
+def _unfrozen_in_a_compiled_module(case: Case) -> bool:
+    """Parameters at, inside or around a compiled module unfrozen at a step whose ``zero_grad`` keeps the gradients
+    (``set_to_none=False``): their ``requires_grad`` changed, Dynamo retraces the compiled frame at that step's
+    first forward, after a backward (fsdp1/75812476: passes with ``set_to_none=True`` there, or never unfrozen)."""
+    t = case.train
+    compiled = [""] if case.compile.form == "model" else list(case.compile.paths)
+
+    def keeps(step: int) -> bool:
+        return t.zero_grad == "zeros" or (t.zero_grad == "alternate" and step % 2 == 1)
+
+    return any(0 < f.until < t.steps and keeps(f.until)
+               and any(under(f.path, (c,)) or under(c, (f.path,)) for c in compiled) for f in t.frozen)
 
 
 def _a_gate_compiled_after_a_backward(case: Case) -> bool:
