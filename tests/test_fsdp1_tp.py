@@ -57,3 +57,32 @@ def test_a_fault_only_tensor_parallelism_shows_is_found_and_shrunk(executor, tmp
     assert f.verdict.kind == "mismatch"
     assert f.case.mesh.axis_size("dp_shard") > 1 and f.case.plan.sharding != "NO_SHARD", f.case.to_json(indent=1)
     assert modules <= 3, f.case.to_json(indent=1)
+
+
+def test_known_bug_preconditions_count_linears_traced_alone_and_a_gathered_colwise_output():
+    """The fifth 30-minute run's two compiled fsdp1_tp findings, each a known torch bug its precondition missed: an
+    instance that is an ``nn.Sequential`` over a colwise and a rowwise Linear leaves each Linear a frame of its own
+    (fsdp1_tp/23a7cf7e), and a colwise Linear gathering its output hands a compiled block the asynchronous
+    collective's tensor (fsdp1_tp/8156fdbf).  The variations torch trains stay out."""
+    from parityfuzz.case.compiled import Compile
+    from parityfuzz.families.fsdp1_tp.known import compiled_tensor_parallel_linears_of_two_styles as traced_alone
+    from parityfuzz.systems.compiled.known import tp_local_output_into_a_compiled_block as fed_local
+
+    mesh = MeshSpec((2, 2), ("dp_shard", "tp"))
+    seq = Node("seq", children=(Node("linear", out=2), Node("linear", out=4)))
+    styles = (Parallelize("body.seq0.0", "colwise"), Parallelize("body.seq0.1", "rowwise"))
+    case = simple(world_size=4, mesh=mesh, model=ModelSpec(body=Node("block", children=(seq,))),
+                  plan=FSDP1TPPlan(wraps=("body.seq0",), tp=styles), compile=Compile(backend="aot_eager",
+                                                                                     paths=("body",)))
+    assert traced_alone(case)
+    assert not traced_alone(dataclasses.replace(case, plan=dataclasses.replace(case.plan, wraps=())))  # root alone
+    mlp = ModelSpec(body=Node("block", children=(Node("mlp", hidden=4),)))
+    as_mlp = (Parallelize("body.mlp0.fc1", "colwise"), Parallelize("body.mlp0.fc2", "rowwise"))
+    assert not traced_alone(dataclasses.replace(case, model=mlp, plan=FSDP1TPPlan(wraps=("body.mlp0",), tp=as_mlp)))
+
+    attention = ModelSpec(body=Node("seq", children=(Node("linear", out=2), Node("attention", heads=1))))
+    gathered = simple(world_size=4, mesh=mesh, model=attention, compile=Compile(backend="aot_eager",
+                                                                                paths=("body.1",)),
+                      plan=FSDP1TPPlan(tp=(Parallelize("body.0", "colwise", output_layout="replicate"),)))
+    assert fed_local(gathered)
+    assert not fed_local(dataclasses.replace(gathered, plan=FSDP1TPPlan(tp=(Parallelize("body.0", "colwise"),))))

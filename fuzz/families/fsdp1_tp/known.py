@@ -117,15 +117,28 @@ def compiled_tensor_parallel_unit_after_another_shape(case: Case) -> bool:
 
 def compiled_tensor_parallel_linears_of_two_styles(case: Case) -> bool:
     """The model or a block compiled (before or after wrapping), holding a colwise and a rowwise module that are each
-    an FSDP1 instance:
-    FSDP1's unshard graph-breaks, so ``nn.Linear.forward`` is a frame of its own, compiled for one style and
-    recompiled for the other with automatic dynamic shapes, and AOTAutograd's trace of F.linear over DTensors with
-    symbolic sizes never ends.  Eager, ``dynamic=False``, no TP, FSDP1 at the root alone or use_orig_params=False
-    train (measured); two Linears of one style but other sizes probably recompile too (not measured)."""
+    a frame of their own: FSDP1's unshard graph-breaks, so ``nn.Linear.forward`` is one where the Linear is an FSDP1
+    instance, or where the instance holding it is a ``torch.nn.Sequential`` with only such containers between them
+    (Dynamo starts no frame in ``torch.nn``'s own forwards: fsdp1_tp/23a7cf7e, one instance over both Linears);
+    compiled for one style and recompiled for the other with automatic dynamic shapes, AOTAutograd's trace of
+    F.linear over DTensors with symbolic sizes never ends.  Eager, ``dynamic=False``, no TP, FSDP1 at the root alone,
+    the instance a module of the harness's own (an MLP: one frame) or use_orig_params=False train (measured); two
+    Linears of one style but other sizes probably recompile too (not measured)."""
     c = case.compile
     if not c or c.form not in ("model", "blocks_after", "blocks_before"):
         return False
     found = units(case)
-    return len({p.style for p in case.plan.tp if p.style in ("colwise", "rowwise")
-                and (found is None or p.path in found)
+    nodes = dict(case.model.body.walk("body"))
+
+    def own_frame(path: str) -> bool:
+        if found is None or path in found:
+            return True
+        holder = path.rpartition(".")[0]
+        while holder and holder not in found:
+            if nodes.get(holder) is None or nodes[holder].kind != "seq":
+                return False
+            holder = holder.rpartition(".")[0]
+        return bool(holder) and nodes[holder].kind == "seq"
+
+    return len({p.style for p in case.plan.tp if p.style in ("colwise", "rowwise") and own_frame(p.path)
                 and (c.form == "model" or under(p.path, tuple(c.paths)))}) > 1

@@ -69,10 +69,11 @@ def _inputs(case: Case, nodes: dict, path: str) -> set[str]:
 def local_outputs_handed_on(case: Case) -> set[str]:
     """The tensor-parallel modules that reduce their output and hand it on as a local tensor (the asynchronous
     collective's ``AsyncCollectiveTensor``): ``RowwiseParallel`` or ``PrepareModuleOutput`` with
-    ``use_local_output=True``; in a pipeline stage also a ``ColwiseParallel`` module gathering its output."""
+    ``use_local_output=True``; also a ``ColwiseParallel`` Linear gathering its output (``output_layouts=Replicate()``:
+    fsdp1_tp/8156fdbf, also with TP alone), and such an embedding in a pipeline stage (outside one it trains)."""
     def handed_on(p) -> bool:
         return p.use_local_output and (p.style in ("rowwise", "prepare_output") or (
-            case.family == "pipeline" and p.style == "colwise" and p.output_layout == "replicate"))
+            p.style == "colwise" and p.output_layout == "replicate" and (case.family == "pipeline" or p.path != "inp")))
 
     return {p.path for p in getattr(case.plan, "tp", ()) if handed_on(p)}
 
@@ -82,8 +83,8 @@ def tp_local_output_into_a_compiled_block(case: Case) -> bool:
     input is, with no eager op in between, the output of a tensor-parallel module outside it that reduces its
     output and hands it on as a local tensor (``RowwiseParallel`` or ``PrepareModuleOutput`` with
     ``use_local_output=True``): the asynchronous collective's ``AsyncCollectiveTensor`` is then the compiled
-    graph's input.  In a pipeline stage also a ``ColwiseParallel`` module whose output is gathered
-    (``output_layouts=Replicate()``), which trains outside a pipeline."""
+    graph's input; also a ``ColwiseParallel`` Linear whose output is gathered (``output_layouts=Replicate()``), and
+    in a pipeline stage such an embedding."""
     c = case.compile
     if not c or c.form == "model":
         return False
