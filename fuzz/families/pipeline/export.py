@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 
 from parityfuzz.case import Case
-from parityfuzz.case.model import under
 from parityfuzz.case.dtypes import promise
 from parityfuzz.parts.fully_shard import export as fully_shard_export
 from parityfuzz.export import reference
@@ -23,7 +22,9 @@ from parityfuzz.export.reference import dtype_literal
 from parityfuzz.export.model import classes_used
 from parityfuzz.export.parts import Parts, function
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan
+from parityfuzz.families.pipeline.calls import stage_calls
 from parityfuzz.families.pipeline.precision import fully_shard_groups
+from parityfuzz.run.calls import statement
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.parts.tensor_parallel import apply as tp_apply
 from parityfuzz.parts.tensor_parallel import export as tp_export
@@ -191,35 +192,17 @@ def constants(case: Case) -> str:
 
 
 def stage_source(case: Case) -> str:
-    """``stage_module(whole, index, mesh)``: stage ``index``'s module, checkpointed and sharded as the plan says."""
-    plan: PipelinePlan = case.plan
-    sharded = "dp_shard" in case.mesh.names
-    units = plan.stage_units(case.model)
-    lines = ["model = Stage(whole, STAGE_UNITS[index])"]
-
-    def per_stage(entries, line) -> None:
-        """``line(entry)`` for the entries (by module path) inside each stage, under ``if index == <stage>:``."""
-        for index, owned in enumerate(units):
-            held = [e for e in entries if under(e.path, owned)]
-            if held:
-                lines.append(f"if index == {index}:")
-                lines.extend("    " + line(e).replace("\n", "\n    ") for e in held)
-
-    def checkpoints(before: bool) -> None:
-        per_stage([c for c in plan.checkpoints if (c.before or not sharded) == before], ac_export.call)
-
-    per_stage(plan.tp, lambda p: tp_export.plan_lines([p], mesh='mesh["tp"]')[0])
-    checkpoints(True)
-    if sharded:
-        mp = plan.precision
-        policy = f", mp_policy={mp.call('torch.')}" if mp.active() else ""
-        if plan.shard_units:  # torchtitan's: each top-level module of the stage, then the stage
-            lines.append("for unit in STAGE_UNITS[index]:")
-            lines.append(f'    fully_shard(resolve(whole, unit), mesh=mesh["dp_shard"], '
-                         f'reshard_after_forward={plan.unit_reshard_after_forward}{policy})')
-        lines.append(f'fully_shard(model, mesh=mesh["dp_shard"], reshard_after_forward={plan.reshard_after_forward}'
-                     f'{policy})')
-        checkpoints(False)
+    """``stage_module(whole, index, mesh)``: stage ``index``'s module, its calls
+    (:func:`parityfuzz.families.pipeline.calls.stage_calls`, which the system runs) under ``if index == <stage>:``."""
+    names = case.mesh.names
+    lines = ["model = Stage(whole, STAGE_UNITS[index])  # (the stage keeps the whole model's paths)"]
+    lines += ['tp_mesh = mesh["tp"]'] if "tp" in names else []
+    lines += ['dp_mesh = mesh["dp_shard"]'] if "dp_shard" in names else []
+    for index in range(len(case.plan.stage_units(case.model))):
+        calls = stage_calls(case, index)
+        if calls:
+            lines.append(f"if index == {index}:")
+            lines.extend("    " + statement(c).replace("\n", "\n    ") for c in calls)
     return function("stage_module(whole, index, mesh)", "Stage ``index``: the top-level modules it owns, their "
                     "tensor-parallel styles, activation checkpoints and fully_shard in PipelineSystem's order.", lines,
                     "return model")

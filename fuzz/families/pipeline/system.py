@@ -32,13 +32,15 @@ from parityfuzz.families.pipeline import SCHEDULES, rank_modules
 from parityfuzz.families.pipeline.precision import fully_shard_groups
 from parityfuzz.run.build import Block
 from parityfuzz.run.record import torch_dtype
-from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
+from parityfuzz.systems.base import System, case_name, optimizer_parts
 from parityfuzz.systems.ddp import DDPSystem
+from parityfuzz.families.pipeline.calls import stage_calls
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
-from parityfuzz.parts.tensor_parallel.apply import TensorParallel, apply_tensor_parallel, plain_loss
+from parityfuzz.parts.tensor_parallel.apply import TensorParallel, plain_loss, torch_names as tp_names
+from parityfuzz.run import calls
 from parityfuzz.systems.masters import EmulatedReference
 from parityfuzz.parts.fully_shard.reference import FSDP2Precision, policy_arguments
-from parityfuzz.parts.fully_shard.system import mp_policy
+from parityfuzz.parts.fully_shard.system import torch_names as fully_shard_names
 
 
 class Stage(nn.Module):
@@ -114,8 +116,6 @@ class PipelineSystem(TensorParallel, System):
     name = "pipeline"
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        from torch.distributed.fsdp import fully_shard
-
         case, plan, spec = self.case, self.case.plan, self.case.mesh
         mesh = self.ctx.mesh(spec.shape, spec.names)
         pp = spec.axis_size("pp")
@@ -126,25 +126,12 @@ class PipelineSystem(TensorParallel, System):
         everything = {"grad": {case_name(n) for n, _ in model.named_parameters()}}
         everything["param"] = everything["grad"] | {"buffer:" + case_name(n) for n, _ in model.named_buffers()}
         modules = []
-        sharded = "dp_shard" in spec.names
-        policy = {"mp_policy": mp_policy(plan.precision)} if plan.precision.active() else {}
-        for index in self.mine:
+        names = {**fully_shard_names(), **tp_names(), "apply_checkpoint": apply_checkpoint,
+                 "tp_mesh": mesh["tp"] if "tp" in spec.names else None,
+                 "dp_mesh": mesh["dp_shard"] if "dp_shard" in spec.names else None}
+        for index in self.mine:  # (the stage keeps the whole model's paths)
             module = Stage(model, units[index])
-            if "tp" in spec.names:
-                apply_tensor_parallel(module, mesh["tp"], [p for p in plan.tp if under(p.path, units[index])])
-            held = [c for c in plan.checkpoints if under(c.path, units[index])]
-            for c in held:
-                if c.before or not sharded:
-                    apply_checkpoint(module, c.path, c.api, c.reentrant)
-            if sharded:
-                for unit in units[index] if plan.shard_units else ():  # torchtitan's: each block, then the stage
-                    fully_shard(resolve(model, unit), mesh=mesh["dp_shard"],
-                                reshard_after_forward=plan.unit_reshard_after_forward, **policy)
-                fully_shard(module, mesh=mesh["dp_shard"], reshard_after_forward=plan.reshard_after_forward,
-                            **policy)
-                for c in held:
-                    if not c.before:
-                        apply_checkpoint(module, c.path, c.api, c.reentrant)
+            calls.run(stage_calls(case, index), {**names, "model": module})
             modules.append(module)
         self.stage_modules = modules
         self.held_units = rank_modules(case)[spec.coords(self.ctx.rank)["pp"]]

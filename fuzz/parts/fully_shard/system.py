@@ -20,17 +20,17 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from parityfuzz.parts.fully_shard import POLICY_DTYPES, Policy
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
 from parityfuzz.run import calls
-from parityfuzz.run.record import torch_dtype as dtype
 from parityfuzz.systems.base import InvariantViolation, System, resolve
 
 
-def mp_policy(policy: Policy) -> MixedPrecisionPolicy:
-    """The torch policy of a plan's :class:`~parityfuzz.parts.fully_shard.Policy`."""
-    return MixedPrecisionPolicy(**{k: dtype(getattr(policy, k)) for k in POLICY_DTYPES},
-                                cast_forward_inputs=policy.cast_forward_inputs)
+def torch_names() -> dict:
+    """The torch names the fully_shard part's calls use (:func:`parityfuzz.parts.fully_shard.fully_shard_call`)."""
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    return {"torch": torch, "fully_shard": fully_shard, "MixedPrecisionPolicy": MixedPrecisionPolicy,
+            "CPUOffloadPolicy": CPUOffloadPolicy, "register_fsdp_forward_method": register_fsdp_forward_method}
 
 
 def set_post_optim_event(root, device: torch.device) -> None:
@@ -64,11 +64,7 @@ class FSDP2System(System):
 
     def names(self, model: nn.Module) -> dict:
         """What the plan's calls (:meth:`parityfuzz.parts.fully_shard.FullyShardPlan.calls`) name, bound."""
-        from torch.distributed.fsdp import register_fsdp_forward_method
-
-        return {"torch": torch, "model": model, "mesh": self.data_parallel_mesh() if self.case.plan.wraps else None,
-                "fully_shard": fully_shard, "MixedPrecisionPolicy": MixedPrecisionPolicy,
-                "CPUOffloadPolicy": CPUOffloadPolicy, "register_fsdp_forward_method": register_fsdp_forward_method,
+        return {**torch_names(), "model": model, "mesh": self.data_parallel_mesh() if self.case.plan.wraps else None,
                 "apply_checkpoint": functools.partial(apply_checkpoint, **self.checkpoint_kwargs)}
 
     def wrap(self, model: nn.Module) -> nn.Module:

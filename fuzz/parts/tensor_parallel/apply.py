@@ -16,12 +16,16 @@ from parityfuzz.parts.tensor_parallel import CLASSES, parallelize_calls
 from parityfuzz.run import calls
 
 
+def torch_names() -> dict:
+    """The torch names the calls of :func:`parityfuzz.parts.tensor_parallel.parallelize_calls` use (but the mesh)."""
+    return {"parallelize_module": parallelize_module, "Replicate": Replicate, "Shard": Shard,
+            **{name: getattr(tp, name) for name in CLASSES.values()}}
+
+
 def apply_tensor_parallel(model: nn.Module, tp_mesh, styles) -> None:
     """``parallelize_module`` per plan entry (:class:`parityfuzz.parts.tensor_parallel.Parallelize`) on
     ``tp_mesh``."""
-    names = {"model": model, "parallelize_module": parallelize_module, "tp_mesh": tp_mesh, "Replicate": Replicate,
-             "Shard": Shard, **{name: getattr(tp, name) for name in CLASSES.values()}}
-    calls.run(parallelize_calls(styles), names)
+    calls.run(parallelize_calls(styles), {**torch_names(), "model": model, "tp_mesh": tp_mesh})
 
 
 class TensorParallel:
