@@ -88,15 +88,19 @@ def precision_features(case: Case) -> set[str]:
 
 
 def fully_shard_groups(case: Case) -> list[dict]:
-    """The plan's ``fully_shard`` calls, in the system's order, as the emulation's groups (each ``{"path": ...}``,
-    a stage's with its top-level ``modules``): with ``shard_units`` each top-level module of a stage (torchtitan's
-    blocks), then the stage over them.  Each call casts its own inputs and outputs and reduces its own parameters
-    (the earlier call on a submodule keeps those: ``fully_shard``), so a reference that gave a stage one group where
-    the system nests the units would cast and reduce otherwise (a float16 reduction summed in another order: the
-    30-minute run of seed 2851528193)."""
-    plan = case.plan
+    """The system's ``fully_shard`` calls (:func:`parityfuzz.families.pipeline.calls.stage_calls`), in its order, as
+    the emulation's groups (each ``{"path": ...}``; a stage's, whose path in the stage module is ``""``, named
+    ``stage <index>`` with its top-level ``modules``): under ``shard_units`` each top-level module of a stage
+    (torchtitan's blocks), then the stage over them.  Each call casts its own inputs and outputs and reduces its own
+    parameters (the earlier call on a submodule keeps those: ``fully_shard``), so a reference that gave a stage one
+    group where the system nests the units would cast and reduce otherwise (a float16 reduction summed in another
+    order: the 30-minute run of seed 2851528193)."""
+    from parityfuzz.families.pipeline.calls import stage_calls
+
     out: list[dict] = []
-    for index, units in enumerate(plan.stage_units(case.model)):
-        out += [{"path": unit} for unit in units] if plan.shard_units else []
-        out.append({"path": f"stage {index}", "modules": list(units)})
+    for index, units in enumerate(case.plan.stage_units(case.model)):
+        for call in stage_calls(case, index):
+            if call.fn == "fully_shard":
+                path = call.args[0].path
+                out.append({"path": path} if path else {"path": f"stage {index}", "modules": list(units)})
     return out
