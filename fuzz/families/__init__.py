@@ -108,14 +108,20 @@ class Registration:
 GENERIC_SYSTEMS = {"ddp": Registration("parityfuzz.systems.ddp:DDPSystem", plain=True, rolls_back=True)}
 
 
+def registrations() -> dict[str, Registration]:
+    """Every registered system by name: :data:`GENERIC_SYSTEMS` and each family's (a family's plain string is a
+    :class:`Registration` without traits)."""
+    out = dict(GENERIC_SYSTEMS)
+    for family in records():
+        out.update({name: entry if isinstance(entry, Registration) else Registration(entry)
+                    for name, entry in family.systems.items()})
+    return out
+
+
 def registration(name: str) -> Registration:
     """The registration of the system ``name`` (a generic or family system; a plug-in's or a ``module:attribute``
     one has no traits)."""
-    for family in records():
-        if name in family.systems:
-            entry = family.systems[name]
-            return entry if isinstance(entry, Registration) else Registration(entry)
-    return GENERIC_SYSTEMS.get(name) or Registration(name)
+    return registrations().get(name) or Registration(name)
 
 
 @dataclass(frozen=True)
@@ -215,4 +221,4 @@ LAYERS = ("strategy", "systems", "export", "patchable", "known", "checkpoint", "
 
 
 __all__ = ["ENTRY_POINTS", "ENVIRONMENT", "GENERIC_SYSTEMS", "LAYERS", "MODULES", "Family", "Registration", "get",
-           "installed", "load_environment", "records", "register", "registration", "unregister"]
+           "installed", "load_environment", "records", "register", "registration", "registrations", "unregister"]

@@ -104,9 +104,7 @@ def source(v, model: str = "model") -> str:
     if isinstance(v, Let):
         return f"{v.name} = {source(v.value, model)}"
     if isinstance(v, Call):
-        args = [source(a, model) for a in v.args] + [f"{k}={source(a, model)}" for k, a in v.kwargs]
-        args += [f"**{source(v.splat, model)}"] if v.splat else []
-        return f"{source(v.on, model) + '.' if v.on is not None else ''}{v.fn}({', '.join(args)})"
+        return f"{_callee(v, model)}({', '.join(_arguments(v, model))})"
     if isinstance(v, At):
         return f'resolve({model}, "{v.path}")' if v.path else model
     if isinstance(v, Name):
@@ -127,11 +125,18 @@ def statement(v, model: str = "model", width: int = 110) -> str:
     call = v.value if isinstance(v, Let) else v
     if len(line) <= width or not isinstance(call, Call):
         return line
-    head = (f"{v.name} = " if isinstance(v, Let) else "") + (f"{source(call.on, model)}." if call.on is not None
-                                                            else "") + f"{call.fn}("
-    args = [source(a, model) for a in call.args] + [f"{k}={source(a, model)}" for k, a in call.kwargs]
-    args += [f"**{source(call.splat, model)}"] if call.splat else []
-    return head + (",\n" + " " * len(head)).join(args) + ")"
+    head = (f"{v.name} = " if isinstance(v, Let) else "") + f"{_callee(call, model)}("
+    return head + (",\n" + " " * len(head)).join(_arguments(call, model)) + ")"
+
+
+def _callee(call: Call, model: str) -> str:
+    return f"{source(call.on, model)}.{call.fn}" if call.on is not None else call.fn
+
+
+def _arguments(call: Call, model: str) -> list[str]:
+    """A call's arguments as the script writes them: positional, keyword, then the ``**`` dict."""
+    return ([source(a, model) for a in call.args] + [f"{k}={source(a, model)}" for k, a in call.kwargs]
+            + ([f"**{source(call.splat, model)}"] if call.splat else []))
 
 
 __all__ = ["At", "Call", "Let", "Name", "keywords", "lookup", "run", "source", "statement"]

@@ -14,15 +14,12 @@ import importlib
 
 from parityfuzz.systems.base import RankContext, System
 
+
 def registry() -> dict[str, str]:
-    """Every registered system, ``{name: "module:Class"}``: the generic ones (:data:`parityfuzz.families.GENERIC_SYSTEMS`)
-    and each family's."""
+    """Every registered system, ``{name: "module:Class"}`` (:func:`parityfuzz.families.registrations`)."""
     from parityfuzz import families
 
-    out = {}
-    for systems in (families.GENERIC_SYSTEMS, *(family.systems for family in families.records())):
-        out.update({name: getattr(entry, "target", entry) for name, entry in systems.items()})
-    return out
+    return {name: entry.target for name, entry in families.registrations().items()}
 
 
 #: The entry-point group through which an installed package registers its own systems under test by name
