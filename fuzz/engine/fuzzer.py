@@ -54,6 +54,7 @@ from parityfuzz.engine import resumable
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
 from parityfuzz.engine.reduce import Reduction, reduce_failure
+from parityfuzz.engine.schedule import NEAR_MISS
 from parityfuzz.engine.soak import precondition, remember, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.engine.throttle import Throttle
@@ -110,8 +111,11 @@ class FuzzOptions:
 #: Cases Hypothesis draws in one round at most.  Within a budget this small Hypothesis runs one targeting pass
 #: (hill-climbing on :attr:`Verdict.closeness` from the round's closest case) halfway through the round; with
 #: an unbounded round it interleaves passes for as long as they improve the score, which on noisy closeness
-#: took over a 20-minute run (92% of its cases were neighbours of one world-size-3 case).  Rounds of this size,
-#: each with a fresh seed, keep near misses explored and the distribution what the strategies draw.
+#: took over a 20-minute run (92% of its cases were neighbours of one world-size-3 case).  Only a near miss
+#: (:data:`NEAR_MISS`) reports a score: a round that met none has nothing to climb and draws what the strategies
+#: draw to its end.  (Scored on every case, the pass climbed from whatever came closest and spent half of each
+#: round on the neighbours of one case: their swarm configuration, so the training-loop dimensions that case had
+#: switched off fell to a few percent of a target's cases.)
 ROUND_CASES = 250
 
 
@@ -238,8 +242,8 @@ class Fuzzer:
             for tag in sorted(case.features() | frozenset(verdict.tags)):
                 event(tag)
             event(f"verdict={verdict.kind}")
-            # Near misses (a difference close to what the oracle allows) are worth exploring around.
-            target(min(verdict.closeness, 1e3), label="closeness to the tolerance")
+            if verdict.closeness >= NEAR_MISS:  # worth exploring around: the round's targeting pass climbs from it
+                target(min(verdict.closeness, 1e3), label="closeness to the tolerance")
             if not verdict.ok:
                 raise FAILURE_TYPES[verdict.kind](case, verdict)
 
