@@ -323,3 +323,42 @@ def test_a_rollback_exports_to_a_script_that_rolls_back_both_systems(tmp_path):
     skipped.write_text(script.read_text().replace(call, "(SAVED.pop(role) if role == 'system' else " + call + ")"))
     result = torchrun(skipped, case.world_size)
     assert result.returncode != 0 and "DIVERGENCE step 3 (right after the checkpoint load)" in result.stdout, result.stdout[-2000:]
+
+
+def switches_cases():
+    """An HSDP fsdp2 case setting every one of FSDP2's switches around its microbatches, and a composable one
+    setting its two."""
+    from parityfuzz.families.composable import ComposablePlan, Compose
+    from tests.test_training_loop_dimensions import BLOCKS
+
+    fsdp2 = simple(world_size=4, model=BLOCKS, mesh=MeshSpec((2, 2), ("dp_replicate", "dp_shard")),
+                   plan=FSDP2Plan(wraps=(Wrap("body.1"), Wrap("")), no_sync=("body.1",), no_all_reduce=True,
+                                  is_last_backward=True, reshard_after_backward=False, unshard_first=True,
+                                  post_optim_event=True),
+                   train=TrainSpec(steps=2, microbatches=2))
+    composable = simple(model=BLOCKS, train=TrainSpec(steps=2, microbatches=2), plan=ComposablePlan(
+        applies=(Compose("body.1"), Compose("body.2", "replicate"), Compose("")), no_sync=True, post_optim_event=True))
+    return {"fsdp2": fsdp2.validate(), "composable": composable.validate()}
+
+
+@pytest.mark.parametrize("family", ["fsdp2", "composable"])
+def test_the_switches_around_each_microbatch_are_the_calls_the_system_runs(tmp_path, family):
+    """The script prints the calls the system runs around each microbatch (one list of calls, two backends:
+    parityfuzz.run.calls), the post-optimizer event on the device the rank trains on, and trains like the harness
+    says (it passes there: tests/test_training_loop_dimensions.py)."""
+    case = switches_cases()[family]
+    text = export(case)
+    accumulate = text[text.index("def accumulate(model, micro, last):"):]
+    accumulate = accumulate[:accumulate.index("\n\n\n")]
+    assert "if micro == 0:" in accumulate and "set_post_optim_event(model, DEVICE)" in accumulate, accumulate
+    expected = (['resolve(model, "body.1").set_requires_gradient_sync(last, recurse=False)',
+                 "model.set_reshard_after_backward(last)", "model.set_requires_all_reduce(last)",
+                 "model.set_is_last_backward(last)", 'resolve(model, "body.1").unshard(async_op=True)']
+                if family == "fsdp2" else
+                ['resolve(model, "body.1").set_requires_gradient_sync(last, recurse=False)',
+                 'resolve(model, "body.2").set_requires_gradient_sync(last)',
+                 "model.set_requires_gradient_sync(last, recurse=False)"])
+    assert all(line in accumulate for line in expected), accumulate
+    script = tmp_path / "repro.py"
+    script.write_text(text)
+    check_outcome(torchrun(script, case.world_size), None)

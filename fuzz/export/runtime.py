@@ -512,12 +512,13 @@ def as_trace(per_rank):
 
 MAIN = '''
 def main():
+    global DEVICE  # the device this rank trains on, as the plan's calls name it (set_post_optim_event)
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD_SIZE
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
     rank = dist.get_rank()
     if dist.get_world_size() != WORLD_SIZE:
         sys.exit(f"this case needs {WORLD_SIZE} ranks: torchrun --nproc-per-node={WORLD_SIZE}")
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    device = DEVICE = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     mesh = init_device_mesh(device.type, MESH_SHAPE, mesh_dim_names=MESH_NAMES)

@@ -29,6 +29,7 @@ from parityfuzz.case.checkpoint import STATE_DICT_WAYS
 from parityfuzz.families import Family
 from parityfuzz.families.composable import rules
 from parityfuzz.families.composable.rules import DATA_PARALLEL
+from parityfuzz.run.calls import At, Call, Name, keywords
 
 #: The APIs a plan applies: ``replicate`` is the DDP-based one, ``replicate_fsdp`` the FSDP-based one.
 APIS = ("fully_shard", "replicate", "replicate_fsdp", "checkpoint")
@@ -80,6 +81,35 @@ class ComposablePlan(Plan):
         """``(inner api, outer api)`` for each data-parallel call on a module strictly inside another one's."""
         managed = self.data_parallel()
         return {(a, b) for p, a in managed.items() for q, b in managed.items() if p != q and under(p, (q,))}
+
+    def calls(self, gated: bool) -> list[Call]:
+        """The plan's torch calls (:mod:`parityfuzz.run.calls`) in its order: the system runs them, an exported
+        script prints them.  The backend binds ``mesh`` (``fully_shard``'s, the case's mesh) and ``flat`` (its
+        flattening to 1-D, ``replicate_with_fsdp``'s); ``gated``: a gate leaves parameters unused on some
+        forwards, which the DDP-based ``replicate`` must be told (the reference is told alike)."""
+        out = []
+        for c in self.applies:
+            if c.api == "fully_shard":
+                kwargs = keywords(mesh=Name("mesh"), reshard_after_forward=c.reshard_after_forward)
+            elif c.api == "replicate":
+                kwargs = keywords(find_unused_parameters=gated)
+            elif c.api == "replicate_fsdp":
+                kwargs = keywords(mesh=Name("flat"))
+            else:
+                kwargs = ()
+            out.append(Call(c.api, (At(c.path),), kwargs))
+        return out
+
+    def switch_calls(self) -> tuple[list[Call], list[Call]]:
+        """The switches around each microbatch as calls, as :func:`parityfuzz.parts.fully_shard.switch_calls`
+        gives FSDP2's (at a step's first microbatch, at every microbatch): the root's post-optimizer event,
+        and, under ``no_sync``, gradient sync only on the last microbatch (``recurse=False`` for the FSDP-based
+        APIs: the modules of their own calls are switched by those)."""
+        first = [Call("set_post_optim_event", (At(""), Name("DEVICE")))] if self.post_optim_event else []
+        every = [Call("set_requires_gradient_sync", (Name("last"),),
+                      () if api == "replicate" else keywords(recurse=False), on=At(path))
+                 for path, api in self.data_parallel().items()] if self.no_sync else []
+        return first, every
 
     def refusal(self) -> ExpectedError | None:
         """The error torch documents for the first call it refuses, or None."""

@@ -5,9 +5,11 @@ invariants (parameters named as before, each parameter fully_shard manages a DTe
 
 from __future__ import annotations
 
+import inspect
+
 from parityfuzz.case import Case
-from parityfuzz.parts.fully_shard import export as fully_shard_export
-from parityfuzz.export.parts import Parts, at, function
+from parityfuzz.export.parts import Parts, function
+from parityfuzz.run.calls import statement
 from parityfuzz.families.composable import ComposablePlan
 
 IMPORTS = ("from torch.distributed._composable import checkpoint, replicate\n"
@@ -102,23 +104,12 @@ def refusal(case: Case) -> str | None:
     return None
 
 
-def call_line(c) -> str:
-    module = at(c.path)
-    if c.api == "fully_shard":
-        return f"fully_shard({module}, mesh=mesh, reshard_after_forward={c.reshard_after_forward!r})"
-    if c.api == "replicate":
-        return f"replicate({module}, find_unused_parameters=GATED)"
-    if c.api == "replicate_fsdp":
-        return f"replicate_fsdp({module}, mesh=flat)"
-    return f"checkpoint({module})"
-
-
 def parts(case: Case) -> Parts:
     plan: ComposablePlan = case.plan
     gated = bool(case.model.gates())
     lines = ["names = [n for n, _ in model.named_parameters()]",
              "flat = mesh if mesh.ndim == 1 else mesh._flatten()",
-             *[call_line(c) for c in plan.applies],
+             *[statement(c) for c in plan.calls(gated)],
              "after = [n for n, _ in model.named_parameters()]",
              "if after != names:",
              '    raise InvariantViolation(f"parameter names changed by composing: {sorted(set(names) ^ set(after))[:5]} "',
@@ -126,14 +117,19 @@ def parts(case: Case) -> Parts:
              'check_managed(model, "after the calls")']
     apply_plan = function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
                           "(parityfuzz.families.composable.system).", lines, "return model")
-    sync = [f"{at(path)}.set_requires_gradient_sync(last{'' if api == 'replicate' else ', recurse=False'})"
-            for path, api in plan.data_parallel().items()] if plan.no_sync else []
-    if plan.post_optim_event:
-        sync.insert(0, fully_shard_export.POST_OPTIM_EVENT)
+    first, every = plan.switch_calls()
+    sync = [statement(c) for c in every]
+    if first:
+        sync.insert(0, "if micro == 0:  # an event recorded after the optimizer step (nothing runs in between)\n"
+                    + "\n".join("    " + statement(c) for c in first))
     accumulate = function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
-                          "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync, "return contextlib.nullcontext()")
-    head = (f"GATED = {gated}  # a gate leaves parameters unused on some forwards: replicate must be told\n"
-            f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
+                          "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync,
+                          "return contextlib.nullcontext()")
+    if plan.post_optim_event:
+        from parityfuzz.parts.fully_shard.system import set_post_optim_event
+
+        accumulate = inspect.getsource(set_post_optim_event) + "\n\n" + accumulate
+    head = (f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
             "CHECKED = []\n")
     return Parts(imports=IMPORTS, apply_plan=head + CHECKS + "\n\n" + apply_plan, accumulate=accumulate,
                  after_backward="", clip=OPTIMIZER.strip() + "\n", optimizer="system_optimizer",

@@ -16,11 +16,14 @@ summed from each kind's own norm.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
 from parityfuzz.families.composable import ComposablePlan
-from parityfuzz.systems.base import System, case_name, optimizer_parts, resolve
+from parityfuzz.run import calls
+from parityfuzz.systems.base import System, case_name, optimizer_parts
 from parityfuzz.systems.base import InvariantViolation
 from parityfuzz.parts.fully_shard.system import set_post_optim_event
 
@@ -40,22 +43,12 @@ class ComposableSystem(System):
         from torch.distributed._composable.replicate_with_fsdp import replicate as replicate_fsdp
         from torch.distributed.fsdp import fully_shard
 
-        plan: ComposablePlan = self.case.plan
         names = [n for n, _ in model.named_parameters()]
         mesh = self.ctx.mesh(self.case.mesh.shape, self.case.mesh.names)
-        flat = mesh if mesh.ndim == 1 else mesh._flatten()
-        gated = bool(self.case.model.gates())
-        for c in plan.applies:
-            module = resolve(model, c.path)
-            if c.api == "fully_shard":
-                fully_shard(module, mesh=mesh, reshard_after_forward=c.reshard_after_forward)
-            elif c.api == "replicate":
-                # find_unused_parameters as DDP needs with gates (the reference sets it alike)
-                replicate(module, find_unused_parameters=gated)
-            elif c.api == "replicate_fsdp":
-                replicate_fsdp(module, mesh=flat)
-            else:
-                checkpoint(module)
+        calls.run(self.case.plan.calls(bool(self.case.model.gates())),
+                  {"model": model, "mesh": mesh, "flat": mesh if mesh.ndim == 1 else mesh._flatten(),
+                   "fully_shard": fully_shard, "replicate": replicate, "replicate_fsdp": replicate_fsdp,
+                   "checkpoint": checkpoint})
         after = [n for n, _ in model.named_parameters()]
         if after != names:
             raise InvariantViolation(f"parameter names changed by composing: {sorted(set(names) ^ set(after))[:5]} "
@@ -152,16 +145,7 @@ class ComposableSystem(System):
                 g.mul_(coef.item())
 
     def accumulation(self, index: int, last: bool):
-        import contextlib
-
-        plan: ComposablePlan = self.case.plan
-        if index == 0 and plan.post_optim_event:  # recorded after the optimizer step: nothing runs in between
-            set_post_optim_event(self.model, self.ctx.device)
-        if plan.no_sync:
-            for path, api in plan.data_parallel().items():
-                module = resolve(self.model, path)
-                if api == "replicate":
-                    module.set_requires_gradient_sync(last)
-                else:
-                    module.set_requires_gradient_sync(last, recurse=False)
+        first, every = self.case.plan.switch_calls()
+        calls.run((first if index == 0 else []) + every, {"model": self.model, "last": last, "DEVICE": self.ctx.device,
+                                                          "set_post_optim_event": set_post_optim_event})
         return contextlib.nullcontext()

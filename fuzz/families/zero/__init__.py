@@ -28,6 +28,7 @@ from parityfuzz.case.errors import check
 from parityfuzz.case.checkpoint import Way
 from parityfuzz.families import Family, Registration
 from parityfuzz.families.zero import grids
+from parityfuzz.run.calls import Call, Name, keywords
 
 OVERLAPS = ("", "hook", "interleaved")
 
@@ -54,6 +55,18 @@ class ZeroPlan(Plan):
     reload_at: int = 0
     consolidate_to: int = 0
     reload_live: bool = False
+
+    def ddp_options(self) -> dict:
+        """The keyword arguments of the DDP model ZeRO's optimizer steps."""
+        return {"gradient_as_bucket_view": self.gradient_as_bucket_view, "static_graph": self.static_graph}
+
+    def optimizer_call(self) -> Call:
+        """``ZeroRedundancyOptimizer`` around the case's optimizer (without ``overlap``), as a call
+        (:mod:`parityfuzz.run.calls`) the system runs and an exported script prints: the backend binds ``groups``
+        (the parameter groups), ``cls`` (the case's optimizer class) and ``kwargs`` (its other arguments)."""
+        return Call("ZeroRedundancyOptimizer", (Name("groups"),),
+                    keywords(optimizer_class=Name("cls"), parameters_as_bucket_view=self.parameters_as_bucket_view),
+                    splat=Name("kwargs"))
 
     def warmup_steps(self) -> int:
         """The steps that update nothing under ``overlap`` (DDP's buckets are rebuilt, then ZeRO partitions

@@ -14,8 +14,9 @@ from parityfuzz.case import Case
 from parityfuzz.export.parts import Parts, function
 from parityfuzz.families.zero import ZeroPlan
 from parityfuzz.families.zero import system
+from parityfuzz.run.calls import statement
 
-IMPORTS = "import functools\nfrom torch.distributed.optim import ZeroRedundancyOptimizer\n"
+IMPORTS = "from torch.distributed.optim import ZeroRedundancyOptimizer\n"
 
 
 def refusal(case: Case) -> str | None:
@@ -28,14 +29,13 @@ def refusal(case: Case) -> str | None:
 
 def parts(case: Case) -> Parts:
     plan: ZeroPlan = case.plan
+    ddp = ", ".join(f"{k}={v!r}" for k, v in plan.ddp_options().items())
     apply_plan = function("apply_plan(model, mesh, device)", "DDP as the zero family's plan says "
-                          "(parityfuzz.families.zero.system).", [
-                              f"return ddp(model, device, gradient_as_bucket_view={plan.gradient_as_bucket_view}, "
-                              f"static_graph={plan.static_graph})"])
+                          "(parityfuzz.families.zero.system).", [f"return ddp(model, device, {ddp})"])
     optimizer = function("make_zero_optimizer(named)", "ZeroRedundancyOptimizer around the case's optimizer, in its "
                          "parameter groups.", [
-                             "zero = functools.partial(ZeroRedundancyOptimizer, optimizer_class=OPTIMIZER,\n"
-                             f"                         parameters_as_bucket_view={plan.parameters_as_bucket_view})",
+                             "def zero(groups, cls=OPTIMIZER, **kwargs):",
+                             "    return " + statement(plan.optimizer_call()).replace("\n", "\n    "),
                              "optim, scheduler = make_optimizer(named, cls=zero)",
                              "check_partition(optim, named)",
                              "return optim, scheduler"])

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
+from parityfuzz.run import calls
+from parityfuzz.run.calls import Let
 from parityfuzz.systems.base import make_scheduler, optimizer_parts
 from parityfuzz.systems.ddp import DDPSystem
 from parityfuzz.systems.base import InvariantViolation
@@ -63,15 +65,14 @@ class ZeroSystem(_ZeroTraining):
     name = "zero"
 
     def ddp_kwargs(self) -> dict:
-        plan = self.case.plan
-        return {"gradient_as_bucket_view": plan.gradient_as_bucket_view, "static_graph": plan.static_graph}
+        return self.case.plan.ddp_options()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         cls, groups, kwargs = self.optimizer_parts()
         plan = self.case.plan
         if not plan.overlap:
-            optim = ZeroRedundancyOptimizer(groups, optimizer_class=cls,
-                                            parameters_as_bucket_view=plan.parameters_as_bucket_view, **kwargs)
+            optim = calls.run([Let("optim", plan.optimizer_call())], {
+                "ZeroRedundancyOptimizer": ZeroRedundancyOptimizer, "groups": groups, "cls": cls, "kwargs": kwargs})["optim"]
             self._check_partition(optim)
             return optim
         from torch.distributed.algorithms.ddp_comm_hooks import ddp_zero_hook

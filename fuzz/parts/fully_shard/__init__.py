@@ -172,6 +172,29 @@ class FullyShardPlan(Plan):
         return out
 
 
+def switch_calls(plan: FullyShardPlan, microbatches: int) -> tuple[list, list]:
+    """FSDP2's switches around each microbatch as calls (:mod:`parityfuzz.run.calls`): those at a step's first
+    microbatch (the root's post-optimizer event, recorded on ``DEVICE``; 1F1B's all-gathers issued up front and
+    left pending), and those at every microbatch (``last``: whether it is the step's last).  The system runs them,
+    an exported script prints them; the backend binds ``model``, ``last``, ``DEVICE`` and ``set_post_optim_event``
+    (:func:`parityfuzz.parts.fully_shard.system.set_post_optim_event`)."""
+    first, every = [], []
+    if plan.post_optim_event:  # recorded after the optimizer step: nothing runs in between
+        first.append(Call("set_post_optim_event", (At(""), Name("DEVICE"))))
+    if plan.unshard_first:  # 1F1B, as PyTorch's test does it: the forward waits for the pending all-gathers
+        first += [Call("unshard", (), keywords(async_op=True), on=At(w.path)) for w in plan.wraps]
+    if microbatches > 1:
+        every += [Call("set_requires_gradient_sync", (Name("last"),), keywords(recurse=False), on=At(path))
+                  for path in plan.no_sync]
+        if not plan.reshard_after_backward:
+            every.append(Call("set_reshard_after_backward", (Name("last"),), on=At("")))
+    if plan.no_all_reduce:
+        every.append(Call("set_requires_all_reduce", (Name("last"),), on=At("")))
+    if plan.is_last_backward:
+        every.append(Call("set_is_last_backward", (Name("last"),), on=At("")))
+    return first, every
+
+
 def fully_shard_call(w: Wrap, mesh: str = "mesh") -> Call:
     """``fully_shard`` of one wrap; ``reshard_after_forward`` always spelled out (its default, None, is False for
     the root, the case's default True), the policies only where they are not the defaults."""

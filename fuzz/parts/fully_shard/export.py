@@ -8,8 +8,8 @@ from __future__ import annotations
 import inspect
 
 from parityfuzz.case import Case
-from parityfuzz.export.parts import Parts, at, function
-from parityfuzz.parts.fully_shard import FullyShardPlan
+from parityfuzz.export.parts import Parts, function
+from parityfuzz.parts.fully_shard import FullyShardPlan, switch_calls
 from parityfuzz.parts.activation_checkpoint import export as ac_export
 from parityfuzz.run.calls import statement
 
@@ -26,31 +26,20 @@ def plan_lines(plan: FullyShardPlan, mesh: str = "mesh") -> list[str]:
     return [statement(call) for call in plan.calls(mesh)]
 
 
-#: ``set_post_optim_event`` on the root at a step's first microbatch (``plan.post_optim_event``).
-POST_OPTIM_EVENT = ("if micro == 0:  # an event recorded after the optimizer step (nothing runs in between)\n"
-                    "    event = torch.get_device_module(next(model.parameters()).device.type).Event()\n"
-                    "    event.record()\n"
-                    "    model.set_post_optim_event(event)")
-
-
 def accumulate_source(case: Case) -> str:
-    plan, lines = case.plan, []
-    if plan.post_optim_event:
-        lines.append(POST_OPTIM_EVENT)
-    if plan.unshard_first:
-        lines.append("if micro == 0:  # every wrapped module's all-gather issued up front, left pending (1F1B)")
-        lines.append("    PENDING[:] = [" + ", ".join(f"{at(w.path)}.unshard(async_op=True)" for w in plan.wraps) + "]")
-    if case.train.microbatches > 1:
-        lines += [f"{at(path)}.set_requires_gradient_sync(last, recurse=False)" for path in plan.no_sync]
-        if not plan.reshard_after_backward:
-            lines.append("model.set_reshard_after_backward(last)")
-    if plan.no_all_reduce:
-        lines.append("model.set_requires_all_reduce(last)")
-    if plan.is_last_backward:
-        lines.append("model.set_is_last_backward(last)")
+    """FSDP2's switches around each microbatch (:func:`parityfuzz.parts.fully_shard.switch_calls`), printed, with
+    the harness's ``set_post_optim_event`` where the plan calls it."""
+    first, every = switch_calls(case.plan, case.train.microbatches)
+    lines = [statement(c) for c in every]
+    if first:
+        lines.insert(0, "if micro == 0:\n" + "\n".join("    " + statement(c).replace("\n", "\n    ") for c in first))
     source = function("accumulate(model, micro, last)", "FSDP2's switches around each microbatch.", lines,
                       "return contextlib.nullcontext()")
-    return ("PENDING = []\n\n\n" if plan.unshard_first else "") + source
+    if case.plan.post_optim_event:
+        from parityfuzz.parts.fully_shard.system import set_post_optim_event
+
+        source = inspect.getsource(set_post_optim_event) + "\n\n" + source
+    return source
 
 
 def after_backward_source() -> str:

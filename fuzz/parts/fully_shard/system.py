@@ -21,6 +21,7 @@ import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from parityfuzz.parts.activation_checkpoint.apply import apply_checkpoint
+from parityfuzz.parts.fully_shard import switch_calls
 from parityfuzz.run import calls
 from parityfuzz.systems.base import InvariantViolation, System, resolve
 
@@ -114,19 +115,7 @@ class FSDP2System(System):
                                      f"registered as sharded DTensors: {', '.join(unsharded[:5])}")
 
     def accumulation(self, index: int, last: bool):
-        plan = self.case.plan
-        if index == 0 and plan.post_optim_event:  # recorded after the optimizer step: nothing runs in between
-            set_post_optim_event(self.model, self.ctx.device)
-        if index == 0 and plan.unshard_first:  # 1F1B, as PyTorch's test does it: every wrapped module's all-gather
-            # issued up front, the handles still pending when the forward starts (the forward waits for them)
-            self._pending = [resolve(self.model, w.path).unshard(async_op=True) for w in self.case.plan.wraps]
-        if self.case.train.microbatches > 1:
-            for path in plan.no_sync:
-                resolve(self.model, path).set_requires_gradient_sync(last, recurse=False)
-            if not plan.reshard_after_backward:
-                self.model.set_reshard_after_backward(last)
-        if plan.no_all_reduce:
-            self.model.set_requires_all_reduce(last)
-        if plan.is_last_backward:
-            self.model.set_is_last_backward(last)
+        first, every = switch_calls(self.case.plan, self.case.train.microbatches)
+        calls.run((first if index == 0 else []) + every, {"model": self.model, "last": last, "DEVICE": self.ctx.device,
+                                                          "set_post_optim_event": set_post_optim_event})
         return contextlib.nullcontext()
