@@ -3,7 +3,7 @@
 from hypothesis import given, seed
 from hypothesis.errors import NoSuchExample
 
-from parityfuzz.engine.constants import without_local_constants
+from parityfuzz.engine.generation import without_local_constants
 
 
 class _Found(Exception):
@@ -14,7 +14,7 @@ class _Found(Exception):
 def find(strategy, condition, settings):
     """The first of up to ``settings.max_examples`` draws of ``strategy`` from a fixed seed that meets
     ``condition`` (``NoSuchExample`` if none), drawn as a fuzz run draws: plain generation, with no constant taken
-    from the loaded modules' source (:mod:`parityfuzz.engine.constants`).  Not Hypothesis's ``find``, whose search
+    from the loaded modules' source (:mod:`parityfuzz.engine.generation`).  Not Hypothesis's ``find``, whose search
     met a rare draw in one process and not in another: a CI run found no overflowing step among fsdp2's first 3000
     draws where the same code found one at draw 2010 in a fresh process (the pool of constants differs with what a
     process loaded).  ``settings`` should name ``max_examples``: Hypothesis's generation depends on it, and

@@ -209,7 +209,7 @@ def test_a_fault_patched_into_fsdp1_is_undone_before_the_next_case(executor):
     # Long form: its failing candidates are measured against 16 perturbed runs each; its 20 shrink runs go to the
     # training settings and leave 7 modules, so the 1-minimal reduction takes the modules out (below).  It once
     # shrank to 4 modules alone and to 7 after tests/test_cli.py: Hypothesis drew constants from the loaded
-    # modules' source (fixed: parityfuzz.engine.constants); the path is now the same whatever ran before.
+    # modules' source (fixed: parityfuzz.engine.generation); the path is now the same whatever ran before.
     pytest.param("ReducesInParamDtype",
                  lambda c: c.plan.precision.reduce_dtype not in ("", c.plan.precision.compute(dtypes.model_dtype(c))),
                  marks=pytest.mark.long),

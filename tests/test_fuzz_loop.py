@@ -173,9 +173,12 @@ def test_a_failure_meeting_a_known_bug_precondition_and_signature_passes_with_a_
                                                                                    monkeypatch):
     """A failing case that meets a known torch bug's precondition and fails the way the bug does is counted
     against that bug (run goes on, nothing written).  Without the entry the same fault is a failure:
-    test_injected_fault_is_found_and_shrunk[BufferReset], same seed and system."""
+    test_injected_fault_is_found_and_shrunk[BufferReset], same seed and system.  The record names every tensor
+    the fault's reset buffers reach (its hand-written case shows it on the loss; drawn ones on the buffer itself, a
+    gradient or a parameter first)."""
     fields = verify_case(BUFFER_CASE, executor).signature_fields()
-    signature = "[{ " + ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in fields.items()) + " }]"
+    assert fields == {"verdict": "mismatch", "check": "value", "tensor": "loss"}
+    signature = '[{ verdict = "mismatch", check = "value", tensor = ["loss", "buffer", "grad", "param"] }]'
     bug, = register(monkeypatch, tmp_path, record("buffers-reset-by-the-test-fault", signature))
     stats = fuzz(executor, tmp_path / "corpus", "tests.faults:BufferReset", max_cases=40)
     assert stats.failures == [] and corpus.discover(tmp_path / "corpus") == []
@@ -235,14 +238,14 @@ def test_a_dimension_two_rounds_show_incidental_leaves_the_precondition():
 
 def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_path, monkeypatch):
     """Hypothesis draws now and then a constant from the source of the loaded local modules; the fuzzer empties
-    that pool (parityfuzz.engine.constants), so a module full of constants loaded between two runs of one seed changes
+    that pool (parityfuzz.engine.generation), so a module full of constants loaded between two runs of one seed changes
     none of its cases (it did: a fixed-seed test shrank differently after another test file's imports).  The
     control shows the check has teeth: without the fix the loaded constants do change the cases."""
-    import contextlib
     import importlib
     import sys
 
     from parityfuzz.engine import fuzzer as engine
+    from parityfuzz.engine.generation import without_span_mutations
     from parityfuzz.judge.verdict import PASS
 
     def drawn(max_cases: int = 100) -> list[str]:
@@ -274,13 +277,62 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
         from hypothesis.internal.conjecture import providers
 
         if hasattr(providers, "_get_local_constants"):  # the control: this Hypothesis has the pool
-            monkeypatch.setattr(engine, "without_local_constants", contextlib.nullcontext)
+            monkeypatch.setattr(engine, "fuzzing", without_span_mutations)  # (the constants left in)
             before = drawn(300)
             load_constants("parityfuzz_test_constants_b", 11)
             assert drawn(300) != before
     finally:
         for name in loaded:
             sys.modules.pop(name, None)
+
+
+def _dimension_sets(tmp_path, monkeypatch, family: str, seed: int, n: int = 80) -> list[frozenset[str]]:
+    """The training-loop dimensions of each case a fuzz run of ``family`` draws, in order (each case passes at once)."""
+    from parityfuzz.case import dimensions
+    from parityfuzz.engine import fuzzer as engine
+    from parityfuzz.judge.verdict import PASS
+
+    drawn = []
+
+    def judge(self, case, timeout):
+        drawn.append(dimensions.drawn(case))
+        return Verdict(PASS)
+
+    monkeypatch.setattr(engine.Fuzzer, "_run", judge)
+    pools = type("Pools", (), {"pool": lambda self, ws: None})()
+    options = FuzzOptions(corpus_dir=tmp_path / f"{family}{seed}", seed=seed, max_cases=n)
+    Fuzzer(options, pools, log=lambda *_: None).fuzz(family, cases(family=family, world_sizes=(1, 2, 3, 4)),
+                                                    budget_s=BUDGET_S)
+    return drawn
+
+
+def repeats(drawn: list) -> float:
+    """The share of cases whose dimensions are exactly the case's before."""
+    return sum(a == b for a, b in zip(drawn, drawn[1:])) / (len(drawn) - 1)
+
+
+@pytest.mark.parametrize("family", ["fsdp2", "fsdp2_tp", "fsdp1", "zero", "composable", "pipeline"])
+def test_each_case_of_a_run_is_a_fresh_draw_of_its_dimensions(tmp_path, monkeypatch, family):
+    """Hypothesis's span mutations (up to five variants of each generated case, keeping its first choices: its swarm
+    configuration) are off in a fuzz round (parityfuzz.engine.generation): consecutive cases seldom repeat the set
+    of training-loop dimensions, so a short run's shares stay near what the strategy draws.  Control: with them on,
+    half of fsdp2_tp's cases repeated the case before, and a supported dimension fell to 2% of 80 cases (seed 1)."""
+    from parityfuzz import families
+    from parityfuzz.case import dimensions
+    from parityfuzz.engine import fuzzer as engine
+    from parityfuzz.engine.generation import without_local_constants
+
+    drawn = _dimension_sets(tmp_path, monkeypatch, family, seed=1)
+    assert len(drawn) == 80 and repeats(drawn) < 0.2, repeats(drawn)
+    if family == "fsdp2_tp":
+        for seed in (1, 2, 3):
+            drawn = _dimension_sets(tmp_path, monkeypatch, family, seed=seed)
+            for d in dimensions.supported(families.get(family)):
+                assert sum(d in s for s in drawn) >= 4, (seed, d)  # 5% of 80
+        monkeypatch.setattr(engine, "fuzzing", without_local_constants)  # the control: span mutations on
+        drawn = _dimension_sets(tmp_path, monkeypatch, family, seed=1)
+        assert repeats(drawn) > 0.4
+        assert min(sum(d in s for s in drawn) for d in dimensions.supported(families.get(family))) < 4
 
 
 def test_an_exception_of_the_harness_is_a_finding_and_the_run_goes_on(tmp_path, monkeypatch):

@@ -187,12 +187,12 @@ def test_a_slice_runs_its_minimum_of_cases_whatever_its_seconds(tmp_path, drawn,
 
 
 def test_rounds_waiting_in_threads_leave_the_constant_pool_as_they_found_it_in_any_order():
-    """Each round empties Hypothesis's pool of the loaded modules' constants (parityfuzz.engine.constants) for as
+    """Each round empties Hypothesis's pool of the loaded modules' constants (parityfuzz.engine.generation) for as
     long as it runs; paused rounds leave in whatever order the schedule ends them, and the pool comes back only
     when the last has left."""
     import contextlib
 
-    from parityfuzz.engine.constants import without_local_constants
+    from parityfuzz.engine.generation import without_local_constants
 
     from hypothesis.internal.conjecture import providers  # (the pinned Hypothesis has the pool)
 

@@ -49,7 +49,7 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import Case
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
-from parityfuzz.engine.constants import without_local_constants
+from parityfuzz.engine.generation import fuzzing
 from parityfuzz.engine import resumable
 from parityfuzz.engine.database import open_database
 from parityfuzz.engine.outcomes import FAILURE_TYPES, CaseFailed, Failure, case_failures
@@ -254,7 +254,7 @@ class Fuzzer:
         failures: list[CaseFailed] = []
         exhausted = False
         try:
-            with without_local_constants():
+            with fuzzing():
                 test()
             exhausted = True
         except _BudgetSpent:
