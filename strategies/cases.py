@@ -22,7 +22,8 @@ from parityfuzz.strategies.swarm import swarms
 
 def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES, system: str = "",
           reference: str = "", max_depth: int = 2, max_steps: int = 10,
-          perturb: bool = True, within: tuple[str, ...] | None = None) -> st.SearchStrategy[Case]:
+          perturb: bool = True, within: tuple[str, ...] | None = None,
+          require: tuple[str, ...] = ()) -> st.SearchStrategy[Case]:
     """Valid parity cases of ``family`` on ``world_sizes`` ranks.
 
     ``system`` and ``reference`` override the family's (a plug-in or test-only faulty system as
@@ -30,7 +31,8 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
     under mixed precision).  ``max_depth`` bounds the nesting of the model tree, ``max_steps`` the training
     steps; ``perturb`` draws delays on random ranks of the system under test; ``within``: the training-loop dimensions
     the cases may draw, of those the family supports (None: all of them; a checkpoint that resumes the case into
-    another family draws only what both take).
+    another family draws only what both take); ``require``: dimensions switched on in every case's configuration (a
+    target mixing families favours one only a few of them take: :mod:`parityfuzz.strategies.checkpoint`).
 
     Each case first draws which of its family's training-loop dimensions it may draw (its swarm configuration,
     :mod:`parityfuzz.strategies.swarm`); how the rest shrinks is the family strategy's to say (see its module).
@@ -53,14 +55,18 @@ def cases(*, family: str = "fsdp2", world_sizes: tuple[int, ...] = DEFAULT_WORLD
     if "swarm" not in inspect.signature(strategy).parameters:  # a family strategy written before swarms
         return strategy(*args)
     supported = dimensions.supported(record)
-    return _swarmed(strategy, args, supported if within is None else tuple(d for d in supported if d in within))
+    supported = supported if within is None else tuple(d for d in supported if d in within)
+    if set(require) - set(supported):
+        raise InvalidArgument(f"require={require!r}: {family} cases do not draw {sorted(set(require) - set(supported))}"
+                              f" (they draw: {', '.join(supported)})")
+    return _swarmed(strategy, args, supported, frozenset(require))
 
 
 @st.composite
-def _swarmed(draw, strategy, args: tuple, supported: tuple[str, ...]) -> Case:
-    """A case of ``strategy`` under a swarm configuration over the family's ``supported`` dimensions, drawn first
-    (:mod:`parityfuzz.strategies.swarm`)."""
-    return draw(strategy(*args, swarm=draw(swarms(supported))))
+def _swarmed(draw, strategy, args: tuple, supported: tuple[str, ...], required: frozenset[str]) -> Case:
+    """A case of ``strategy`` under a swarm configuration over the family's ``supported`` dimensions (``required``
+    on), drawn first (:mod:`parityfuzz.strategies.swarm`)."""
+    return draw(strategy(*args, swarm=draw(swarms(supported, required))))
 
 
 def finish(draw, *, world_size: int, model, mesh, plan, train, system: str, reference: str, perturb: bool,

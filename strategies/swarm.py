@@ -33,9 +33,11 @@ SWITCHES = {"compile": COSTLY, "reentrant": NARROW, "loss_scale": SCALING}
 
 
 @st.composite
-def swarms(draw, dimensions: tuple[str, ...]) -> frozenset[str]:
-    """The dimensions among ``dimensions`` (those a family supports) switched on for one case."""
-    return frozenset(d for d in dimensions if draw(SWITCHES.get(d, SWITCH)))
+def swarms(draw, dimensions: tuple[str, ...], required: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The dimensions among ``dimensions`` (those a family supports) switched on for one case; those in ``required``
+    always (their switches drawn all the same: the choice sequence stays put when a caller's requirement shrinks
+    away)."""
+    return frozenset(d for d in dimensions if draw(SWITCHES.get(d, SWITCH)) or d in required)
 
 
 #: A flag dimension switched on: set in 3 cases of 4 (shrinking to unset).

@@ -155,6 +155,13 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         to_float64 = draw(st.booleans())
         if to_float64:
             autocast, loss_scale, overflows = "", 0.0, False
+    nonroot = draw(st.sampled_from(nonroot)) if coin("nonroot", RARE) and nonroot else ""
+    if swarm is not None and nonroot and (loss_scale or overflows):
+        # a non-root pass (DDP's reference of it is unscaled) or loss scaling: both switched on, one side by a coin
+        if draw(st.booleans()):
+            loss_scale, overflows = 0.0, False
+        else:
+            nonroot = ""
     if swarm is not None and (loss_scale or overflows):  # what loss scaling is for, drawn with it
         autocast, loss_scale = "float16", loss_scale or 2.0 ** 16
     overflow_at = draw(st.integers(1, steps - 1)) if loss_scale and overflows and steps > 1 else 0
@@ -172,8 +179,7 @@ def training(draw, model: ModelSpec, *, max_steps: int = 10, nonroot: tuple[str,
         microbatches=micro,
         # Always drawn, applied where legal (keeps the choice sequence stable while other fields shrink).
         to_float64=to_float64,
-        nonroot=(draw(st.sampled_from(nonroot)) if coin("nonroot", RARE) and nonroot
-                 and not (swarm is not None and loss_scale) else ""),  # (DDP's non-root pass is unscaled)
+        nonroot=nonroot,
         momentum=momentum if optimizer == "sgd" else 0.0,
         weight_decay=draw(st.sampled_from((0.0, 0.01, 0.1))),
         groups=draw(_groups(model)),

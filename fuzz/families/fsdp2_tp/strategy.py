@@ -52,9 +52,13 @@ def _nonroot(draw, model: ModelSpec, plan: FSDP2TPPlan, train: TrainSpec,
     holds each group of tensor-parallel styles passing sharded activations whole or not at all
     (``parityfuzz.families.fsdp2_tp.connections``): alone, it takes and gives full tensors.  Drawn after the TP
     plan, which decides what may be cut.  Not with per-rank gates (see strategies.fsdp2), nor with loss scaling
-    (DDP's non-root pass is unscaled)."""
-    if not flag(draw, swarm, "nonroot", RARE) or plan.reduce_scatter_unused or train.loss_scale:
+    (DDP's non-root pass is unscaled: where the swarm switched both on, one side by a coin)."""
+    if not flag(draw, swarm, "nonroot", RARE) or plan.reduce_scatter_unused:
         return train
+    if train.loss_scale:
+        if swarm is None or not draw(st.booleans()):
+            return train
+        train = train.unscaled()
     trainable = frozenset(f.path for f in train.frozen)
     paths = [p for p in nonroot_paths(plan) if model.uses_params(p, trainable)]
     return dataclasses.replace(train, nonroot=draw(st.sampled_from(paths))) if paths else train
