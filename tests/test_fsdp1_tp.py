@@ -3,6 +3,7 @@ tests apply them) trains like DDP; a fault inside FSDP1 that only shows under te
 shrunk to it; uneven tensor-parallel shards are refused, not drawn."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,21 @@ def test_known_bug_preconditions_count_linears_traced_alone_and_a_gathered_colwi
                       plan=FSDP1TPPlan(tp=(Parallelize("body.0", "colwise", output_layout="replicate"),)))
     assert fed_local(gathered)
     assert not fed_local(dataclasses.replace(gathered, plan=FSDP1TPPlan(tp=(Parallelize("body.0", "colwise"),))))
+
+
+def test_the_reentrant_recompute_precondition_takes_its_unsharded_form_and_no_more():
+    """The sixth 30-minute run's fsdp1_tp finding (fsdp1_tp/45c08468): unsharded (a one-rank dp_shard axis) and in
+    full precision, a frozen module under a non-reentrant checkpoint before a reentrant checkpoint in the same
+    unit raises CheckpointError; the record's precondition took only sharded units or mixed precision.  The
+    variations that train (run on unmodified torch: without the freezing, without either checkpoint, the second
+    non-reentrant) stay out, and so does an unsharded reentrant checkpoint alone."""
+    from parityfuzz.families.fsdp1.known import reentrant_checkpoint_inside_a_sharded_unit as applies
+    from parityfuzz.triage import corpus
+
+    case = corpus.load(Path(__file__).resolve().parents[1] / "corpus" / "fsdp1_tp" / "45c084684c5d7949.json").case
+    assert applies(case) and case.mesh.axis_size("dp_shard") == 1 and not case.mixed_precision()
+    first, second = case.plan.checkpoints
+    for plan in (dataclasses.replace(case.plan, checkpoints=(first, dataclasses.replace(second, reentrant=False))),
+                 dataclasses.replace(case.plan, checkpoints=(second,))):
+        assert not applies(dataclasses.replace(case, plan=plan))
+    assert not applies(dataclasses.replace(case, train=dataclasses.replace(case.train, frozen=())))

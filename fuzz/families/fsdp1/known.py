@@ -221,15 +221,34 @@ def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
     copy, or casts the gradient to ``reduce_dtype``), even unsharded.  Inside: on a module that is not itself an
     FSDP1 instance (``units`` unknown under a size policy: any module), or on an instance's own module with the
     checkpoint applied after wrapping (so within the instance) where a ``twice`` node calls it twice (the second
-    use's recompute follows the first use's nested backward)."""
+    use's recompute follows the first use's nested backward).  Unsharded in full precision only in one form
+    (:func:`_frozen_recompute_before`)."""
     found = units(case)
     twice = [f"{path}.inner" for path, node in case.model.body.walk("body") if node.kind == "twice"]
 
     def inside(c) -> bool:
         return found is None or c.path not in found or (not c.before and under(c.path, twice))
 
-    return (not runs_unsharded(case) or case.mixed_precision()) and any(
-        c.reentrant and inside(c) for c in case.plan.checkpoints)
+    inner = [c for c in case.plan.checkpoints if c.reentrant and inside(c)]
+    if not runs_unsharded(case) or case.mixed_precision():
+        return bool(inner)
+    return any(_frozen_recompute_before(case, c, found) for c in inner)
+
+
+def _frozen_recompute_before(case: Case, reentrant, found) -> bool:
+    """Unsharded and in full precision, the form the nested backward of ``reentrant`` breaks: a non-reentrant
+    checkpoint at a module frozen at the first step (use_orig_params=True shares the flat parameter), earlier in
+    the forward and in the same instance, whose recompute comes after the nested backward's post-backward and
+    records nothing (CheckpointError 'A different number of tensors was saved'; fsdp1_tp/45c08468: without the
+    freezing, that checkpoint or the reentrant one, it trains)."""
+    order = {path: i for i, (path, _) in enumerate(case.model.module_paths())}
+    frozen = tuple(f.path for f in case.train.frozen)
+
+    def unit_of(path: str) -> str | None:
+        return None if found is None else max((u for u in found if under(path, (u,))), key=len, default=None)
+
+    return any(not c.reentrant and under(c.path, frozen) and order.get(c.path, 0) < order.get(reentrant.path, 0)
+               and unit_of(c.path) == unit_of(reentrant.path) for c in case.plan.checkpoints)
 
 
 def reentrant_unit_recomputed_by_an_outer_checkpoint(case: Case) -> bool:
