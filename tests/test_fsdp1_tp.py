@@ -105,3 +105,24 @@ def test_the_reentrant_recompute_precondition_takes_its_unsharded_form_and_no_mo
                  dataclasses.replace(case.plan, checkpoints=(second,))):
         assert not applies(dataclasses.replace(case, plan=plan))
     assert not applies(dataclasses.replace(case, train=dataclasses.replace(case.train, frozen=())))
+
+
+def test_the_recompile_precondition_takes_modules_of_one_kind_and_other_sizes():
+    """The sixth 30-minute run's second fsdp1_tp finding (fsdp1_tp/94962756): the whole model compiled, two MLPs of
+    other hidden widths, each colwise fc1 and rowwise fc2, an FSDP1 instance below the root: MLP.forward is
+    recompiled for the second MLP's sizes.  The variations that train on unmodified torch stay out (equal widths,
+    FSDP1 at the root alone, TP on one MLP), and the MLPs compiled one by one are in (they fail alike)."""
+    from parityfuzz.case.compiled import Compile
+    from parityfuzz.families.fsdp1_tp.known import compiled_tensor_parallel_linears_of_two_styles as applies
+    from parityfuzz.triage import corpus
+
+    case = corpus.load(Path(__file__).resolve().parents[1] / "corpus" / "fsdp1_tp" / "9496275671cb9ece.json").case
+    assert applies(case)
+    first, second, norm = case.model.body.children
+    same = dataclasses.replace(second, hidden=first.hidden)
+    assert not applies(dataclasses.replace(case, model=ModelSpec(body=dataclasses.replace(
+        case.model.body, children=(first, same, norm)))))
+    assert not applies(dataclasses.replace(case, plan=dataclasses.replace(case.plan, wraps=())))
+    assert not applies(dataclasses.replace(case, plan=dataclasses.replace(case.plan, tp=case.plan.tp[:2])))
+    one_by_one = Compile(backend="aot_eager", form="blocks_after", paths=("body.0", "body.1"))
+    assert applies(dataclasses.replace(case, compile=one_by_one))

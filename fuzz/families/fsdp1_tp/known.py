@@ -122,8 +122,9 @@ def compiled_tensor_parallel_linears_of_two_styles(case: Case) -> bool:
     (Dynamo starts no frame in ``torch.nn``'s own forwards: fsdp1_tp/23a7cf7e, one instance over both Linears);
     compiled for one style and recompiled for the other with automatic dynamic shapes, AOTAutograd's trace of
     F.linear over DTensors with symbolic sizes never ends.  Eager, ``dynamic=False``, no TP, FSDP1 at the root alone,
-    the instance a module of the harness's own (an MLP: one frame) or use_orig_params=False train (measured); two
-    Linears of one style but other sizes probably recompile too (not measured)."""
+    the instance a module of the harness's own (one MLP: one frame) or use_orig_params=False train (measured); two
+    Linears of one style but other sizes probably recompile too (not measured); two such modules of other sizes do
+    (:func:`_recompiled_for_other_sizes`)."""
     c = case.compile
     if not c or c.form not in ("model", "blocks_after", "blocks_before"):
         return False
@@ -141,4 +142,26 @@ def compiled_tensor_parallel_linears_of_two_styles(case: Case) -> bool:
         return bool(holder) and nodes[holder].kind == "seq"
 
     return len({p.style for p in case.plan.tp if p.style in ("colwise", "rowwise") and own_frame(p.path)
-                and (c.form == "model" or under(p.path, tuple(c.paths)))}) > 1
+                and (c.form == "model" or under(p.path, tuple(c.paths)))}) > 1 or _recompiled_for_other_sizes(case, found)
+
+
+def _recompiled_for_other_sizes(case: Case, found) -> bool:
+    """The other way to a recompile: two modules of one kind of the harness's own (an MLP, an attention: one
+    ``forward``, one code object), each holding a colwise or rowwise module, each a frame of its own, of other
+    sizes (another hidden width, or another input width).  Each is a frame where the modules are compiled one by
+    one, or where the whole model is compiled and an FSDP1 instance below the root breaks the graph (fsdp1_tp/
+    94962756: two MLPs of hidden widths 2 and 4, each colwise fc1 and rowwise fc2, the norm after them an
+    instance; the same hidden widths, FSDP1 at the root alone, TP on one MLP only, or eager, train; either MLP
+    as the instance, or the MLPs compiled one by one, fail alike)."""
+    c = case.compile
+    if c.form == "model" and (found is None or not set(found) - {""}):
+        return False  # FSDP1 at the root alone: one frame, nothing recompiled (measured)
+    nodes = dict(case.model.body.walk("body"))
+    sizes: dict[str, set] = {}
+    for p in case.plan.tp:
+        holder = p.path.rpartition(".")[0]
+        node = nodes.get(holder)
+        if p.style in ("colwise", "rowwise") and node is not None and node.kind != "seq" \
+                and (c.form == "model" or under(holder, tuple(c.paths))):
+            sizes.setdefault(node.kind, set()).add((node, case.model.input_width(holder)))
+    return any(len(s) > 1 for s in sizes.values())
