@@ -305,3 +305,21 @@ def test_per_rank_control_flow_under_tensor_parallelism(executor):
     assert counts[0] == counts[1] and counts[2] == counts[3] and counts[0] != counts[2], counts
     verdict = verdict_from_outcomes(case, outcomes)
     assert verdict.ok, verdict.describe()
+
+
+def test_the_left_pending_prefetch_precondition_reads_an_attention_s_projections_under_fsdp2_tp():
+    """The sixth 30-minute run's checkpoint-target finding (fsdp2_tp/8bc4f4dc): FSDP2 on the dp_shard axis of a
+    (2, 2) mesh, a norm forward-prefetching an attention's v projection (its forward has run), an evaluation, a
+    rollback: the record (fsdp2 alone, and module paths of the model tree alone) missed it.  The variations that
+    train on unmodified torch (no evaluation, no prefetch, no rollback) stay out."""
+    import dataclasses
+    from pathlib import Path
+
+    from parityfuzz.families.fsdp2.known import forward_prefetch_left_pending_then_resharded as applies
+    from parityfuzz.triage import corpus
+
+    case = corpus.load(Path(__file__).resolve().parents[1] / "corpus" / "fsdp2_tp" / "8bc4f4dc2416d1bb.json").case
+    assert applies(case) and case.plan.prefetch[0].forward == ("body.0.v",)
+    assert not applies(dataclasses.replace(case, train=dataclasses.replace(case.train, eval=False)))
+    assert not applies(dataclasses.replace(case, plan=dataclasses.replace(case.plan, prefetch=())))
+    assert not applies(dataclasses.replace(case, checkpoint=dataclasses.replace(case.checkpoint, rollback_at=0)))

@@ -39,7 +39,7 @@ def forward_prefetch_left_pending_then_resharded(case: Case) -> bool:
     either), and before the next forward either a rollback (a load into the live sharded parameters: the next
     forward computes with the old ones) or an unfreeze (the harness's ``reshard()``) of a module resharded to a
     smaller group after forward (``reshard_after_forward=<int>``: the copy-out raises)."""
-    order = [path for path, _ in case.model.body.walk("body")]
+    order = [path for path, _ in case.model.module_paths()]  # (an attention's projections too: fsdp2_tp/8bc4f4dc)
     resharded_to = {w.path: w.reshard_after_forward for w in case.plan.wraps}
 
     def left_pending(target: str, prefetcher: str) -> bool:
