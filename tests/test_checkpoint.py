@@ -338,3 +338,25 @@ def test_a_loaded_optimizer_state_may_come_back_in_its_parameters_dtype_and_noth
     assert _difference(cast_on_load(momentum, saved, loaded), saved) is not None  # cast: bfloat16 is not float64
     for name in ("optimizer state body.bias.step", "model body.bias"):  # only the floating optimizer state casts
         assert cast_on_load(name, saved, loaded) is saved
+
+
+def test_a_checkpoint_into_a_pipeline_rank_without_parameters_is_refused_by_its_rule():
+    """The sixth 30-minute run's checkpoint-target finding (composable/b262cbba), a harness defect: a load resumed
+    into a pipeline whose rank 0 holds one ReLU, where get_state_dict refuses an empty model state dict by design
+    (_verify_state_dict's 'explicit error message').  The rule refuses such an event on either side, naming the
+    cuts; a stage holding a Linear takes it."""
+    relu_first = ModelSpec(body=Node("seq", children=(Node("act", fn="relu"), Node("linear", out=4))))
+    case = simple(model=relu_first, train=TrainSpec(steps=2, lr=0.0025),
+                  plan=ComposablePlan(applies=(Compose("", "replicate_fsdp"),)),
+                  checkpoint=Checkpoint(step=1, flatten_optimizer=True, mesh=MeshSpec((2,), ("pp",)),
+                                        plan=PipelinePlan(cuts=(1,))))
+    with pytest.raises(CaseError, match="pipeline.checkpoint-every-rank-holds-parameters") as e:
+        case.validate()
+    assert e.value.field == "checkpoint.plan.cuts" and "pipeline rank 0 holds no parameter" in str(e.value)
+    linear_first = ModelSpec(body=Node("seq", children=(Node("linear", out=4), Node("linear", out=4))))
+    dataclasses.replace(case, model=linear_first).validate()
+    own = simple(model=relu_first, mesh=MeshSpec((2,), ("pp",)), plan=PipelinePlan(cuts=(1,)),
+                 train=TrainSpec(steps=2), checkpoint=Checkpoint(step=1, flatten_optimizer=True))
+    with pytest.raises(CaseError, match="every-rank-holds-parameters") as e:
+        own.validate()
+    assert e.value.field == "plan.cuts"

@@ -205,9 +205,9 @@ def validate_checkpoint(case: Case) -> None:
           "an option of the 'dcp' and 'full' ways")
     check(not c.flatten_optimizer or {c.save, c.load_way} <= {"dcp", "full"}, "checkpoint.flatten_optimizer",
           "an option of get_state_dict and set_state_dict: the 'dcp' and 'full' ways, on both sides")
-    for family in dict.fromkeys((case.family, r.family)):
-        if families.get(family).check_checkpoint is not None:  # what a family's own state dicts need
-            families.get(family).check_checkpoint(c)
+    for side, where in ((case, ""), (r, "checkpoint.")):
+        if families.get(side.family).check_checkpoint is not None:  # what a family's own state dicts need
+            families.get(side.family).check_checkpoint(c, side, where)
     check(not c.broadcast_from_rank0 or c.load_way == "full", "checkpoint.broadcast_from_rank0",
           "an option of the 'full' load")
     check(not c.broadcast_from_rank0 or r.family not in fsdp1_families(), "checkpoint.broadcast_from_rank0",

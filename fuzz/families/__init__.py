@@ -178,8 +178,9 @@ class Family:
     #: dicts hold that part only: the checkpoint strategy draws the options that needs, which ``check_checkpoint``
     #: requires.
     partial_state: bool = False
-    #: ``(checkpoint event) -> None``: raises :class:`parityfuzz.case.CaseError` where an event its system saves or
-    #: loads breaks what the family's state dicts need (its own validity rules); None: nothing beyond the ways'.
+    #: ``(checkpoint event, the case of this family it saves from or loads into, the field prefix: "" or
+    #: "checkpoint.") -> None``: raises :class:`parityfuzz.case.CaseError` where an event its system saves or loads
+    #: breaks what the family's state dicts need (its own validity rules); None: nothing beyond the ways'.
     check_checkpoint: Callable | None = None
     #: The ``torch.compile`` forms its system supports (:data:`parityfuzz.case.compiled.FORMS`); none: say why in
     #: ``missing["compiles"]``.

@@ -209,12 +209,17 @@ def microbatch_view(case: Case) -> Case:
     return dataclasses.replace(case, train=dataclasses.replace(t, seq_len=t.seq_len // plan.microbatches))
 
 
-def check_checkpoint(c) -> None:
-    """What a checkpoint a pipelined system saves or loads needs: each rank holds its own stages."""
+def check_checkpoint(c, case: Case, where: str = "") -> None:
+    """What a checkpoint a pipelined system (``case``'s, ``where`` its fields' prefix) saves or loads needs: each rank
+    holds its own stages, and some parameters."""
     require(c.flatten_optimizer, rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, "checkpoint.flatten_optimizer",
             "a pipelined system saves or loads without flatten_optimizer")
     require(not (c.full_state_dict and c.cpu_offload), rules.CHECKPOINT_NOT_RANK0_ONLY, "checkpoint.cpu_offload",
             "a pipelined system saves with full_state_dict and cpu_offload")
+    owners = case.model.param_modules()
+    for rank, held in enumerate(rank_modules(case)):
+        require(any(under(m, held) for m in owners), rules.CHECKPOINT_EVERY_RANK_HOLDS_PARAMETERS,
+                f"{where}plan.cuts", f"pipeline rank {rank} holds no parameter (its modules: {', '.join(held)})")
 
 
 def rank_modules(case: Case) -> list[list[str]]:
@@ -365,7 +370,8 @@ FAMILY = Family(
     export="parityfuzz.families.pipeline.export",
     rules=(rules.STAGES_PER_RANK, rules.STAGE_LAYOUT, rules.STAGES_SPLIT_THE_MODEL,
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
-           rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, rules.CHECKPOINT_NOT_RANK0_ONLY, *checkpointing.RULES),
+           rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, rules.CHECKPOINT_NOT_RANK0_ONLY,
+           rules.CHECKPOINT_EVERY_RANK_HOLDS_PARAMETERS, *checkpointing.RULES),
     compiles=("blocks_before",),  # the stages hold the whole model's (compiled) modules; no module holds the
     # stages' names after the split, and the schedule calls each stage module itself (no "model" form)
     compile_groups=compile_groups,

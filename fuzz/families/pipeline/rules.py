@@ -80,6 +80,14 @@ CHECKPOINT_FLATTENS_THE_OPTIMIZER = Rule(
     "torch/distributed/checkpoint/state_dict.py: _flatten_optim_state_dict: 'This API flattens the optimizer "
     "state_dict to support optimizer resharding for MPMD, e.g., pipeline parallelism' (the option "
     "StateDictOptions.flatten_optimizer_state_dict; torchtitan's pipelined checkpoints set it)")
+CHECKPOINT_EVERY_RANK_HOLDS_PARAMETERS = Rule(
+    "pipeline.checkpoint-every-rank-holds-parameters",
+    "a checkpoint a pipelined system saves or loads leaves no pipeline rank without parameters (a stage of "
+    "activations alone): get_state_dict and set_state_dict refuse an empty model or optimizer state dict",
+    "torch/distributed/checkpoint/state_dict.py: _verify_state_dict: 'This API should give the users an explicit "
+    "error message to debug or report': 'The option indicates that model state_dict is required to save or load, "
+    "but model state_dict is empty' (unless strict=False, ignore_frozen_params, full_state_dict with cpu_offload "
+    "or broadcast_from_rank0), and '... but optim state_dict is empty' (composable/b262cbba: a stage of one ReLU)")
 CHECKPOINT_NOT_RANK0_ONLY = Rule(
     "pipeline.checkpoint-not-rank0-only",
     "a pipelined system's save does not gather to rank 0 alone (full_state_dict with cpu_offload): rank 0 holds "
