@@ -5,10 +5,9 @@ invariants (parameters named as before, each parameter fully_shard manages a DTe
 
 from __future__ import annotations
 
-import inspect
-
 from parityfuzz.case import Case
 from parityfuzz.export.parts import Parts, function
+from parityfuzz.parts.fully_shard import export as fully_shard_export
 from parityfuzz.run.calls import statement
 from parityfuzz.families.composable import ComposablePlan
 
@@ -117,18 +116,9 @@ def parts(case: Case) -> Parts:
              'check_managed(model, "after the calls")']
     apply_plan = function("apply_plan(model, mesh, device)", "The composable calls in the plan's order "
                           "(parityfuzz.families.composable.system).", lines, "return model")
-    first, every = plan.switch_calls()
-    sync = [statement(c) for c in every]
-    if first:
-        sync.insert(0, "if micro == 0:  # an event recorded after the optimizer step (nothing runs in between)\n"
-                    + "\n".join("    " + statement(c) for c in first))
-    accumulate = function("accumulate(model, micro, last)", "Gradient sync off on the non-last microbatches "
-                          "(plan.no_sync), and the root's post-optimizer event (plan.post_optim_event).", sync,
-                          "return contextlib.nullcontext()")
-    if plan.post_optim_event:
-        from parityfuzz.parts.fully_shard.system import set_post_optim_event
-
-        accumulate = inspect.getsource(set_post_optim_event) + "\n\n" + accumulate
+    accumulate = fully_shard_export.switches_source(*plan.switch_calls(), "Gradient sync off on the non-last "
+                                                    "microbatches (plan.no_sync), and the root's post-optimizer event "
+                                                    "(plan.post_optim_event).")
     head = (f"DATA_PARALLEL = {plan.data_parallel()!r}  # the data-parallel call that takes effect on each module\n"
             "CHECKED = []\n")
     return Parts(imports=IMPORTS, apply_plan=head + CHECKS + "\n\n" + apply_plan, accumulate=accumulate,

@@ -25,7 +25,7 @@ from parityfuzz.families.composable import ComposablePlan
 from parityfuzz.run import calls
 from parityfuzz.systems.base import System, case_name, optimizer_parts
 from parityfuzz.systems.base import InvariantViolation
-from parityfuzz.parts.fully_shard.system import set_post_optim_event
+from parityfuzz.parts.fully_shard.system import run_switches
 
 
 def _kind(t: torch.Tensor):
@@ -145,7 +145,5 @@ class ComposableSystem(System):
                 g.mul_(coef.item())
 
     def accumulation(self, index: int, last: bool):
-        first, every = self.case.plan.switch_calls()
-        calls.run((first if index == 0 else []) + every, {"model": self.model, "last": last, "DEVICE": self.ctx.device,
-                                                          "set_post_optim_event": set_post_optim_event})
+        run_switches(self, *self.case.plan.switch_calls(), index, last)
         return contextlib.nullcontext()

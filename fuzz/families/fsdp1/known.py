@@ -245,10 +245,15 @@ def _frozen_recompute_before(case: Case, reentrant, found) -> bool:
     frozen = tuple(f.path for f in case.train.frozen)
 
     def unit_of(path: str) -> str | None:
-        return None if found is None else max((u for u in found if under(path, (u,))), key=len, default=None)
+        return None if found is None else _innermost_unit(path, found)
 
     return any(not c.reentrant and under(c.path, frozen) and order.get(c.path, 0) < order.get(reentrant.path, 0)
                and unit_of(c.path) == unit_of(reentrant.path) for c in case.plan.checkpoints)
+
+
+def _innermost_unit(path: str, found) -> str | None:
+    """The innermost FSDP1 instance among ``found`` at or around the module at ``path`` (None: none)."""
+    return max((u for u in found if under(path, (u,))), key=len, default=None)
 
 
 def reentrant_unit_recomputed_by_an_outer_checkpoint(case: Case) -> bool:
@@ -269,7 +274,7 @@ def reentrant_unit_recomputed_by_an_outer_checkpoint(case: Case) -> bool:
     def unit_of(c) -> str | None:  # the instance whose flat parameter the reentrant checkpoint runs inside
         if c.path in found:
             return None if c.before else c.path  # before wrapping: the wrapper holds the instance, outside it
-        return max((u for u in found if under(c.path, (u,))), key=len)  # the innermost one around it
+        return _innermost_unit(c.path, found)  # the innermost one around it
 
     if found is None:
         return any(c.reentrant and above(c.path) for c in case.plan.checkpoints)

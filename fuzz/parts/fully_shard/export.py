@@ -26,20 +26,24 @@ def plan_lines(plan: FullyShardPlan, mesh: str = "mesh") -> list[str]:
     return [statement(call) for call in plan.calls(mesh)]
 
 
-def accumulate_source(case: Case) -> str:
-    """FSDP2's switches around each microbatch (:func:`parityfuzz.parts.fully_shard.switch_calls`), printed, with
-    the harness's ``set_post_optim_event`` where the plan calls it."""
-    first, every = switch_calls(case.plan, case.train.microbatches)
+def switches_source(first: list, every: list, doc: str) -> str:
+    """``accumulate(model, micro, last)``: the switch calls ``first`` (at a step's first microbatch) and ``every``
+    (at every microbatch) printed, with the harness's ``set_post_optim_event`` where a call names it."""
     lines = [statement(c) for c in every]
     if first:
         lines.insert(0, "if micro == 0:\n" + "\n".join("    " + statement(c).replace("\n", "\n    ") for c in first))
-    source = function("accumulate(model, micro, last)", "FSDP2's switches around each microbatch.", lines,
-                      "return contextlib.nullcontext()")
-    if case.plan.post_optim_event:
+    source = function("accumulate(model, micro, last)", doc, lines, "return contextlib.nullcontext()")
+    if any(c.fn == "set_post_optim_event" for c in first):
         from parityfuzz.parts.fully_shard.system import set_post_optim_event
 
         source = inspect.getsource(set_post_optim_event) + "\n\n" + source
     return source
+
+
+def accumulate_source(case: Case) -> str:
+    """FSDP2's switches around each microbatch (:func:`parityfuzz.parts.fully_shard.switch_calls`), printed."""
+    return switches_source(*switch_calls(case.plan, case.train.microbatches),
+                           "FSDP2's switches around each microbatch.")
 
 
 def after_backward_source() -> str:

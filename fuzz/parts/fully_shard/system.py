@@ -42,6 +42,13 @@ def set_post_optim_event(root, device: torch.device) -> None:
     root.set_post_optim_event(event)
 
 
+def run_switches(system: System, first: list, every: list, index: int, last: bool) -> None:
+    """The switch calls ``first`` (at microbatch ``index`` 0) and ``every`` on ``system``'s model (``last``: whether
+    it is the step's last microbatch), as an exported script prints them (``switches_source``)."""
+    calls.run((first if index == 0 else []) + every, {"model": system.model, "last": last, "DEVICE": system.ctx.device,
+                                                      "set_post_optim_event": set_post_optim_event})
+
+
 def check_resharded(named_parameters, when: str) -> None:
     """FSDP2's contract: with resharding after backward on, every managed parameter is registered sharded
     (exported scripts run this function too)."""
@@ -115,7 +122,5 @@ class FSDP2System(System):
                                      f"registered as sharded DTensors: {', '.join(unsharded[:5])}")
 
     def accumulation(self, index: int, last: bool):
-        first, every = switch_calls(self.case.plan, self.case.train.microbatches)
-        calls.run((first if index == 0 else []) + every, {"model": self.model, "last": last, "DEVICE": self.ctx.device,
-                                                          "set_post_optim_event": set_post_optim_event})
+        run_switches(self, *switch_calls(self.case.plan, self.case.train.microbatches), index, last)
         return contextlib.nullcontext()
