@@ -254,6 +254,37 @@ def test_every_source_location_a_record_names_is_in_the_installed_torch():
                     f"{bug.id}: {where}: {qualname} spans lines {[(n.lineno, n.end_lineno) for n in nodes]}"
 
 
+def test_the_reentrant_autocast_cache_bug_covers_the_variants_that_diverge_and_no_other():
+    """The record's precondition against the variants of its corpus case measured on unmodified torch (its
+    mechanism): each element the trigger needs, varied alone, trains, and each form that diverged is covered."""
+    bug = next(b for b in known.shipped() if b.id == "reentrant-checkpoint-input-cast-cached-under-autocast")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+
+    def case(**edits):
+        d = json.loads(json.dumps(base))
+        for field, value in edits.items():
+            where, _, key = field.rpartition("__")
+            target = d
+            for part in where.split("__") if where else ():
+                target = target[part]
+            target[key] = value
+        return Case.from_dict(d).validate()
+
+    att = {"kind": "attention", "heads": 1}
+    ckpt = {"path": "body", "api": "wrapper", "reentrant": True}
+    body = lambda *children: {"kind": "seq", "children": list(children)}  # noqa: E731
+    diverged = [case(), case(train__autocast="bfloat16", train__loss_scale=0.0),
+                case(model__body=body({"kind": "residual", "children": [att]})),
+                case(model__body=body({"kind": "linear", "out": 4}, {"kind": "scale", "out": 1}, att),
+                     plan__checkpoints=[{**ckpt, "path": "body.2"}]),
+                case(plan={"family": "fsdp1", "checkpoints": [ckpt]}, system="")]
+    trained = [case(plan__checkpoints=[{**ckpt, "reentrant": False}]),
+               case(model__body=body({"kind": "mlp", "hidden": 4}, att)),
+               case(model__body=body({"kind": "linear", "out": 4}, att), plan__checkpoints=[{**ckpt, "path": "body.1"}])]
+    assert all(bug.applies(c) for c in diverged)
+    assert not any(bug.applies(c) for c in trained)
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

@@ -30,7 +30,7 @@ def refusal(case: Case) -> str | None:
     """Why ``case`` cannot be exported, or None."""
     from parityfuzz.export import script
 
-    if case.system:
+    if case.system and case.system != families.get(case.family).system:
         return (f"its system under test is {case.system!r}, not the {case.family} family's (the script writes out "
                 "torch's own APIs)")
     writer = families.get(case.family).export

@@ -27,7 +27,8 @@ from parityfuzz.judge.verdict import Verdict
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "corpus" / "known_bugs.toml"
 
 #: Owners of preconditions that are not families: a dimension every family draws -> its package.
-DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.systems.compiled"}
+DIMENSIONS = {"checkpoint": "parityfuzz.checkpoint", "compile": "parityfuzz.systems.compiled",
+              "activation_checkpoint": "parityfuzz.parts.activation_checkpoint"}
 
 #: What a bug does to a user, the most serious first: the tables of docs/known-bugs.md list the records in this
 #: order.  A silent wrong result (training, a state dict, a dtype) comes before memory or placement, a hang and a
