@@ -285,6 +285,22 @@ def test_the_reentrant_autocast_cache_bug_covers_the_variants_that_diverge_and_n
     assert not any(bug.applies(c) for c in trained)
 
 
+def test_the_grad_scaler_bug_needs_a_plain_gradient_that_may_come_first():
+    """found_inf_reduce_handler reads the group's first gradient only.  Measured on unmodified torch: the recorded
+    model fails, with its plain embedding frozen in step 0 too; with a RowwiseParallel embedding ahead of it (a
+    DTensor gradient first, the head's still plain) it trains, frozen in step 0 or not.  The precondition follows."""
+    bug = next(b for b in known.shipped() if b.id == "grad-scaler-over-plain-and-dtensor-gradients")
+    base = corpus.load(CORPUS / "fsdp2_tp/220ebac627dc1f7a.json").case.to_dict()
+    first = {"path": "inp", "style": "rowwise", "input_layout": "replicate"}
+    tp_first = {**base, "plan": {**base["plan"], "tp": [first, *base["plan"]["tp"]]}}
+
+    def frozen(d):
+        return {**d, "train": {**d["train"], "frozen": [{"path": "inp", "until": 1}]}}
+
+    assert all(bug.applies(Case.from_dict(d).validate()) for d in (base, frozen(base)))
+    assert not any(bug.applies(Case.from_dict(d).validate()) for d in (tp_first, frozen(tp_first)))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

@@ -366,10 +366,14 @@ def train(role, dp, device, mesh):
         return gradients(model, named()) if role == "system" else {name: whole(p.grad) for name, p in named()}
 
     def finish(at_, losses, step):
+        # the local gradients the hooks saw were scaled: unscaled here (else they would loosen the floor by the
+        # scale), and not recorded where the scaler skipped the step
+        factor = scaler.get_scale() if scaler is not None else 1.0
+        seen = {**local, **(reference_local(model) if role != "system" else {})}
         record = {"at": at_, "loss": ("|".join(dict.fromkeys(dtype_name(x) for x in losses)),
                                       torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
                   "grad": grads() if scaler is None else {},
-                  "local": {**local, **(reference_local(model) if role != "system" else {})}}
+                  "local": {name: value / factor for name, value in seen.items()}}
         local.clear()
         if role.startswith("perturbed"):
             perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1),
@@ -395,6 +399,8 @@ def train(role, dp, device, mesh):
             # rank skipped is not (gathering the gradients takes every rank)
             record["grad"] = grads()
         record["skipped"] = skipped
+        if skipped:
+            record["local"] = {}
         if role != "system":
             reference_stepped(model)
         if scheduler is not None:

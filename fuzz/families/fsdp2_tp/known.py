@@ -122,12 +122,27 @@ def init_optim_state_of_a_partly_tensor_parallel_model(case: Case) -> bool:
 
 def grad_scaler_over_a_partly_tensor_parallel_model(case: Case) -> bool:
     """``torch.amp.GradScaler`` (the tensor-parallel reference's, ``ddp_mp_tp``) over a model that tensor
-    parallelism covers in part: a module holding parameters that no colwise, rowwise or sequence style reaches,
-    whose plain gradients share a device and dtype group with DTensor ones in ``unscale_``."""
+    parallelism covers in part, where some ``unscale_`` may find a plain gradient first in its device and dtype
+    group (``found_inf_reduce_handler`` reads the placements of the group's first gradient only): in the
+    optimizer's order (the default group, then the case's groups, each in model order), a module holding
+    parameters that no colwise, rowwise or sequence style reaches comes before every tensor-parallel one that has
+    a gradient in every step (one neither frozen at some step nor under a gate)."""
     if not case.train.loss_scale or case.reference_name() != "ddp_mp_tp":
         return False
+    t = case.train
     parallel = [p.path for p in case.plan.tp if p.style in ("colwise", "rowwise", "sequence")]
-    return any(not under(m, parallel) for m in case.model.param_modules())
+    sometimes = [*case.model.gates(), *(f.path for f in t.frozen)]
+
+    def group(module: str) -> int:
+        index = t.group_of(f"{module}.weight")
+        return -1 if index is None else index
+
+    for module in sorted(case.model.param_modules(), key=group):
+        if not under(module, parallel):
+            return True
+        if not under(module, sometimes):
+            return False
+    return False
 
 
 def a_rowwise_embedding_in_a_compiled_model(case: Case) -> bool:
