@@ -301,6 +301,22 @@ def test_the_grad_scaler_bug_needs_a_plain_gradient_that_may_come_first():
     assert not any(bug.applies(Case.from_dict(d).validate()) for d in (tp_first, frozen(tp_first)))
 
 
+def test_the_compiled_checkpointed_dropout_bug_needs_an_fsdp1_instance_after_the_dropout():
+    """Measured on unmodified torch (fsdp1/d334252c, a dropout then a Linear, compiled): a non-root FSDP1 instance
+    on the Linear or on the sequence holding both fails; the root alone, an instance on the checkpointed dropout
+    itself, or an embedding input trains."""
+    bug = next(b for b in known.shipped() if b.id == "checkpointed-dropout-compiled-as-an-inference-graph")
+    base = corpus.load(CORPUS / "fsdp1/d334252ca984625d.json").case.to_dict()
+
+    def case(wraps, **model):
+        return Case.from_dict({**base, "plan": {**base["plan"], "wraps": wraps},
+                               "model": {**base["model"], **model}}).validate()
+
+    assert all(bug.applies(case(w)) for w in (["body.1"], ["body"]))
+    assert not any(bug.applies(c) for c in (case([]), case(["body.0"]),
+                                            case(["body.1"], input="embedding", vocab=8)))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

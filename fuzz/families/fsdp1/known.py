@@ -8,7 +8,7 @@ from parityfuzz.case import dtypes
 from parityfuzz.case import Case
 from parityfuzz.case.checkpoint import fsdp1_families
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
-from parityfuzz.case.model import under
+from parityfuzz.case.model import PARAM_KINDS, under
 from parityfuzz.parts.fsdp1 import HYBRID, runs_unsharded, units
 from parityfuzz.systems.compiled.known import checkpointed_paths, local_outputs_handed_on, outputs_of
 
@@ -297,3 +297,35 @@ def tp_local_output_after_a_checkpointed_instance(case: Case) -> bool:
     sources, last = local_outputs_handed_on(case), outputs_of(nodes, "body")
     return any(p in last and any(s in outputs_of(nodes, p) for s in sources)
                for p in checkpointed_paths(case) if any(w and w != p and under(w, (p,)) for w in inner))
+
+
+def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
+    """The model compiled, and an activation checkpoint (any API) on a module holding a dropout and no parameter
+    whose input needs no gradient (the dense model input, no parameter before it), where the first parameter after
+    it lies in a non-root FSDP1 instance other than the checkpointed module: Dynamo's graph then ends before that
+    parameter, and AOTAutograd compiles the dropout's graph for inference, whose activation-checkpoint pass refuses
+    RNG ops.  Measured on fsdp1/d334252c (a dropout, then a Linear): an instance on the Linear or on the sequence
+    holding both fails; the root alone, an instance on the dropout itself, or an embedding input trains.  A
+    size-based auto-wrap policy (instances known only at wrap time) counts as any."""
+    if not case.compile or case.model.input != "dense":
+        return False
+    order = [(path, node) for path, node in case.model.body.walk("body")]
+    holds_params = {path for path, node in order if node.kind in (*PARAM_KINDS, "mlp", "attention")}
+    found = units(case)
+
+    def in_other_instance(path: str, region: str) -> bool:
+        return found is None or any(u and u != region and under(path, (u,)) for u in found)
+
+    for region in checkpointed_paths(case):
+        inside = [p for p, node in order if under(p, (region,))]
+        if not inside or any(p in holds_params for p in inside) or not any(
+                node.kind == "dropout" for p, node in order if p in inside):
+            continue
+        at = next(i for i, (p, _) in enumerate(order) if p == region)
+        before = [p for p, _ in order[:at] if not under(region, (p,))]  # (its ancestors hold it)
+        after = [p for p, _ in order[at:] if p in holds_params and not under(p, (region,))]
+        if any(p in holds_params for p in before) or not after:
+            continue
+        if in_other_instance(after[0], region):
+            return True
+    return False

@@ -5,7 +5,7 @@ show in it.  Torch-free."""
 from __future__ import annotations
 
 from parityfuzz.case import Case, under
-from parityfuzz.case.model import PARAM_KINDS, child_names
+from parityfuzz.case.model import child_names
 
 
 def checkpointed_paths(case: Case, composable_only: bool = False) -> list[str]:
@@ -93,21 +93,6 @@ def tp_local_output_into_a_compiled_block(case: Case) -> bool:
     return any(nodes[q].kind not in _BUILTIN_LEAVES and any(s in _inputs(case, nodes, q) and not under(s, (q,))
                                                             for s in sources)
                for q in c.paths if q in nodes)
-
-
-def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
-    """The model compiled, and an activation checkpoint (any API) on a module that holds a dropout and no parameter:
-    where its compiled graph takes only inputs that need no gradient (the model's input, a graph break before it),
-    AOTAutograd compiles it for inference, whose activation-checkpoint pass refuses RNG ops."""
-    if not case.compile:
-        return False
-    nodes = list(case.model.body.walk("body"))
-
-    def holds(path: str, kinds) -> bool:
-        return any(node.kind in kinds for q, node in nodes if under(q, (path,)))
-
-    return any(holds(p, ("dropout",)) and not holds(p, (*PARAM_KINDS, "mlp", "attention"))
-               for p in checkpointed_paths(case))
 
 
 def rng_recompute_beside_a_saved_device_mesh(case: Case) -> bool:
