@@ -317,6 +317,24 @@ def test_the_compiled_checkpointed_dropout_bug_needs_an_fsdp1_instance_after_the
                                             case(["body.1"], input="embedding", vocab=8)))
 
 
+def test_the_local_output_bug_reaches_fsdp2_through_a_checkpointed_unit():
+    """Measured on unmodified torch (fsdp2_tp/a9525c31, whole-model compile): a wrapper checkpoint on a
+    RowwiseParallel Linear that is fully_shard'ed itself fails; fully_shard on the Linear before it or the root
+    alone, the composable checkpoint, no checkpoint, or eager trains."""
+    bug = next(b for b in known.shipped() if b.id == "tp-local-output-into-a-compiled-block")
+    base = corpus.load(CORPUS / "fsdp2_tp/a9525c316e65f1c8.json").case.to_dict()
+    ckpt = base["plan"]["checkpoints"][0]
+
+    def case(compiled=True, **plan):
+        d = {**base, "plan": {**base["plan"], **plan}}
+        return Case.from_dict(d if compiled else {k: v for k, v in d.items() if k != "compile"}).validate()
+
+    assert all(bug.applies(c) for c in (case(), case(checkpoints=[{**ckpt, "api": "wrapper"}])))
+    assert not any(bug.applies(c) for c in (
+        case(compiled=False), case(checkpoints=[]), case(wraps=[{"path": ""}]),
+        case(wraps=[{"path": "body.0"}, {"path": ""}]), case(checkpoints=[{**ckpt, "api": "composable"}])))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

@@ -7,6 +7,7 @@ from __future__ import annotations
 from parityfuzz.case import dtypes
 from parityfuzz.case import Case, under
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
+from parityfuzz.systems.compiled.known import local_outputs_handed_on, outputs_of
 
 
 def _split_sizes(case: Case) -> list[int]:
@@ -150,3 +151,24 @@ def a_rowwise_embedding_in_a_compiled_model(case: Case) -> bool:
     DTensor carries a ``_MaskPartial`` placement into Dynamo's fake-tensor run."""
     return case.compile.form == "model" and bool(case.compile) and any(
         p.path == "inp" and p.style == "rowwise" for p in case.plan.tp)
+
+
+def tp_local_output_after_a_checkpointed_unit(case: Case) -> bool:
+    """The whole model compiled, and a wrapper checkpoint (``checkpoint_wrapper`` / ``apply_activation_checkpointing``;
+    the composable one trains) on a module that is, or holds, a non-root ``fully_shard`` unit: the unit's hooks
+    break the graph inside Dynamo's checkpoint operator, so the checkpointed module runs eagerly, and where its
+    output is, unchanged, the local output of a tensor-parallel module inside it (``RowwiseParallel``), the graph
+    that resumes after it (more of the body, or the head) takes that ``AsyncCollectiveTensor`` as its input: the
+    record ``tp-local-output-into-a-compiled-block`` reached through a graph break.  Measured on fsdp2_tp/a9525c31
+    (a colwise then a rowwise Linear, the rowwise one checkpointed, then a sequence-parallel norm): fully_shard on
+    the rowwise Linear fails; on the colwise one or the root alone, the composable checkpoint, or no checkpoint
+    trains."""
+    if not case.compile or case.compile.form != "model":
+        return False
+    nodes = dict(case.model.body.walk("body"))
+    sources, last = local_outputs_handed_on(case), outputs_of(nodes, "body")
+    units = [w.path for w in case.plan.wraps if w.path]
+    wrapped = [c.path for c in case.plan.checkpoints if c.api != "composable"]
+    return any(any(under(u, (p,)) for u in units) and any(s in outputs_of(nodes, p) for s in sources)
+               and (p not in last or case.model.input == "embedding")
+               for p in wrapped if p in nodes)
