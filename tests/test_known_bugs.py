@@ -335,6 +335,30 @@ def test_the_local_output_bug_reaches_fsdp2_through_a_checkpointed_unit():
         case(wraps=[{"path": "body.0"}, {"path": ""}]), case(checkpoints=[{**ckpt, "api": "composable"}])))
 
 
+def test_the_dtensor_symint_hash_bug_needs_a_parallel_block_compiled_after_another_shape():
+    """Measured on unmodified torch (fsdp2_tp/0ff563ba reduced: a plain one-head attention, then a two-head one
+    colwise/rowwise, each compiled): it fails; the two the other way round, the parallel one compiled alone, a
+    plain two-head one before it, or the whole model compiled, train."""
+    bug = next(b for b in known.shipped() if b.id == "compiled-fsdp1-tp-block-recompiled-with-dynamic-shapes")
+    base = corpus.load(CORPUS / "fsdp2_tp/0ff563ba5a000dba.json").case.to_dict()
+    tp = [t for t in base["plan"]["tp"] if t["path"].startswith("body.2")]
+    reduced = {**base, "world_size": 2, "mesh": {"shape": [1, 2], "names": ["dp_shard", "tp"]},
+               "plan": {"family": "fsdp2_tp", "wraps": [{"path": ""}], "tp": tp},
+               "train": {"steps": 1, "batch": 4, "seq_len": 2}}
+
+    def case(paths, form="blocks_after", swap=False):
+        d = json.loads(json.dumps({**reduced, "compile": {"backend": "aot_eager", "form": form, "paths": paths}}))
+        if swap:
+            children = d["model"]["body"]["children"]
+            children[0]["heads"], children[2]["heads"] = 2, 1
+            d["plan"]["tp"] = [{**t, "path": t["path"].replace("body.2", "body.0")} for t in d["plan"]["tp"]]
+        return Case.from_dict(d).validate()
+
+    assert bug.applies(Case.from_dict(base).validate()) and bug.applies(case(["body.0", "body.2"]))
+    assert not any(bug.applies(c) for c in (case(["body.0", "body.2"], swap=True), case(["body.2"]),
+                                            case(["body.2", "body.4"]), case([], form="model")))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

@@ -172,3 +172,28 @@ def tp_local_output_after_a_checkpointed_unit(case: Case) -> bool:
     return any(any(under(u, (p,)) for u in units) and any(s in outputs_of(nodes, p) for s in sources)
                and (p not in last or case.model.input == "embedding")
                for p in wrapped if p in nodes)
+
+
+def compiled_tensor_parallel_block_after_another_shape(case: Case) -> bool:
+    """Modules compiled one by one (``compile.paths``), two of them of one kind of the harness's own (an attention,
+    an MLP: one ``forward``, one code object) with other sizes (heads, hidden or input width), and the later one
+    holding a colwise or rowwise module: Dynamo recompiles that forward with automatic dynamic shapes over DTensors,
+    and AOTAutograd's backward trace hashes a DTensorSpec holding SymInts.  Measured on fsdp2_tp/0ff563ba (a plain
+    one-head attention, then a two-head one colwise/rowwise, both compiled): it fails with fully_shard at the root
+    or on each block; the two the other way round, the parallel one compiled alone, two alike in size, or the whole
+    model compiled, train."""
+    c = case.compile
+    if not c or c.form == "model":
+        return False
+    nodes = dict(case.model.body.walk("body"))
+    parallel = [p.path for p in case.plan.tp if p.style in ("colwise", "rowwise")]
+    seen: dict[str, set] = {}
+    for path, node in nodes.items():
+        if path not in c.paths or node.kind not in ("attention", "mlp"):
+            continue
+        shape = (node, case.model.input_width(path))
+        earlier = seen.setdefault(node.kind, set())
+        if any(under(p, (path,)) for p in parallel) and earlier - {shape}:
+            return True
+        earlier.add(shape)
+    return False
