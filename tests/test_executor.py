@@ -170,3 +170,21 @@ def test_unsharded_parameters_after_forward_break_the_invariant(executor):
     verdict = verify_case(case, executor, timeout_s=20)
     assert verdict.kind == "error" and "after forward" in verdict.describe()
     assert verify_case(dataclasses.replace(case, system="fsdp2"), executor).ok
+
+
+def test_a_compiled_case_compiles_on_a_cold_cache_of_its_own(tmp_path, monkeypatch):
+    """Inductor's and AOTAutograd's on-disk caches outlive a run: a rank's entry served to another rank whose
+    tensor-parallel shard has another shape failed a case (fsdp2_tp, an uneven colwise MLP under inductor) on its
+    second run only.  So each compiled case compiles into an empty directory of its own, shared by its ranks and
+    removed after: nothing lands in the machine's cache, and a verdict is the same on every replay."""
+    from parityfuzz.case.compiled import Compile
+    from parityfuzz.executor import Executor
+
+    machine_cache = tmp_path / "machine-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(machine_cache))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    case = simple(compile=Compile(backend="inductor", form="model")).validate()
+    with Executor() as ex:
+        assert verify_case(case, ex).ok
+    assert not machine_cache.exists() or not any(machine_cache.rglob("*"))
+    assert not list(tmp_path.glob("parityfuzz-inductor-*"))

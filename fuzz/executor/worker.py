@@ -8,6 +8,7 @@ when its driver dies.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import os
@@ -144,8 +145,9 @@ def serve(conn, ctx, log_path: str) -> bool:
         try:
             for role in roles:
                 began = time.perf_counter()
-                traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
-                                           scratch=job.get("scratch", ""), probe=job.get("probe", False))
+                with compile_cache(job.get("compile_cache", "")):
+                    traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
+                                               scratch=job.get("scratch", ""), probe=job.get("probe", False))
                 seconds[role] = time.perf_counter() - began
                 began = time.perf_counter()
                 undone = clean.restore()
@@ -165,6 +167,15 @@ def serve(conn, ctx, log_path: str) -> bool:
         seconds[RELEASE] = time.perf_counter() - began
         traces[SECONDS] = seconds
         conn.send(("ok", traces))
+
+
+def compile_cache(directory: str):
+    """Inductor's and AOTAutograd's on-disk caches in ``directory`` (``TORCHINDUCTOR_CACHE_DIR``), where given."""
+    if not directory:
+        return contextlib.nullcontext()
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    return temporary_cache_dir(directory)
 
 
 def leave(code: int = 0) -> None:
