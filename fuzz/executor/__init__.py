@@ -8,7 +8,6 @@ and started anew on its next use.
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 
 from parityfuzz.case import Case
@@ -93,17 +92,8 @@ class Executor:
         event resumes at another world size, the pool that trains up to the save and the one that loads
         (the second only where the first finished).  A checkpoint event saves into a scratch directory made
         here and removed after.  ``probe=True`` also records what locating a divergence's origin needs
-        (:func:`parityfuzz.run.train.run_system`).  A compiled case compiles into an empty cache directory of its
-        own (``TORCHINDUCTOR_CACHE_DIR``), shared by its ranks and removed after: Inductor's and AOTAutograd's
-        on-disk caches otherwise carry entries from earlier runs into its verdict (one rank's entry served to
-        another whose tensor-parallel shard has another shape failed a case on its second run only)."""
+        (:func:`parityfuzz.run.train.run_system`)."""
         job = {"probe": True} if probe else {}
-        with contextlib.ExitStack() as stack:
-            if case.compile:  # compiled on a cold cache of its own: a verdict never depends on earlier runs' caches
-                job["compile_cache"] = stack.enter_context(tempfile.TemporaryDirectory(prefix="parityfuzz-inductor-"))
-            return self._segments(case, timeout_s, roles, job)
-
-    def _segments(self, case: Case, timeout_s: float | None, roles: tuple[str, ...], job: dict):
         if not case.checkpoint:
             return [self._run(case.world_size, case, timeout_s, roles, job)]
         with tempfile.TemporaryDirectory(prefix="parityfuzz-checkpoint-") as scratch:

@@ -8,7 +8,6 @@ when its driver dies.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import faulthandler
 import os
@@ -145,9 +144,8 @@ def serve(conn, ctx, log_path: str) -> bool:
         try:
             for role in roles:
                 began = time.perf_counter()
-                with compile_cache(job.get("compile_cache", "")):
-                    traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
-                                               scratch=job.get("scratch", ""), probe=job.get("probe", False))
+                traces[role] = run_system(case, role, ctx, segment=job.get("segment"),
+                                           scratch=job.get("scratch", ""), probe=job.get("probe", False))
                 seconds[role] = time.perf_counter() - began
                 began = time.perf_counter()
                 undone = clean.restore()
@@ -169,13 +167,19 @@ def serve(conn, ctx, log_path: str) -> bool:
         conn.send(("ok", traces))
 
 
-def compile_cache(directory: str):
-    """Inductor's and AOTAutograd's on-disk caches in ``directory`` (``TORCHINDUCTOR_CACHE_DIR``), where given."""
-    if not directory:
-        return contextlib.nullcontext()
-    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+def no_compiled_graph_caches() -> None:
+    """Turn off the caches that carry a compiled graph from one process to the next (Inductor's FX graph cache and
+    AOTAutograd's, on disk and remote): a verdict must not depend on earlier runs.  On a warm cache an entry one
+    rank wrote was served to another whose tensor-parallel shard has another shape, and a case (fsdp2_tp, an uneven
+    colwise MLP under inductor) failed on its second run only.  The caches of generated kernels, keyed by their
+    source, stay on (a cold one costs inductor over a minute a case)."""
+    import torch._functorch.config
+    import torch._inductor.config
 
-    return temporary_cache_dir(directory)
+    torch._inductor.config.fx_graph_cache = False
+    torch._inductor.config.fx_graph_remote_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    torch._functorch.config.enable_remote_autograd_cache = False
 
 
 def leave(code: int = 0) -> None:
@@ -207,6 +211,7 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
     from parityfuzz.systems import RankContext
 
     device = prepare(backend, device_index)
+    no_compiled_graph_caches()
     store = dist.FileStore(store_path, world_size)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=pg_timeout_s))
