@@ -167,21 +167,6 @@ def serve(conn, ctx, log_path: str) -> bool:
         conn.send(("ok", traces))
 
 
-def no_compiled_graph_caches() -> None:
-    """Turn off the caches that carry a compiled graph from one process to the next (Inductor's FX graph cache and
-    AOTAutograd's, on disk and remote): a verdict must not depend on earlier runs.  On a warm cache an entry one
-    rank wrote was served to another whose tensor-parallel shard has another shape, and a case (fsdp2_tp, an uneven
-    colwise MLP under inductor) failed on its second run only.  The caches of generated kernels, keyed by their
-    source, stay on (a cold one costs inductor over a minute a case)."""
-    import torch._functorch.config
-    import torch._inductor.config
-
-    torch._inductor.config.fx_graph_cache = False
-    torch._inductor.config.fx_graph_remote_cache = False
-    torch._functorch.config.enable_autograd_cache = False
-    torch._functorch.config.enable_remote_autograd_cache = False
-
-
 def leave(code: int = 0) -> None:
     """Leave the process group and exit, skipping the interpreter's teardown (gloo threads can abort it)."""
     import torch.distributed as dist
@@ -211,7 +196,6 @@ def worker_main(rank: int, world_size: int, store_path: str, conn, backend: str,
     from parityfuzz.systems import RankContext
 
     device = prepare(backend, device_index)
-    no_compiled_graph_caches()
     store = dist.FileStore(store_path, world_size)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=pg_timeout_s))

@@ -45,7 +45,8 @@ def _compiler() -> str:
     from parityfuzz.case import compiled as spec
     from parityfuzz.systems import compiled
 
-    return "\n\n".join(inspect.getsource(c) for c in (spec.Compile, compiled.CountingBackend, compiled.Compiler))
+    return "\n\n".join(inspect.getsource(c) for c in (spec.Compile, compiled.no_compiled_graph_caches,
+                                                          compiled.CountingBackend, compiled.Compiler))
 
 
 def compare() -> str:
@@ -367,13 +368,13 @@ def train(role, dp, device, mesh):
 
     def finish(at_, losses, step):
         # the local gradients the hooks saw were scaled: unscaled here (else they would loosen the floor by the
-        # scale), and not recorded where the scaler skipped the step
-        factor = scaler.get_scale() if scaler is not None else 1.0
-        seen = {**local, **(reference_local(model) if role != "system" else {})}
+        # scale, as in parityfuzz.run.train's finish_pass), and recorded below unless the scaler skipped the step
+        factor = scaler.get_scale() if scaler is not None else 1.0  # this step's scale (the step updates it)
+        seen = {name: value / factor
+                for name, value in {**local, **(reference_local(model) if role != "system" else {})}.items()}
         record = {"at": at_, "loss": ("|".join(dict.fromkeys(dtype_name(x) for x in losses)),
                                       torch.tensor(sum(float(x) for x in losses), dtype=torch.float64)),
-                  "grad": grads() if scaler is None else {},
-                  "local": {name: value / factor for name, value in seen.items()}}
+                  "grad": grads() if scaler is None else {}}
         local.clear()
         if role.startswith("perturbed"):
             perturb_gradients(named(), gradient_perturbation_key(SEED, int(role.partition("/")[2]), len(passes) + 1),
@@ -399,8 +400,7 @@ def train(role, dp, device, mesh):
             # rank skipped is not (gathering the gradients takes every rank)
             record["grad"] = grads()
         record["skipped"] = skipped
-        if skipped:
-            record["local"] = {}
+        record["local"] = {} if skipped else seen
         if role != "system":
             reference_stepped(model)
         if scheduler is not None:

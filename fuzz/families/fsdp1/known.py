@@ -309,23 +309,21 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     size-based auto-wrap policy (instances known only at wrap time) counts as any."""
     if not case.compile or case.model.input != "dense":
         return False
-    order = [(path, node) for path, node in case.model.body.walk("body")]
-    holds_params = {path for path, node in order if node.kind in (*PARAM_KINDS, "mlp", "attention")}
+    nodes = dict(case.model.body.walk("body"))
+    order = list(nodes)  # pre-order: forward order
+    holds_params = {p for p in order if nodes[p].kind in (*PARAM_KINDS, "mlp", "attention")}
     found = units(case)
-
-    def in_other_instance(path: str, region: str) -> bool:
-        return found is None or any(u and u != region and under(path, (u,)) for u in found)
-
     for region in checkpointed_paths(case):
-        inside = [p for p, node in order if under(p, (region,))]
-        if not inside or any(p in holds_params for p in inside) or not any(
-                node.kind == "dropout" for p, node in order if p in inside):
+        if region not in nodes:
             continue
-        at = next(i for i, (p, _) in enumerate(order) if p == region)
-        before = [p for p, _ in order[:at] if not under(region, (p,))]  # (its ancestors hold it)
-        after = [p for p, _ in order[at:] if p in holds_params and not under(p, (region,))]
-        if any(p in holds_params for p in before) or not after:
+        inside = [p for p in order if under(p, (region,))]
+        if any(p in holds_params for p in inside) or not any(nodes[p].kind == "dropout" for p in inside):
             continue
-        if in_other_instance(after[0], region):
+        at = order.index(region)
+        # (a parameter before it gives its input a gradient; its ancestors hold it and come before it)
+        if any(p in holds_params for p in order[:at] if not under(region, (p,))):
+            continue
+        after = [p for p in order[at:] if p in holds_params and not under(p, (region,))]
+        if after and (found is None or any(u and u != region and under(after[0], (u,)) for u in found)):
             return True
     return False

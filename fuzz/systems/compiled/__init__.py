@@ -15,6 +15,22 @@ import torch.nn as nn
 from parityfuzz.case.compiled import Compile
 
 
+def no_compiled_graph_caches() -> None:
+    """Turn off the caches that carry a compiled graph from one process to the next (Inductor's FX graph cache and
+    AOTAutograd's, on disk and remote): a verdict must not depend on earlier runs.  On a warm cache an entry one
+    rank wrote was served to another whose tensor-parallel shard has another shape, and a case (fsdp2_tp, an uneven
+    colwise MLP under inductor) failed on its second run only.  The caches of generated kernels, keyed by their
+    source, stay on (a cold one costs inductor over a minute a case).  Set in the rank for good, like
+    ``fallback_random`` below; only a compiled case pays for importing the configs (1.6 s)."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    torch._inductor.config.fx_graph_cache = False
+    torch._inductor.config.fx_graph_remote_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    torch._functorch.config.enable_remote_autograd_cache = False
+
+
 class CountingBackend:
     """A ``torch.compile`` backend: counts graphs and their call nodes, then compiles with ``backend``."""
 
@@ -50,6 +66,7 @@ class Compiler:
 
         torch._dynamo.reset()
         counters.clear()
+        no_compiled_graph_caches()
         if spec.backend == "inductor":
             # Inductor draws random numbers its own way; "fallback_random: fallback to eager for random/dropout"
             # (torch/_inductor/config.py) keeps dropout masks the eager reference's.  It stays set in the rank:
