@@ -359,6 +359,33 @@ def test_the_dtensor_symint_hash_bug_needs_a_parallel_block_compiled_after_anoth
                                             case(["body.2", "body.4"]), case([], form="model")))
 
 
+def test_the_single_microbatch_zero_bubble_dtype_mix_needs_a_parameter_at_an_fsdp_module_s_output():
+    """Measured on unmodified torch (pipeline/f85112e2 reduced: ScheduleZBVZeroBubble, one microbatch, reduce_dtype
+    float32 over float64 stages): a split stage's FSDP module ending in a gain or a norm with another parameter
+    before it fails, either zero-bubble schedule, with the blocks fully_shard'ed too; the gain or the norm alone, a
+    Tanh after it, the two gains in two fully_shard'ed blocks, or reduce_dtype unset train."""
+    bug = next(b for b in known.shipped()
+               if b.id == "pipeline-zero-bubble-single-microbatch-fsdp-mixed-gradient-dtypes")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+    scale, tanh = {"kind": "scale", "out": 3}, {"kind": "act", "fn": "tanh"}
+    seq = lambda *children: {"kind": "seq", "children": list(children)}  # noqa: E731
+
+    def case(stage, *after, **plan):
+        model = {**base["model"], "body": seq(base["model"]["body"]["children"][0], stage, *after)}
+        cuts = [1, 2, 4] if after else base["plan"]["cuts"]
+        return Case.from_dict({**base, "model": model, "plan": {**base["plan"], "cuts": cuts, **plan}}).validate()
+
+    failed = [case(seq(scale, scale)), case(seq(scale, {"kind": "layernorm"})), case(seq(scale, tanh, scale)),
+              case(seq(scale, scale), tanh, shard_units=True),
+              case(seq(scale), seq(scale), shard_units=False),
+              case(seq({"kind": "linear", "out": 4}, scale), schedule="interleaved_zero_bubble")]
+    trained = [case(seq(scale)), case(seq({"kind": "layernorm"})), case(seq(scale, tanh)),
+               case(seq(scale), seq(scale), shard_units=True),
+               case(seq({"kind": "linear", "out": 4}, scale), precision={"cast_forward_inputs": False})]
+    assert all(bug.applies(c) for c in failed)
+    assert not any(bug.applies(c) for c in trained)
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

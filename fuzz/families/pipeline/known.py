@@ -207,6 +207,68 @@ def zero_bubble_fsdp_accumulates_in_param_dtype(case: Case) -> bool:
 
 
 
+#: Module kinds whose output comes out of an autograd node that also takes their parameter (``x * gain * w.sum(0)``,
+#: a norm's affine): for a 3-D activation a Linear's comes out of a view node instead.
+_PARAMETER_AT_OUTPUT = ("scale", "layernorm", "rmsnorm")
+
+
+def _output_node_takes_a_parameter(node, input_does: bool) -> bool:
+    """Whether ``node``'s output comes out of an autograd node that takes a parameter, given whether its input does
+    (statically, from the model tree)."""
+    kind = node.kind
+    if kind in _PARAMETER_AT_OUTPUT:
+        return True
+    if kind in ("seq", "block"):
+        for child in node.children:
+            input_does = _output_node_takes_a_parameter(child, input_does)
+        return input_does
+    if kind == "twice":
+        return _output_node_takes_a_parameter(node.children[0], input_does)
+    if kind == "gate":  # on some forwards its child's output, on others its input
+        return _output_node_takes_a_parameter(node.children[0], input_does) or input_does
+    if kind == "dropout":
+        return input_does if node.p == 0 else False
+    return False
+
+
+def _fsdp_modules_of_split_stages(case: Case) -> list[list[str]]:
+    """The modules that ``fully_shard`` makes parameter groups of in the stages whose backward is split, each as its
+    top-level modules: the stage, or under ``shard_units`` each of its top-level modules that holds a parameter
+    (the stage's own group then holds none)."""
+    units = case.plan.stage_units(case.model)
+    stages = [units[s] for s in _split_stages(case) if s < len(units)]
+    if not case.plan.shard_units:
+        return stages
+    owners = case.model.param_modules()
+    return [[unit] for stage in stages for unit in stage if any(under(m, [unit]) for m in owners)]
+
+
+def zero_bubble_single_microbatch_fsdp_mixed_gradient_dtypes(case: Case) -> bool:
+    """A schedule that splits the backward, with one microbatch, over stages ``fully_shard``-ed with a
+    ``MixedPrecisionPolicy`` whose ``reduce_dtype`` differs from the compute dtype, where a module with an FSDP
+    parameter group in a split stage (the stage, or a unit under ``shard_units``) ends in an autograd node that takes
+    a parameter (a ``scale`` or a norm last) and holds another parameter-holding module before it: the weight step's
+    ``autograd.grad`` for that parameter fires FSDP's pre-backward hook on the module's output, whose queued final
+    callback moves the gradients already written into reduce_dtype accumulators, and the last one is then written in
+    the compute dtype.  Measured: a scale or a norm alone in the module, a Tanh after it, or the two in different
+    units train; 2 microbatches or reduce_dtype unset train."""
+    from parityfuzz.case.dtypes import model_dtype
+
+    plan, mp = case.plan, case.plan.precision
+    if not (plan.schedule in SPLIT_BACKWARD and plan.microbatches == 1 and "dp_shard" in case.mesh.names
+            and mp.reduce_dtype and mp.reduce_dtype != mp.compute(model_dtype(case))):
+        return False
+    nodes = dict(case.model.body.walk("body"))
+    owners = case.model.param_modules()
+    for module in _fsdp_modules_of_split_stages(case):
+        joins = False
+        for unit in module:
+            joins = unit not in ("inp", "head") and _output_node_takes_a_parameter(nodes[unit], joins)
+        if joins and sum(under(m, module) for m in owners) > 1:
+            return True
+    return False
+
+
 def zero_bubble_compiled(case: Case) -> bool:
     """A schedule that splits the backward, over stage modules compiled in place (``Module.compile()``, which the
     schedules' check for ``OptimizedModule`` does not see)."""
