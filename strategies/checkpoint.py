@@ -159,6 +159,8 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
         if valid:
             event = dataclasses.replace(event, rollback_at=draw(st.sampled_from(valid)))
     case = dataclasses.replace(case, checkpoint=event)
+    if case.compile.restart:  # the harness restarts a whole run, not a resumed segment (validate_compile)
+        case = dataclasses.replace(case, compile=dataclasses.replace(case.compile, restart=False))
     if case.compile:  # compiled as the case was drawn, where the resumed case compiles the same way
         try:
             validate_compile(case)

@@ -8,7 +8,9 @@ compiles one to three of the modules ``module.compile()`` traces (where the fami
 groups, one of each first: a pipeline rank's stages); a model without any takes the ``model`` form where the family
 offers it, else stays eager.
 
-Shrinking: toward no compile, then ``aot_eager``, the family's first form, fewer modules, earlier ones.
+An inductor case is restarted on its warm graph caches (``restart``) one time in two.
+
+Shrinking: toward no compile, then ``aot_eager``, the family's first form, fewer modules, earlier ones, no restart.
 """
 
 from __future__ import annotations
@@ -40,16 +42,17 @@ def compiles(draw, case: Case, forms: tuple[str, ...], groups=None, switched: bo
         return Compile()
     if low_precision(case):  # inductor does not round as eager does there (validate_compile)
         backend = "aot_eager"
+    restart = backend == "inductor" and draw(st.booleans())
     form = draw(st.sampled_from(forms))
     if form == "model":
-        return Compile(backend, form)
+        return Compile(backend, form, restart=restart)
     candidates = compilable(case)
     if not candidates:
-        return Compile(backend, "model") if "model" in forms else Compile()
+        return Compile(backend, "model", restart=restart) if "model" in forms else Compile()
     needed = groups(case) if groups is not None else []
     if any(not g for g in needed):
         return Compile()
     paths = list(dict.fromkeys(draw(st.sampled_from(g)) for g in needed))
     paths += draw(st.lists(st.sampled_from(candidates), min_size=0 if paths else 1, max_size=max(0, 3 - len(paths)),
                            unique=True).map(lambda more: [p for p in more if p not in paths]))
-    return Compile(backend, form, tuple(paths))
+    return Compile(backend, form, tuple(paths), restart)

@@ -187,3 +187,24 @@ def test_no_compiled_graph_is_carried_from_one_run_to_the_next(tmp_path, monkeyp
         assert verify_case(case, ex).ok
     assert machine_cache.exists()  # the ranks compiled there
     assert not [p for p in machine_cache.rglob("*") if p.name in ("fxgraph", "aotautograd") and any(p.iterdir())]
+
+
+def test_a_restart_trains_again_on_the_graphs_its_first_run_cached(tmp_path, monkeypatch):
+    """``compile.restart``: the system under test trains, is built anew (Dynamo reset) and trains again, its
+    compile served from the graphs its first run cached, every rank's, in a directory of the run's own (none lands in
+    the machine's cache); the second run is the one compared.  Without it nothing is served from a graph cache."""
+    from parityfuzz.case.compiled import Compile
+    from parityfuzz.executor import Executor
+
+    machine_cache = tmp_path / "machine-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(machine_cache))
+    hits = {}
+    with Executor() as ex:
+        for restart in (True, False):
+            case = simple(compile=Compile(backend="inductor", form="model", restart=restart)).validate()
+            outcomes = ex.run(case)
+            assert all(o.status == "ok" for o in outcomes), outcomes
+            hits[restart] = [o.result["system"].compiled["cache_hits"] for o in outcomes]
+            assert verify_case(case, ex).ok
+    assert all(n > 0 for n in hits[True]) and hits[False] == [0] * len(hits[False]), hits
+    assert not [p for p in machine_cache.rglob("*") if p.name in ("fxgraph", "aotautograd") and any(p.iterdir())]

@@ -386,6 +386,27 @@ def test_the_single_microbatch_zero_bubble_dtype_mix_needs_a_parameter_at_an_fsd
     assert not any(bug.applies(c) for c in trained)
 
 
+def test_the_dtensor_cache_key_bug_needs_a_restart_over_a_wrapped_uneven_colwise_unit():
+    """Measured on unmodified torch (fsdp2_tp/b295a65c reduced: an MLP of hidden 3 over tp 2, compiled by inductor and
+    restarted on its warm graph caches): fully_shard on the colwise fc1 fails, with fc2 too, the block or the whole
+    model compiled; fully_shard at the root only, on the MLP or on fc2 alone, hidden 4, or no restart train."""
+    bug = next(b for b in known.shipped() if b.id == "aot-autograd-cache-key-ignores-a-dtensor-s-local-shape")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+
+    def case(*wrapped, hidden=3, **compile_):
+        model = {**base["model"], "body": {"kind": "seq", "children": [{"kind": "mlp", "hidden": hidden}]}}
+        plan = {**base["plan"], "wraps": [{"path": p} for p in (*wrapped, "")]}
+        return Case.from_dict({**base, "model": model, "plan": plan,
+                               "compile": {**base["compile"], **compile_}}).validate()
+
+    failed = [case("body.0.fc1"), case("body.0.fc1", "body.0.fc2"),
+              case("body.0.fc1", form="model", paths=[])]
+    trained = [case(), case("body.0"), case("body.0.fc2"), case("body.0.fc1", hidden=4),
+               case("body.0.fc1", restart=False)]
+    assert all(bug.applies(c) for c in failed)
+    assert not any(bug.applies(c) for c in trained)
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

@@ -54,6 +54,7 @@ def test_compile_validation_names_the_field():
         (Compile("aot_eager", "blocks_after", ("body",)), "compile.paths[0]"),  # nn.Sequential likewise
         (Compile("aot_eager", "model", ("body.1",)), "compile.paths"),
         (Compile("", "model"), "compile.backend"),
+        (Compile("aot_eager", "model", restart=True), "compile.restart"),  # the graph caches serve inductor alone
     ]:
         with pytest.raises(CaseError) as e:
             dataclasses.replace(COMPILED, compile=bad).validate()
@@ -68,10 +69,14 @@ def test_compile_validation_names_the_field():
         with pytest.raises(CaseError, match="rounds otherwise") as e:
             case.validate()
         assert e.value.field == "compile.backend"
+    restarted = dataclasses.replace(inductor, compile=dataclasses.replace(inductor.compile, restart=True)).validate()
+    with pytest.raises(CaseError, match="not with a checkpoint event") as e:
+        dataclasses.replace(restarted, checkpoint=Checkpoint(step=1)).validate()
+    assert e.value.field == "compile.restart"
     quick = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None,
                      phases=(Phase.generate,))
     find(compiles(dataclasses.replace(COMPILED, compile=Compile()), ("blocks_after",)),
-         lambda c: c.backend == "inductor", settings=quick)
+         lambda c: c.backend == "inductor" and c.restart, settings=quick)
     with pytest.raises(NoSuchExample):
         find(compiles(dataclasses.replace(low[0], compile=Compile()), ("blocks_after",)),
              lambda c: c.backend == "inductor", settings=quick)

@@ -18,6 +18,13 @@ eager ones).  Inductor is not drawn where the case computes in float16 or bfloat
 eager by design (it elides the downcast-upcast pairs between fused operators; its attention kernels are not
 eager's), which the eager reference cannot model (:func:`validate_compile`; aot_eager compiles those cases).
 
+``restart``: a job restarted on a warm cache, as every production restart is.  The system under test trains, then
+Dynamo is reset and the system is built and trained again, reading the compiled graphs the first run wrote to
+Inductor's FX graph cache and AOTAutograd's cache (every rank's, in one directory of the run's own); the second
+run is compared.  Inductor only: those caches serve inductor's compiler alone (``torch/_functorch/aot_autograd.py``
+consults the AOTAutograd cache for a ``SerializableAOTDispatchCompiler``, inductor's; the FX graph cache is
+Inductor's own).  Without it the ranks keep the two caches off, so no verdict depends on an earlier run.
+
 Which forms a family's system supports is its record's (:attr:`parityfuzz.families.Family.compiles`).  A compiled
 case must prove that it compiled: the ranks count the graphs the backend received, and the verdict of a run whose
 system captured none on some rank says so (:func:`parityfuzz.judge.verify.verdict_from_outcomes`): it is judged as
@@ -47,11 +54,12 @@ COMPILABLE_KINDS = ("block", "residual", "twice", "gate", "mlp", "attention", "s
 @dataclass(frozen=True)
 class Compile:
     """``backend`` ``""``: the system runs eagerly (the default).  ``paths``: the modules a ``blocks_*`` form
-    compiles (empty for ``model``)."""
+    compiles (empty for ``model``).  ``restart``: trained again on the graph caches its first run wrote."""
 
     backend: str = ""
     form: str = "blocks_after"
     paths: tuple[str, ...] = ()
+    restart: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.backend)
@@ -84,6 +92,11 @@ def validate_compile(case: Case) -> None:
     check(not case.train.overflow_in, "compile", "not with an overflow in one module's gradient (train.overflow_in): "
           "the harness's hook on that module's output would be traced into, or recompile, the compiled region")
     check(c.form in FORMS, "compile.form", f"must be one of {FORMS}, got {c.form!r}")
+    check(not c.restart or c.backend == "inductor", "compile.restart",
+          "only with inductor: the graph caches a restart reads serve inductor's compiler alone "
+          "(torch/_functorch/aot_autograd.py: the AOTAutograd cache for a SerializableAOTDispatchCompiler)")
+    check(not (c.restart and case.checkpoint), "compile.restart",
+          "not with a checkpoint event: the harness restarts the whole run, not a resumed segment")
     for family in dict.fromkeys((case.family, case.resumed().family)):
         forms = families.get(family).compiles
         check(c.form in forms, "compile.form", f"the {family} family's system does not compile {c.form!r} "
@@ -116,4 +129,4 @@ def compile_features(case: Case) -> set[str]:
     c = case.compile
     if not c:
         return set()
-    return {f"compile={c.form}", f"compile_backend={c.backend}"}
+    return {f"compile={c.form}", f"compile_backend={c.backend}"} | ({"compile_restart"} if c.restart else set())

@@ -21,8 +21,9 @@ def auto_backend(world_size: int) -> str:
 
 
 def default_timeout(case: Case) -> float:
-    """Seconds a case may take: generous for its size on a slow 2-core machine."""
-    return 30.0 + 1.0 * case.train.steps * case.world_size
+    """Seconds a case may take: generous for its size on a slow 2-core machine (a restart on a warm cache trains
+    and compiles the system under test twice)."""
+    return (60.0 if case.compile.restart else 30.0) + 1.0 * case.train.steps * case.world_size
 
 
 #: A rank past any of these is recycled after its case: torch leaks process groups in places (FSDP2 makes a
@@ -91,9 +92,13 @@ class Executor:
         """Every rank's outcome of ``case`` run by ``roles``, per pool it runs on: one, or where its checkpoint
         event resumes at another world size, the pool that trains up to the save and the one that loads
         (the second only where the first finished).  A checkpoint event saves into a scratch directory made
-        here and removed after.  ``probe=True`` also records what locating a divergence's origin needs
+        here and removed after; a restart on a warm cache (``compile.restart``) caches its compiled graphs there.
+        ``probe=True`` also records what locating a divergence's origin needs
         (:func:`parityfuzz.run.train.run_system`)."""
         job = {"probe": True} if probe else {}
+        if case.compile.restart:  # the compiled graphs the system's first run caches for its restart
+            with tempfile.TemporaryDirectory(prefix="parityfuzz-graphs-") as scratch:
+                return [self._run(case.world_size, case, timeout_s, roles, {**job, "scratch": scratch})]
         if not case.checkpoint:
             return [self._run(case.world_size, case, timeout_s, roles, job)]
         with tempfile.TemporaryDirectory(prefix="parityfuzz-checkpoint-") as scratch:

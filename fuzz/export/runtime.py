@@ -45,8 +45,9 @@ def _compiler() -> str:
     from parityfuzz.case import compiled as spec
     from parityfuzz.systems import compiled
 
-    return "\n\n".join(inspect.getsource(c) for c in (spec.Compile, compiled.no_compiled_graph_caches,
-                                                          compiled.CountingBackend, compiled.Compiler))
+    return "GRAPH_CACHE = []\n\n\n" + "\n\n".join(inspect.getsource(c) for c in (
+        spec.Compile, compiled.graph_caches_in, compiled.warm_graph_caches, compiled.no_compiled_graph_caches,
+        compiled.CountingBackend, compiled.Compiler))
 
 
 def compare() -> str:
@@ -568,7 +569,7 @@ def compared(dp, device, mesh):
     """The reference, the system under test and a perturbed reference, compared on rank 0 by the harness's oracle:
     a value mismatch that stands against that one sample of the noise is compared again against NOISE_SAMPLES of
     them, and only then reported (parityfuzz.judge.verify)."""
-    runs = [train(role, dp, device, mesh) for role in ("reference", "system", "perturbed/0")]
+    runs = [train("reference", dp, device, mesh), system_run(dp, device, mesh), train("perturbed/0", dp, device, mesh)]
     kind, check, said = judged(runs)
     if kind == MISMATCH and check == "value":
         runs += [train(f"perturbed/{i}", dp, device, mesh) for i in range(1, NOISE_SAMPLES)]
@@ -577,6 +578,28 @@ def compared(dp, device, mesh):
         print(f"DIVERGENCE {said}" if kind == MISMATCH else
               "parity: the system under test trains like the reference" + (f" ({said})" if said else ""))
     return 0 if kind == PASS else 1
+
+
+def system_run(dp, device, mesh):
+    """The system under test's run; where COMPILE restarts it on a warm cache (parityfuzz.run.train._restarted):
+    trained, then built anew (its Compiler resets Dynamo) and trained again on the compiled graphs its first run
+    cached, every rank's (in a directory rank 0 makes), the second run recorded."""
+    if not COMPILE.restart:
+        return train("system", dp, device, mesh)
+    import shutil
+    import tempfile
+
+    directory = [tempfile.mkdtemp(prefix="parityfuzz-graphs-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(directory, src=0)
+    try:
+        with graph_caches_in(os.path.join(directory[0], "graphs")):
+            train("system", dp, device, mesh)
+            run = train("system", dp, device, mesh)
+        dist.barrier()
+    finally:
+        if dist.get_rank() == 0:
+            shutil.rmtree(directory[0], ignore_errors=True)
+    return run
 
 
 def judged(runs):

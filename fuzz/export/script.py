@@ -84,8 +84,9 @@ def constants(case: Case) -> str:
          "(module, step): its parameters have requires_grad=False until that step (0: throughout)"),
         ("EVAL", t.eval, "after each step, a forward in eval mode under no_grad: its loss is compared"),
         ("AUTOCAST", t.autocast or None, "torch.autocast dtype around every forward and its loss (None: none)"),
-        ("COMPILE_SPEC", (case.compile.backend, case.compile.form, tuple(case.compile.paths)),
-         "torch.compile of the system under test: (backend, form, module paths); backend '': eager"),
+        ("COMPILE_SPEC", (case.compile.backend, case.compile.form, tuple(case.compile.paths), case.compile.restart),
+         "torch.compile of the system under test: (backend, form, module paths, restarted on a warm cache); "
+         "backend '': eager"),
         ("NONROOT", t.nonroot, "after each step, a second one through only the module at this path"),
         ("NONROOT_IN_WIDTH", m.input_width(t.nonroot) if t.nonroot else None, "its input's width (None: token ids)"),
         ("NONROOT_OUT_WIDTH", m.output_width(t.nonroot) if t.nonroot else None, ""),

@@ -88,6 +88,10 @@ def describe_case(case: Case) -> str:
                 "blocks_before": f"{', '.join(c.paths)}: module.compile() before the parallel API",
                 "model": "torch.compile(model) around what the parallel API returns"}[c.form]
         lines.append(f"system under test compiled, backend {c.backend!r}: {what} (the reference runs eagerly)")
+        if c.restart:
+            lines.append("the system under test trains, then is restarted (torch._dynamo.reset(), built anew) and "
+                         "trains again on the compiled graphs its first run cached (Inductor's FX graph cache and "
+                         "AOTAutograd's, every rank's): the second run is compared")
     if t.nonroot:
         lines.append(f"after each step, a second step whose forward/backward runs through only {t.nonroot} "
                      f"(non-root), on inputs of width {m.input_width(t.nonroot) or 'token ids'}")

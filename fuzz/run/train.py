@@ -113,6 +113,8 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
         raise ValueError(f"unknown role {role + ('/' + sample if sample else '')!r}")
     run = _Run(case, role, int(sample or 0), ctx, record, probe)
     event = case.checkpoint
+    if role == "system" and case.compile.restart:  # (never with a checkpoint event: validate_compile)
+        return _restarted(run, scratch)
     if not event:
         run.start(case, 0)
         run.train(0, case.train.steps)
@@ -144,6 +146,23 @@ def run_system(case: Case, role: str, ctx: RankContext, record: bool = True, seg
         run.record_loaded(resume)
         run.note_violations(broken)
         run.train(resume, case.train.steps)
+    return run.trace
+
+
+def _restarted(run: _Run, scratch: str) -> RankTrace:
+    """A compiled system under test trained, then restarted on a warm cache: built anew (its :class:`Compiler`
+    resets Dynamo) and trained again, reading the compiled graphs the first run cached in ``scratch`` (a directory
+    every rank sees); the second run is recorded."""
+    from parityfuzz.systems.compiled import graph_caches_in
+
+    case = run.case
+    with graph_caches_in(os.path.join(scratch, "graphs")):
+        first = _Run(case, run.role, run.sample, run.ctx, record=False)
+        first.start(case, 0)
+        first.train(0, case.train.steps)
+        first.system = None
+        run.start(case, 0)
+        run.train(0, case.train.steps)
     return run.trace
 
 

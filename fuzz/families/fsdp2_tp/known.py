@@ -197,3 +197,21 @@ def compiled_tensor_parallel_block_after_another_shape(case: Case) -> bool:
             return True
         earlier.add(shape)
     return False
+
+
+def compiled_restart_over_an_uneven_colwise_unit(case: Case) -> bool:
+    """A restart on a warm cache (``compile.restart``, inductor) with a module inside the compiled region that is
+    ``fully_shard``-ed itself and colwise-parallel over output features tp does not divide (local shards of two
+    sizes): AOTAutograd's cache key hashes a DTensor input by its global spec, so the ranks' graphs share one key
+    and a rank is served another's.  Measured on fsdp2_tp/b295a65c reduced (an MLP of hidden 3 over tp 2, fc1
+    colwise with ``use_local_output=False``, fc2 rowwise, compiled by inductor): fully_shard on fc1 fails, the block
+    compiled or the whole model; fully_shard at the root only, on the MLP, or on fc2 alone, hidden 4, or no restart
+    train."""
+    c = case.compile
+    if not c.restart:
+        return False
+    tp = case.mesh.axis_size("tp")
+    compiled = [""] if c.form == "model" else list(c.paths)
+    wrapped = {w.path for w in case.plan.wraps}
+    return any(p.style == "colwise" and p.path in wrapped and under(p.path, compiled)
+               and case.model.output_width(p.path) % tp for p in case.plan.tp)

@@ -9,10 +9,47 @@ a word), and Dynamo's graph-break counter and compile timers read after it train
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
 from parityfuzz.case.compiled import Compile
+
+#: The directory of the compiled-graph caches while a restart on a warm cache runs (:func:`graph_caches_in`).
+GRAPH_CACHE: list[str] = []
+
+
+@contextlib.contextmanager
+def graph_caches_in(directory: str):
+    """While the block runs, every :class:`Compiler` built turns Inductor's FX graph cache and AOTAutograd's cache on,
+    in ``directory`` (one the run's ranks share, so each reads what every rank wrote, as ranks on one machine share
+    the default cache directory): a job restarted on a warm cache.  Only those two caches move there (their
+    ``_get_tmp_dir``, where each keeps its entries); the kernel cache stays the machine's.  Off again after."""
+    from unittest import mock
+
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+    from torch._inductor.codecache import FxGraphCache
+
+    with (mock.patch.object(FxGraphCache, "_get_tmp_dir", staticmethod(lambda: f"{directory}/fxgraph")),
+          mock.patch.object(AOTAutogradCache, "_get_tmp_dir", classmethod(lambda cls: f"{directory}/aotautograd"))):
+        GRAPH_CACHE.append(directory)
+        try:
+            yield
+        finally:
+            GRAPH_CACHE.pop()
+            no_compiled_graph_caches()
+
+
+def warm_graph_caches() -> None:
+    """Inductor's FX graph cache and AOTAutograd's on (local ones only), for a restart on a warm cache."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    torch._inductor.config.fx_graph_cache = True
+    torch._inductor.config.fx_graph_remote_cache = False
+    torch._functorch.config.enable_autograd_cache = True
+    torch._functorch.config.enable_remote_autograd_cache = False
 
 
 def no_compiled_graph_caches() -> None:
@@ -66,7 +103,10 @@ class Compiler:
 
         torch._dynamo.reset()
         counters.clear()
-        no_compiled_graph_caches()
+        if GRAPH_CACHE:
+            warm_graph_caches()
+        else:
+            no_compiled_graph_caches()
         if spec.backend == "inductor":
             # Inductor draws random numbers its own way; "fallback_random: fallback to eager for random/dropout"
             # (torch/_inductor/config.py) keeps dropout masks the eager reference's.  It stays set in the rank:
@@ -98,14 +138,16 @@ class Compiler:
             self.resolve(model, path).compile(backend=self.backend)
 
     def take_stats(self) -> dict:
-        """``{"graphs", "ops", "breaks", "seconds"}`` on this rank since the last call: graphs and call nodes the
-        backend received (a recompile is one more graph), graph breaks Dynamo counted, and seconds spent compiling
+        """``{"graphs", "ops", "breaks", "cache_hits", "seconds"}`` on this rank since the last call: graphs and call
+        nodes the backend received (a recompile is one more graph), graph breaks Dynamo counted, compiled graphs
+        served from the FX graph and AOTAutograd caches (a restart's, :func:`graph_caches_in`), seconds spent compiling
         (Dynamo's own timers, reset with its caches: its frame compiles, the backend's included, and the backward
         graphs compiled lazily at the first backward)."""
         from torch._dynamo.utils import compilation_time_metrics, counters
 
         now = {"graphs": self.backend.graphs, "ops": self.backend.ops,
                "breaks": sum(counters["graph_break"].values()),
+               "cache_hits": counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"],
                "seconds": sum(sum(compilation_time_metrics.get(key, ())) for key in self.TIMERS)}
         taken, self._taken = self._taken, now
         return {key: n - taken.get(key, 0) for key, n in now.items()}
