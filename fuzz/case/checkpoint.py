@@ -205,9 +205,8 @@ def validate_checkpoint(case: Case) -> None:
           "an option of the 'dcp' and 'full' ways")
     check(not c.flatten_optimizer or {c.save, c.load_way} <= {"dcp", "full"}, "checkpoint.flatten_optimizer",
           "an option of get_state_dict and set_state_dict: the 'dcp' and 'full' ways, on both sides")
-    for side, where in ((case, ""), (r, "checkpoint.")):
-        if families.get(side.family).check_checkpoint is not None:  # what a family's own state dicts need
-            families.get(side.family).check_checkpoint(c, side, where)
+    if families.get(case.family).check_checkpoint is not None:  # what a family's own state dicts need
+        families.get(case.family).check_checkpoint(c, case, "")
     check(not c.broadcast_from_rank0 or c.load_way == "full", "checkpoint.broadcast_from_rank0",
           "an option of the 'full' load")
     check(not c.broadcast_from_rank0 or r.family not in fsdp1_families(), "checkpoint.broadcast_from_rank0",
@@ -216,6 +215,8 @@ def validate_checkpoint(case: Case) -> None:
         families.get(r.family).validate(r)
     except CaseError as e:
         raise CaseError(f"checkpoint.{e.field}", f"(in the resumed case) {e.message}") from None
+    if families.get(r.family).check_checkpoint is not None:  # (once the resumed plan is known valid)
+        families.get(r.family).check_checkpoint(c, r, "checkpoint.")
     if c.rollback_at:
         check(not reshards(case), "checkpoint.rollback_at",
               "a rollback loads into the live system: the same world size, mesh and plan")
