@@ -5,7 +5,7 @@
     python -m parityfuzz.frontends.bench --shrink-errors [--seed N] [--json]    (from the repository: it uses tests/faults/)
     python -m parityfuzz.frontends.bench --attached [--cases N] [--world-sizes 2] [--json]
     python -m parityfuzz.frontends.bench --pool-starts [--cases N] [--world-sizes 2,4] [--json]
-    python -m parityfuzz.frontends.bench --profile [--cases N] [--world-sizes 2,4] [--json]
+    python -m parityfuzz.frontends.bench --profile [--targets [A,B]] [--cases N] [--world-sizes 2,4] [--json]
     python -m parityfuzz.frontends.bench --schedule [--budget S] [--seeds 1,2] [--world-sizes 1,2,4] [--json]
         (from the repository: it plants tests/faults/ faults; see parityfuzz.frontends.schedule_bench)
     python -m parityfuzz.frontends.bench --faults [NAMES] [--budget 420] [--seeds 1,2] [--world-sizes 1,2,3,4] [--json]
@@ -50,7 +50,8 @@ training, and recording gradients and parameters (the slowest rank's, per run); 
 errors of cases torch must refuse among them: no seconds come back to split); the driver's seconds in the oracle;
 the messages between driver and ranks and the waiting for the slowest rank (a run's wall time less its slowest
 rank's busy time); and the driver's other work (expectations, merging traces).  Each as seconds and as a share of
-the total.
+the total.  With ``--targets`` it does so per fuzz target (its own strategy's cases) and world size, each beside
+the bare loop on the same cases: cases a minute of both and their ratio, and the phases that take the most.
 """
 
 from __future__ import annotations
@@ -67,18 +68,21 @@ import warnings
 from parityfuzz.case import Case
 
 
-def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, **options) -> list[Case]:
-    """``n`` cases drawn by the fuzz strategy (``strategies.cases(world_sizes=world_sizes, **options)``) with a fixed seed."""
+def generate(n: int, world_sizes: tuple[int, ...], seed: int = 0, target: str = "", **options) -> list[Case]:
+    """``n`` cases drawn with a fixed seed by the fuzz strategy (``strategies.cases(world_sizes=world_sizes,
+    **options)``), or by fuzz target ``target``'s (:func:`parityfuzz.frontends.targets.strategy`)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
+    from parityfuzz.frontends import targets
     from parityfuzz.strategies import cases
 
     out: list[Case] = []
+    strategy = targets.strategy(target, world_sizes) if target else cases(world_sizes=world_sizes, **options)
 
     @hseed(seed)
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(cases(world_sizes=world_sizes, **options))
+    @given(strategy)
     def collect(case):
         out.append(case)
 
@@ -101,9 +105,9 @@ def _bare_rank(rank: int, world_size: int, store_path: str, payload: list[str], 
     originals = {n: getattr(dist, n) for n in ("all_gather_single", "reduce_scatter_single")}
     dist.barrier()
     start = time.perf_counter()
-    for case in cases:
-        for role in ("reference", "system"):
-            run_system(case, role, ctx, record=False)
+    for i, case in enumerate(cases):
+        for role in ("reference", "system"):  # (a checkpoint's or a restart's scratch: one directory a case)
+            run_system(case, role, ctx, record=False, scratch=os.path.join(os.path.dirname(store_path), str(i), role))
             for n, fn in originals.items():  # delays patch these per case
                 setattr(dist, n, fn)
         ctx.release_groups()
@@ -173,9 +177,9 @@ def pool_starts(sizes: list[int], n: int, seed: int) -> list[dict]:
     return rows
 
 
-def profile(sizes: list[int], n: int, seed: int) -> dict:
+def profile(sizes: list[int], n: int, seed: int, target: str = "") -> dict:
     """Seconds per phase of :func:`parityfuzz.judge.verify.verify_case` over ``n`` generated cases per world size
-    (see the module's docstring), pool start-up excluded."""
+    (see the module's docstring; fuzz target ``target``'s cases where one is named), pool start-up excluded."""
     from collections import Counter
 
     from parityfuzz.executor import Executor
@@ -223,7 +227,7 @@ def profile(sizes: list[int], n: int, seed: int) -> dict:
     Executor.run_segments, verify.compare = timed_run_segments, timed_compare
     try:
         for ws in sizes:
-            cases = generate(n, (ws,), seed)
+            cases = generate(n, (ws,), seed, target)
             with Executor() as ex:
                 ex.pool(ws)  # start-up excluded
                 for case in cases:
@@ -237,6 +241,43 @@ def profile(sizes: list[int], n: int, seed: int) -> dict:
     return {"cases": count, "seconds": round(total, 2), "cases_per_min": round(60 * count / total, 1),
             "phases": {k: {"seconds": round(v, 2), "share": round(v / total, 3)}
                        for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}}
+
+
+def target_profiles(names: list[str], sizes: list[int], n: int, seed: int, log=print) -> list[dict]:
+    """Per fuzz target and world size, side by side over the same ``n`` cases (drawn by the target's strategy,
+    fixed seed; those whose checkpoint resumes at another world size left out: the bare loop runs one pool): the
+    executor's cases a minute and where their time goes (:func:`profile`), and the bare loop's (each case's
+    reference and system trained once per rank in persistent processes, nothing recorded, shipped or compared:
+    the limit here)."""
+    rows = []
+    for name in names:
+        for ws in sizes:
+            cases = [c for c in generate(n, (ws,), seed, name)
+                     if not c.checkpoint or c.resumed().world_size == c.world_size]
+            if not cases:
+                rows.append({"target": name, "world_size": ws, "cases": 0})
+                continue
+            executor = profile([ws], len(cases), seed, name)
+            bare = bare_seconds(cases, ws)
+            row = {"target": name, "world_size": ws, "cases": len(cases),
+                   "executor_cases_per_min": executor["cases_per_min"],
+                   "bare_cases_per_min": round(60 * len(cases) / bare, 1), "phases": executor["phases"]}
+            row["ratio"] = round(row["executor_cases_per_min"] / row["bare_cases_per_min"], 2)
+            rows.append(row)
+            log(f"{name} ws={ws}: {row['executor_cases_per_min']} cases/min, bare {row['bare_cases_per_min']}")
+    return rows
+
+
+def print_target_profiles(rows: list[dict]) -> None:
+    print(f"{'target':<11}{'ws':>3}{'cases':>6}{'cases/min':>10}{'bare/min':>9}{'ratio':>6}  where the time goes")
+    for r in rows:
+        if not r["cases"]:
+            print(f"{r['target']:<11}{r['world_size']:>3}{0:>6}  (the target draws no case of this world size "
+                  "in one pool)")
+            continue
+        top = ", ".join(f"{k} {v['share']:.0%}" for k, v in list(r["phases"].items())[:4])
+        print(f"{r['target']:<11}{r['world_size']:>3}{r['cases']:>6}{r['executor_cases_per_min']:>10.1f}"
+              f"{r['bare_cases_per_min']:>9.1f}{r['ratio']:>6.2f}  {top}")
 
 
 def attached_seconds(cases: list[Case], world_size: int) -> tuple[float, dict]:
@@ -370,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool-starts", action="store_true",
                         help="pool start and restart times and cases per minute, ranks spawned against forked")
     parser.add_argument("--profile", action="store_true", help="where a case's time goes, phase by phase")
+    parser.add_argument("--targets", nargs="?", const="all", default=None, metavar="NAMES",
+                        help="--profile per fuzz target (comma-separated; default all), each beside the bare loop")
     parser.add_argument("--schedule", action="store_true",
                         help="the even schedule against the adaptive one over every target, faults planted in three")
     parser.add_argument("--faults", nargs="?", const="all", default=None, metavar="NAMES",
@@ -434,6 +477,20 @@ def main(argv: list[str] | None = None) -> int:
             for r, (b, a) in enumerate(zip(result["before"], result["after"])):
                 print(f"{r:>4} {b['rss_mib']:>15} {a['rss_mib']:>7} {b['threads']:>15} {a['threads']:>6} "
                       f"{b['fds']:>11} {a['fds']:>6}")
+        return 0
+    if args.profile and args.targets is not None:
+        from parityfuzz.frontends import targets
+
+        names = targets.names() if args.targets == "all" else args.targets.split(",")
+        unknown = [t for t in names if t not in targets.names()]
+        if unknown:
+            parser.error(f"--targets: no fuzz target {', '.join(unknown)} (the targets: {', '.join(targets.names())})")
+        rows = target_profiles(names, sizes, args.cases, args.seed, log=(lambda m: None) if args.json else
+                               (lambda m: print(m, file=sys.stderr, flush=True)))
+        if args.json:
+            print(json.dumps({"rows": rows}))
+        else:
+            print_target_profiles(rows)
         return 0
     if args.profile:
         result = profile(sizes, args.cases, args.seed)
