@@ -407,6 +407,22 @@ def test_the_dtensor_cache_key_bug_needs_a_restart_over_a_wrapped_uneven_colwise
     assert not any(bug.applies(c) for c in trained)
 
 
+def test_the_dtensor_symint_hash_bug_reaches_fsdp1_through_linears_of_two_styles():
+    """Measured on unmodified torch (fsdp1_tp/ea291d66: one attention block, compiled): FSDP1 instances on its
+    colwise q and rowwise o fail, the whole model compiled too; q and k as the instances, o alone, or the block as
+    the instance train."""
+    bug = next(b for b in known.shipped() if b.id == "compiled-fsdp1-tp-block-recompiled-with-dynamic-shapes")
+    base = corpus.load(CORPUS / "fsdp1_tp/ea291d6641340e6e.json").case.to_dict()
+
+    def case(wraps, **compile_):
+        return Case.from_dict({**base, "plan": {**base["plan"], "wraps": wraps},
+                               "compile": {**base["compile"], **compile_}}).validate()
+
+    assert all(bug.applies(c) for c in (case(["body.q", "body.o"]),
+                                        case(["body.q", "body.o"], form="model", paths=[])))
+    assert not any(bug.applies(c) for c in (case(["body.q", "body.k"]), case(["body.o"]), case(["body"])))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'
