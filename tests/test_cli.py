@@ -119,7 +119,7 @@ def test_a_run_spends_its_budget_after_a_finding_and_x_stops_at_the_first(tmp_pa
         corpus_dir, report = tmp_path / mode / "corpus", tmp_path / mode / "report.json"
         corpus_dir.mkdir(parents=True)
         result = pytest_run(str(tmp_path / "test_faulty.py"), *extra, "--fuzz-budget=600", "--fuzz-max-cases=30",
-                            "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=20",
+                            "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=5",
                             "--reduce-budget=0", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
         assert result.returncode == 1, result.stdout + result.stderr
         runs[mode] = json.loads(report.read_text()), result.stdout
