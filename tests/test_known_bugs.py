@@ -317,6 +317,25 @@ def test_the_compiled_checkpointed_dropout_bug_needs_an_fsdp1_instance_after_the
                                             case(["body.1"], input="embedding", vocab=8)))
 
 
+def test_the_compiled_checkpointed_dropout_bug_needs_a_parameterless_compiled_block_there():
+    """Measured on unmodified torch (fsdp1_tp/30e267bd: a dropout in a parameterless block, checkpointed and compiled
+    block by block, then a Linear): it fails with FSDP1 at the root alone; a Linear inside the block, the whole model
+    compiled, or no checkpoint trains."""
+    bug = next(b for b in known.shipped() if b.id == "checkpointed-dropout-compiled-as-an-inference-graph")
+    base = corpus.load(CORPUS / "fsdp1_tp/30e267bdd5422f57.json").case.to_dict()
+    dropout = {"kind": "dropout", "p": 0.1}
+
+    def case(block, checkpoints=({"path": "body.0.dropout0", "api": "apply"},), **compile_):
+        model = {**base["model"], "body": {"kind": "seq", "children": [{"kind": "block", "children": block},
+                                                                      {"kind": "linear", "out": 4}]}}
+        return Case.from_dict({**base, "model": model, "plan": {"family": "fsdp1_tp", "checkpoints": list(checkpoints)},
+                               "compile": {**base["compile"], **compile_}}).validate()
+
+    assert bug.applies(Case.from_dict(base).validate()) and bug.applies(case([dropout]))
+    assert not any(bug.applies(c) for c in (case([dropout, {"kind": "linear", "out": 4}]), case([dropout], ()),
+                                            case([dropout], form="model", paths=[])))
+
+
 def test_the_local_output_bug_reaches_fsdp2_through_a_checkpointed_unit():
     """Measured on unmodified torch (fsdp2_tp/a9525c31, whole-model compile): a wrapper checkpoint on a
     RowwiseParallel Linear that is fully_shard'ed itself fails; fully_shard on the Linear before it or the root

@@ -7,9 +7,10 @@ Where CUDA exists it (1) replays a sample of the corpus: up to N files per famil
 (one GPU per rank), on CUDA under NCCL, each read as ``parityfuzz versions`` reads a replay (passes, fails as
 recorded, fails otherwise, regression); (2) fuzzes every target for S seconds at the world sizes the GPUs allow
 (1 on a single GPU: every family's CUDA path, inductor generating Triton), writing what it finds to ``--findings``;
-(3) prints one table of both (``--budget 0``: the replay alone).  Exit 0: every replay as its record says and nothing found; 1: something to look at
-(the table says what); 2: no CUDA device, nothing run.  ``--cpu`` runs the same check on CPU ranks under gloo:
-how the command's own test runs it on a machine without a GPU (CI never has one).
+(3) prints one table of both (``--budget 0``: the replay alone).  Exit 0: every replay as its record says and
+nothing found; 1: something to look at (the table says what); 2: no CUDA device, nothing run.  ``--cpu`` runs the
+same check on CPU ranks under gloo: how the command's own test runs it on a machine without a GPU (CI never has
+one).
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def table(device: str, replayed: list[dict], fuzzed: dict) -> str:
                      f"{failures[name]:>10}")
     look = [f"{r['file']}: {r['outcome']} ({r['signature'] or 'passed'})" for r in replayed
             if r["outcome"] in (replay.FAILS_OTHERWISE, replay.REGRESSION)]
-    look += [f"{f.get('target')}: {f.get('bug_signature')} -> {f.get('corpus_file')}" for f in fuzzed.get("failures", [])]
+    look += [f"{f.get('target')}: {f.get('bug_signature')} -> {f.get('corpus_file')}"
+             for f in fuzzed.get("failures", [])]
     lines += ["", "to look at:" if look else "nothing to look at: every replay as recorded, nothing found"]
     lines += [f"  {item}" for item in look]
     return "\n".join(lines)

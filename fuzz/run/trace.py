@@ -153,7 +153,8 @@ class RankTrace:
     #: in execution order (``{label: Rec}``); empty otherwise.
     activations: list[dict] = field(default_factory=list)
     #: For a compiled system under test (:mod:`parityfuzz.systems.compiled`), what the compiler captured on this
-    #: rank, summed over the systems it built: ``{"graphs", "ops", "breaks", "cache_hits", "seconds"}``; empty otherwise.
+    #: rank, summed over the systems it built: ``{"graphs", "ops", "breaks", "cache_hits", "seconds"}``; empty
+    #: otherwise.
     compiled: dict = field(default_factory=dict)
     #: Seconds this rank spent building the model and applying the system (``setup``, every build of the run) and
     #: recording gradients and parameters (``record``): where a case's time goes (the benchmark's ``--profile``).

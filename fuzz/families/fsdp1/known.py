@@ -306,24 +306,33 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     parameter, and AOTAutograd compiles the dropout's graph for inference, whose activation-checkpoint pass refuses
     RNG ops.  Measured on fsdp1/d334252c (a dropout, then a Linear): an instance on the Linear or on the sequence
     holding both fails; the root alone, an instance on the dropout itself, or an embedding input trains.  A
-    size-based auto-wrap policy (instances known only at wrap time) counts as any."""
+    size-based auto-wrap policy (instances known only at wrap time) counts as any.  Compiled block by block
+    (``compile.paths``), a compiled block holding no parameter, whose input needs no gradient, is such a graph
+    whatever the instances: measured on fsdp1_tp/30e267bd (a dropout in a parameterless block, checkpointed and
+    compiled, then a Linear): it fails with FSDP1 at the root alone; a Linear inside the block, the whole model
+    compiled, or no checkpoint trains."""
     if not case.compile or case.model.input != "dense":
         return False
     nodes = dict(case.model.body.walk("body"))
     order = list(nodes)  # pre-order: forward order
     holds_params = {p for p in order if nodes[p].kind in (*PARAM_KINDS, "mlp", "attention")}
+
+    def graph_needs_no_gradient(region: str) -> bool:  # no parameter in it, none before it
+        at = order.index(region)  # (a parameter before it gives its input a gradient; its ancestors come before it)
+        return not any(p in holds_params for p in order[at:] if under(p, (region,))) and not any(
+            p in holds_params for p in order[:at] if not under(region, (p,)))
+
     found = units(case)
     for region in checkpointed_paths(case):
-        if region not in nodes:
+        if region not in nodes or not any(nodes[p].kind == "dropout" for p in order if under(p, (region,))):
             continue
-        inside = [p for p in order if under(p, (region,))]
-        if any(p in holds_params for p in inside) or not any(nodes[p].kind == "dropout" for p in inside):
+        if case.compile.form != "model":  # (outside the compiled blocks it runs eagerly)
+            if any(under(region, (b,)) and graph_needs_no_gradient(b) for b in case.compile.paths):
+                return True
             continue
-        at = order.index(region)
-        # (a parameter before it gives its input a gradient; its ancestors hold it and come before it)
-        if any(p in holds_params for p in order[:at] if not under(region, (p,))):
+        if not graph_needs_no_gradient(region):
             continue
-        after = [p for p in order[at:] if p in holds_params and not under(p, (region,))]
+        after = [p for p in order[order.index(region):] if p in holds_params and not under(p, (region,))]
         if after and (found is None or any(u and u != region and under(after[0], (u,)) for u in found)):
             return True
     return False
