@@ -442,6 +442,20 @@ def test_the_dtensor_symint_hash_bug_reaches_fsdp1_through_linears_of_two_styles
     assert not any(bug.applies(c) for c in (case(["body.q", "body.k"]), case(["body.o"]), case(["body"])))
 
 
+def test_the_rank0_only_bug_needs_a_shard_group_smaller_than_the_world():
+    """Measured on unmodified torch (fsdp1_tp/88e4086a: one Linear, FULL_STATE_DICT(rank0_only=True)): dp_shard 1 x
+    tp 2 fails; dp_shard 2 x tp 1, or rank0_only off, trains."""
+    bug = next(b for b in known.shipped() if b.id == "fsdp1-hybrid-rank0-only")
+    base = corpus.load(CORPUS / "fsdp1_tp/88e4086036f3683b.json").case.to_dict()
+
+    def case(shape=(1, 2), rank0_only=True):
+        return Case.from_dict({**base, "mesh": {**base["mesh"], "shape": list(shape)},
+                               "checkpoint": {**base["checkpoint"], "rank0_only": rank0_only}}).validate()
+
+    assert bug.applies(case())
+    assert not any(bug.applies(c) for c in (case((2, 1)), case(rank0_only=False)))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

@@ -107,10 +107,14 @@ def stateless_optimizer_through_dcp(case: Case) -> bool:
 
 
 def hybrid_rank0_only(case: Case) -> bool:
+    """A rank-0-only full state dict where FSDP1's shard group is not the world: several replica groups
+    (HYBRID_SHARD), or a tensor-parallel axis beside it (each tp rank has a shard group of its own; measured on
+    fsdp1_tp/88e4086a: dp_shard 1 x tp 2 fails, dp_shard 2 x tp 1 or rank0_only off trains)."""
     c = case.checkpoint
     rank0_only = (c.save == "fsdp1_full" and c.rank0_only) or (c.cpu_offload and (c.save == "full" or (
         c.save == "dcp" and c.full_state_dict)))
-    return case.family in fsdp1_families() and case.mesh.axis_size("dp_replicate") > 1 and rank0_only
+    groups = case.mesh.axis_size("dp_replicate") * case.mesh.axis_size("tp")
+    return case.family in fsdp1_families() and groups > 1 and rank0_only
 
 
 def no_shard_rank0_only(case: Case) -> bool:
