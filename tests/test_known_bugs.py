@@ -456,6 +456,20 @@ def test_the_rank0_only_bug_needs_a_shard_group_smaller_than_the_world():
     assert not any(bug.applies(c) for c in (case((2, 1)), case(rank0_only=False)))
 
 
+def test_the_unfrozen_mixed_precision_group_bug_reaches_pipelined_stages():
+    """Measured on unmodified torch (pipeline/b32c922d): an embedding stage frozen for the first step under
+    param_dtype=bfloat16 fails; no freeze, a freeze for good, or no policy train."""
+    bug = next(b for b in known.shipped() if b.id == "mixed-precision-group-unfrozen-later")
+    base = corpus.load(CORPUS / "pipeline/b32c922df716041f.json").case.to_dict()
+
+    def case(frozen=({"path": "inp", "until": 1},), **plan):
+        plan = {k: v for k, v in {**base["plan"], **plan}.items() if v is not None}
+        return Case.from_dict({**base, "plan": plan, "train": {**base["train"], "frozen": list(frozen)}}).validate()
+
+    assert bug.applies(case())
+    assert not any(bug.applies(c) for c in (case(()), case(({"path": "inp"},)), case(precision=None)))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

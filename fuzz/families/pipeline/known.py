@@ -273,3 +273,12 @@ def zero_bubble_compiled(case: Case) -> bool:
     """A schedule that splits the backward, over stage modules compiled in place (``Module.compile()``, which the
     schedules' check for ``OptimizedModule`` does not see)."""
     return case.plan.schedule in SPLIT_BACKWARD and bool(case.compile)
+
+
+def mixed_precision_stage_unfrozen_later(case: Case) -> bool:
+    """Stages ``fully_shard``-ed with a mixed-precision policy, and a parameter frozen at the first forward and
+    unfrozen later: fsdp2's ``mixed-precision-group-unfrozen-later`` (a group's dtypes are fixed at its first
+    forward from its trainable parameters) inside a pipeline.  Measured on pipeline/b32c922d (an embedding stage
+    frozen for one step under param_dtype=bfloat16): no freeze, a freeze for good, or no policy train."""
+    return ("dp_shard" in case.mesh.names and case.mixed_precision()
+            and any(f.until for f in case.train.frozen))
