@@ -67,7 +67,7 @@ def test_fuzz_run_finds_shrinks_records_and_exits_nonzero(tmp_path):
     seeded = set(corpus.discover(corpus_dir))
     report = tmp_path / "report.json"
     result = pytest_run(str(tmp_path / "test_faulty.py"), "-x", "--fuzz-budget=60",
-                        "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=25",
+                        "--world-sizes=2", "--fuzz-seed=3", f"--corpus-dir={corpus_dir}", "--shrink-budget=60",
                         "--reduce-budget=30", f"--fuzz-report={report}", f"--rootdir={tmp_path}")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
