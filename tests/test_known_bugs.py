@@ -470,6 +470,26 @@ def test_the_unfrozen_mixed_precision_group_bug_reaches_pipelined_stages():
     assert not any(bug.applies(c) for c in (case(()), case(({"path": "inp"},)), case(precision=None)))
 
 
+def test_the_dtensor_view_guard_bug_needs_one_output_hook_over_two_widths_after_a_graph_break():
+    """Measured on unmodified torch (fsdp2_tp/ab1e2a2b): it fails from the second call; one call, no compile,
+    fully_shard at the root only, 7 -> 4 outputs, seq_len 2, or tensor parallelism on the last two only train."""
+    bug = next(b for b in known.shipped() if b.id == "dynamo-dtensor-output-view-specialized-without-a-guard")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+
+    def case(compiled=True, width=7, **edits):
+        d = json.loads(json.dumps(base))
+        d["model"]["body"]["children"][0]["out"] = width
+        for key, value in edits.items():
+            part, _, field = key.partition("__")
+            d[part][field] = value
+        return Case.from_dict(d if compiled else {k: v for k, v in d.items() if k != "compile"}).validate()
+
+    assert bug.applies(case()) and bug.applies(case(train__microbatches=2))
+    assert not any(bug.applies(c) for c in (
+        case(train__microbatches=1), case(compiled=False), case(plan__wraps=[{"path": ""}]), case(width=4),
+        case(train__seq_len=2), case(plan__tp=base["plan"]["tp"][1:])))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

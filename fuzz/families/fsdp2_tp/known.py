@@ -215,3 +215,24 @@ def compiled_restart_over_an_uneven_colwise_unit(case: Case) -> bool:
     wrapped = {w.path for w in case.plan.wraps}
     return any(p.style == "colwise" and p.path in wrapped and under(p.path, compiled)
                and case.model.output_width(p.path) % tp for p in case.plan.tp)
+
+
+def compiled_tp_output_hooks_of_two_widths_after_a_graph_break(case: Case) -> bool:
+    """The model compiled with a ``fully_shard`` below the root (FSDP2's disabled hooks break the graph, so the
+    parallel styles' output hooks run as frames of their own, one code object for every module), two colwise or
+    rowwise modules with the same output hook (style, output layout, ``use_local_output``) and outputs of different
+    widths, one of them as wide as the batch or the sequence (Dynamo's duck-sized replay of the output view pins
+    that width, and no guard checks it), and a second call of the model.  Measured on fsdp2_tp/ab1e2a2b (Linears of
+    7, 4 and 4 outputs, rowwise, colwise, rowwise, seq_len 4): it fails from the second call (microbatch or step);
+    one call, no compile, fully_shard at the root only, 7 -> 4 outputs, seq_len 2, or tensor parallelism on the last
+    two only train."""
+    t = case.train
+    if not case.compile or not any(w.path for w in case.plan.wraps) or t.steps * t.microbatches < 2 and not t.eval:
+        return False
+    sizes = {t.batch, t.seq_len, t.batch // max(1, t.microbatches)}
+    widths: dict[tuple, set[int]] = {}
+    for p in case.plan.tp:
+        if p.style in ("colwise", "rowwise"):
+            widths.setdefault((p.style, p.output_layout, p.use_local_output), set()).add(
+                case.model.output_width(p.path))
+    return any(len(w) > 1 and w & sizes for w in widths.values())
