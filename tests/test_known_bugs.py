@@ -490,6 +490,19 @@ def test_the_dtensor_view_guard_bug_needs_one_output_hook_over_two_widths_after_
         case(train__seq_len=2), case(plan__tp=base["plan"]["tp"][1:])))
 
 
+def test_the_flattened_rollback_bug_needs_a_live_optimizer_and_a_flattened_dict():
+    """Measured on unmodified torch (fsdp1/ef4a6744): the rollback fails; a load into a fresh system, or the
+    optimizer state dict not flattened (another defect), does not fail so."""
+    bug = next(b for b in known.shipped() if b.id == "fsdp1-flattened-optimizer-rollback-where-a-rank-holds-no-piece")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+
+    def case(**checkpoint):
+        return Case.from_dict({**base, "checkpoint": {**base["checkpoint"], **checkpoint}}).validate()
+
+    assert bug.applies(case())
+    assert not any(bug.applies(c) for c in (case(rollback_at=0), case(flatten_optimizer=False)))
+
+
 def test_a_merged_record_applies_where_any_of_its_preconditions_holds(monkeypatch, tmp_path):
     case = simple().validate()
     hang = '[{ verdict = "hang" }]'

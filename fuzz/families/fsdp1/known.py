@@ -340,3 +340,34 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
         if after and (found is None or any(u and u != region and under(after[0], (u,)) for u in found)):
             return True
     return False
+
+
+def rollback_where_a_rank_holds_no_piece_of_a_flat_parameter(case: Case) -> bool:
+    """A rollback (``set_optimizer_state_dict`` into the live, stepped optimizer) of a flattened, sharded optimizer
+    state dict (the ``dcp`` load) into FSDP1 with ``use_orig_params=True``, where some rank's piece of an instance's
+    flat parameter holds nothing of one of its parameters (so that rank's optimizer has no state for it): the rank
+    skips that parameter's all-gathers and the ranks' collectives pair wrongly (gloo's size abort, or silently mixed
+    state where the sizes agree).  Measured on fsdp1/ef4a6744 (an embedding of 3 rows, a LayerNorm of 3, 4 ranks):
+    a load into a fresh system, use_orig_params=False, or flatten_optimizer off do not fail so."""
+    c = case.checkpoint
+    if not (c and c.rollback_at and c.flatten_optimizer and c.load_way == "dcp" and case.family == "fsdp1"
+            and case.plan.use_orig_params):
+        return False
+    from parityfuzz.parts.fsdp1.reference import units as built_units
+    from parityfuzz.run.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
+
+    model = build_model(case)
+    found = built_units(model, case.plan)
+    ranks = case.mesh.axis_size("dp_shard")
+    for unit in found:
+        inner = [u for u in found if u != unit and under(u, (unit,))]
+        module = model.get_submodule(unit) if unit else model
+        sizes = [p.numel() for name, p in module.named_parameters(prefix=unit)
+                 if not under(name.rpartition(".")[0], inner)]
+        chunk = -(-sum(sizes) // ranks)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        for r in range(ranks):
+            lo, hi = r * chunk, (r + 1) * chunk
+            if any(not (a < hi and a + n > lo) for a, n in zip(starts, sizes)):
+                return True
+    return False
