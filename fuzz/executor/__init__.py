@@ -96,12 +96,9 @@ class Executor:
         ``probe=True`` also records what locating a divergence's origin needs
         (:func:`parityfuzz.run.train.run_system`)."""
         job = {"probe": True} if probe else {}
-        if case.compile.restart:  # the compiled graphs the system's first run caches for its restart
-            with tempfile.TemporaryDirectory(prefix="parityfuzz-graphs-") as scratch:
-                return [self._run(case.world_size, case, timeout_s, roles, {**job, "scratch": scratch})]
-        if not case.checkpoint:
+        if not case.checkpoint and not case.compile.restart:
             return [self._run(case.world_size, case, timeout_s, roles, job)]
-        with tempfile.TemporaryDirectory(prefix="parityfuzz-checkpoint-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="parityfuzz-scratch-") as scratch:
             resumed = case.resumed().world_size
             if resumed == case.world_size:
                 return [self._run(case.world_size, case, timeout_s, roles, {**job, "scratch": scratch})]

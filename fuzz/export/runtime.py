@@ -46,7 +46,7 @@ def _compiler() -> str:
     from parityfuzz.systems import compiled
 
     return "GRAPH_CACHE = []\n\n\n" + "\n\n".join(inspect.getsource(c) for c in (
-        spec.Compile, compiled.graph_caches_in, compiled.warm_graph_caches, compiled.no_compiled_graph_caches,
+        spec.Compile, compiled.graph_caches_in, compiled.compiled_graph_caches,
         compiled.CountingBackend, compiled.Compiler))
 
 

@@ -177,9 +177,14 @@ def pool_starts(sizes: list[int], n: int, seed: int) -> list[dict]:
     return rows
 
 
-def profile(sizes: list[int], n: int, seed: int, target: str = "") -> dict:
+def profile(sizes: list[int], n: int, seed: int) -> dict:
     """Seconds per phase of :func:`parityfuzz.judge.verify.verify_case` over ``n`` generated cases per world size
-    (see the module's docstring; fuzz target ``target``'s cases where one is named), pool start-up excluded."""
+    (see the module's docstring), pool start-up excluded."""
+    return profile_cases({ws: generate(n, (ws,), seed) for ws in sizes})
+
+
+def profile_cases(by_size: dict[int, list[Case]]) -> dict:
+    """:func:`profile` over the given cases of each world size."""
     from collections import Counter
 
     from parityfuzz.executor import Executor
@@ -226,8 +231,7 @@ def profile(sizes: list[int], n: int, seed: int, target: str = "") -> dict:
     total, count = 0.0, 0
     Executor.run_segments, verify.compare = timed_run_segments, timed_compare
     try:
-        for ws in sizes:
-            cases = generate(n, (ws,), seed, target)
+        for ws, cases in by_size.items():
             with Executor() as ex:
                 ex.pool(ws)  # start-up excluded
                 for case in cases:
@@ -257,7 +261,7 @@ def target_profiles(names: list[str], sizes: list[int], n: int, seed: int, log=p
             if not cases:
                 rows.append({"target": name, "world_size": ws, "cases": 0})
                 continue
-            executor = profile([ws], len(cases), seed, name)
+            executor = profile_cases({ws: cases})  # the very cases the bare loop trains
             bare = bare_seconds(cases, ws)
             row = {"target": name, "world_size": ws, "cases": len(cases),
                    "executor_cases_per_min": executor["cases_per_min"],

@@ -38,33 +38,23 @@ def graph_caches_in(directory: str):
             yield
         finally:
             GRAPH_CACHE.pop()
-            no_compiled_graph_caches()
+            compiled_graph_caches(on=False)
 
 
-def warm_graph_caches() -> None:
-    """Inductor's FX graph cache and AOTAutograd's on (local ones only), for a restart on a warm cache."""
+def compiled_graph_caches(on: bool) -> None:
+    """Turn on or off the caches that carry a compiled graph from one process to the next (Inductor's FX graph
+    cache and AOTAutograd's; the remote ones always off).  Off unless a restart on a warm cache runs
+    (:func:`graph_caches_in`): a verdict must not depend on earlier runs.  On a warm cache an entry one rank wrote
+    was served to another whose tensor-parallel shard has another shape, and a case (fsdp2_tp, an uneven colwise MLP
+    under inductor) failed on its second run only.  The caches of generated kernels, keyed by their source, stay on
+    (a cold one costs inductor over a minute a case).  Set in the rank for good, like ``fallback_random`` below;
+    only a compiled case pays for importing the configs (1.6 s)."""
     import torch._functorch.config
     import torch._inductor.config
 
-    torch._inductor.config.fx_graph_cache = True
+    torch._inductor.config.fx_graph_cache = on
     torch._inductor.config.fx_graph_remote_cache = False
-    torch._functorch.config.enable_autograd_cache = True
-    torch._functorch.config.enable_remote_autograd_cache = False
-
-
-def no_compiled_graph_caches() -> None:
-    """Turn off the caches that carry a compiled graph from one process to the next (Inductor's FX graph cache and
-    AOTAutograd's, on disk and remote): a verdict must not depend on earlier runs.  On a warm cache an entry one
-    rank wrote was served to another whose tensor-parallel shard has another shape, and a case (fsdp2_tp, an uneven
-    colwise MLP under inductor) failed on its second run only.  The caches of generated kernels, keyed by their
-    source, stay on (a cold one costs inductor over a minute a case).  Set in the rank for good, like
-    ``fallback_random`` below; only a compiled case pays for importing the configs (1.6 s)."""
-    import torch._functorch.config
-    import torch._inductor.config
-
-    torch._inductor.config.fx_graph_cache = False
-    torch._inductor.config.fx_graph_remote_cache = False
-    torch._functorch.config.enable_autograd_cache = False
+    torch._functorch.config.enable_autograd_cache = on
     torch._functorch.config.enable_remote_autograd_cache = False
 
 
@@ -103,10 +93,7 @@ class Compiler:
 
         torch._dynamo.reset()
         counters.clear()
-        if GRAPH_CACHE:
-            warm_graph_caches()
-        else:
-            no_compiled_graph_caches()
+        compiled_graph_caches(on=bool(GRAPH_CACHE))
         if spec.backend == "inductor":
             # Inductor draws random numbers its own way; "fallback_random: fallback to eager for random/dropout"
             # (torch/_inductor/config.py) keeps dropout masks the eager reference's.  It stays set in the rank:
