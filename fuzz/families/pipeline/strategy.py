@@ -33,6 +33,7 @@ from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCh
 from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error, units
 from parityfuzz.parts.fully_shard import Policy
 from parityfuzz.strategies.cases import finish
+from parityfuzz.strategies.coins import OFTEN
 from parityfuzz.parts.fully_shard.strategy import LOW
 from parityfuzz.parts.tensor_parallel.strategy import sequence_for_tp, tp_plans, tp_training
 from parityfuzz.strategies.meshes import world_sizes
@@ -89,15 +90,22 @@ def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = (), train=None)
 
 @st.composite
 def stage_precision(draw, model: ModelSpec, train) -> Policy:
-    """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard``, or none (the first coin): ``param_dtype`` a
-    lower precision than the model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
+    """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard`` (two draws in three), or none (the first coin, where
+    it shrinks): torchtitan's default
+    (bfloat16 compute, float32 reductions) in half the cases, else ``param_dtype`` a lower precision than the
+    model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
     ``output_dtype`` none, float32 (with a ``param_dtype``) or the model's; ``cast_forward_inputs=False`` where the family's validation
     allows it (the stages receive what they compute in)."""
-    if not draw(st.booleans()):
+    if not draw(OFTEN):
         return Policy()
     master = train.dtype
-    param = draw(st.sampled_from(tuple(d for d in LOW if d != master) + ("",)))
-    reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
+    if master != "bfloat16" and draw(st.booleans()):
+        # torchtitan's default policy (``mixed_precision_param`` bfloat16, ``mixed_precision_reduce`` float32), drawn
+        # in half the cases: the form pipelined training jobs run (shrinks to the general draw below)
+        param, reduce = "bfloat16", "float32"
+    else:
+        param = draw(st.sampled_from(tuple(d for d in LOW if d != master) + ("",)))
+        reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
     # (without a param_dtype a stage casts no input: an output_dtype other than the model's would reach the next
     # stage uncast, which the family's validation refuses)
     output = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master) if param else (master,)))))
@@ -158,9 +166,9 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
                         checkpoints=draw(checkpoints(model, first, train)), tp=styles, loss_parallel=loss_parallel,
                         precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else Policy())
-    if "dp_shard" in mesh.names and draw(st.booleans()):
+    if "dp_shard" in mesh.names and draw(OFTEN):
         # torchtitan's composition: fully_shard on each block of a stage, then on the stage, each with the stage's
-        # MixedPrecisionPolicy (shrinks to the stage's alone)
+        # MixedPrecisionPolicy (two draws in three; shrinks to the stage's alone)
         plan = dataclasses.replace(plan, shard_units=True, unit_reshard_after_forward=not draw(st.booleans()))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb, swarm=swarm)

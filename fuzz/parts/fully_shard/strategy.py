@@ -113,7 +113,6 @@ def plans(draw, model: ModelSpec, mesh: MeshSpec, plan_type: type) -> FullyShard
                      reduce_scatter_unused=rank_flow, post_optim_event=draw(RARE))
 
 
-#: The dtypes a policy computes in (float32 below a float64 model).
 #: The dtypes a policy may compute in (float32 below a float64 model).
 LOW = ("bfloat16", "float16", "float32")
 

@@ -28,12 +28,10 @@ from hypothesis import strategies as st
 
 from parityfuzz.case import ModelSpec, Node, TrainSpec, child_names, under
 from parityfuzz.parts.tensor_parallel import PREPARE, Parallelize
-from parityfuzz.strategies.coins import RARE
+from parityfuzz.strategies.coins import OFTEN, RARE
 from parityfuzz.strategies.models import VOCABS, WIDTHS
 
 NORMS = ("layernorm", "rmsnorm")
-#: Parallelize a candidate: two times in three, shrinking toward not.
-OFTEN = st.sampled_from((False, True, True))
 
 
 @dataclasses.dataclass(frozen=True)
