@@ -96,7 +96,8 @@ FAULT_TARGET = textwrap.dedent("""
 
     @pytest.mark.fuzz_target
     def test_odd(fuzz_session):
-        fuzz_session.run_target("odd", lambda ws: cases(world_sizes=ws, system="tests.faults:OddLinearGradDrop"))
+        fuzz_session.run_target("odd", lambda ws: cases(world_sizes=ws, system="tests.faults:OddLinearGradDrop",
+                                                        within=(), max_steps=3))
 """)
 
 
