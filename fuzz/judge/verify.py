@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from parityfuzz.case import dtypes
 from parityfuzz.case import LEAF_SUBMODULES, Case
@@ -71,10 +72,18 @@ def compile_tags(sut: Trace) -> tuple[str, ...]:
             f"compile_breaks={breaks if breaks < 3 else '3+'}")
 
 
-def verify_case(case: Case, executor: Executor, timeout_s: float | None = None) -> Verdict:
+#: The note of a mismatch whose noise was not measured because a known torch bug explains it anyway.
+KNOWN_UNMEASURED = "noise not measured: a known torch bug explains the mismatch"
+
+
+def verify_case(case: Case, executor: Executor, timeout_s: float | None = None,
+                known: Callable[[Verdict], bool] | None = None) -> Verdict:
     """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
     measured by a perturbed reference run, and one that stands against it with the largest noise of
-    :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``): it is reported only then.  A case torch must
+    :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``): it is reported only then.  Where ``known`` says
+    that a known torch bug explains the mismatch (its precondition and signature: the search counts the case as
+    passing either way), it is returned unmeasured, noted :data:`KNOWN_UNMEASURED`: the noise runs are most of a
+    mismatching case's time (a 30-minute run spent half its generation on cases known bugs explain).  A case torch must
     refuse (:mod:`parityfuzz.judge.expected`) runs the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
     resumes at another world size runs on two pools: each part is compared on its own, the first finding is
     the verdict."""
@@ -86,6 +95,8 @@ def verify_case(case: Case, executor: Executor, timeout_s: float | None = None) 
     verdict = verdict_of_segments(case, segments)
     if verdict.kind != MISMATCH or verdict.divergence.check != "value":
         return verdict
+    if known is not None and known(verdict):
+        return dataclasses.replace(verdict, note="; ".join(n for n in (verdict.note, KNOWN_UNMEASURED) if n))
     again = executor.run_segments(case, timeout_s, roles=("perturbed_reference",))
     if len(again) != len(segments) or any(failure_verdict(o) is not None for o in again):
         return _unmeasured(verdict, again)
