@@ -175,6 +175,27 @@ def test_a_wrapped_module_whose_input_a_residual_also_uses_is_allowed_the_autoca
     assert unpinned_dtype(dataclasses.replace(case, train=dataclasses.replace(case.train, autocast=""))) == ""
 
 
+def test_the_composable_family_s_fsdp2_based_calls_on_a_residual_s_inner_module_get_the_same_allowance():
+    """corpus/composable/4318bdf0e323ffd3.json (a harness false alarm of the fault benchmark of 2026-11-29, 11.5%
+    relative on cancelled embedding elements): replicate_with_fsdp is an FSDPState, and its pre-forward runs the
+    inner module's inputs through the same post-backward autograd function as fully_shard.  The DDP-based replicate
+    adds no node there (measured: it passes) and gets no allowance."""
+    import dataclasses
+
+    from parityfuzz.case.dtypes import forked_wraps, unpinned_dtype
+    from parityfuzz.triage import corpus
+
+    case = corpus.load("corpus/composable/4318bdf0e323ffd3.json").case
+    assert forked_wraps(case) == ["body.1.inner"] and unpinned_dtype(case) == "float16"
+
+    def inner_api(api):
+        applies = tuple(dataclasses.replace(a, api=api) if a.path == "body.1.inner" else a for a in case.plan.applies)
+        return dataclasses.replace(case, plan=dataclasses.replace(case.plan, applies=applies))
+
+    assert unpinned_dtype(inner_api("fully_shard")) == "float16"
+    assert forked_wraps(inner_api("replicate")) == [] and unpinned_dtype(inner_api("replicate")) == ""
+
+
 #: A 10-minute run's harness false alarm (2026-11-27): FSDP1 with bfloat16 parameters, the model compiled with
 #: aot_eager, Adam.  Every gradient agreed with the reference within the compiled-precision floor; after step 0 one
 #: of 25 elements of the attention's v weight was 0.02 off, twice the learning rate: Adam's first update is about

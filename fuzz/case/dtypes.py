@@ -67,10 +67,15 @@ def unpinned_dtype(case: Case) -> str:
 
 
 def forked_wraps(case: Case) -> list[str]:
-    """Paths of the ``fully_shard`` wraps whose module's input is also used outside it: the inner module of a
-    residual, whose skip adds the same input."""
+    """Paths of the FSDP2-based wraps whose module's input is also used outside it: the inner module of a
+    residual, whose skip adds the same input.  FSDP2-based: the plan's ``fully_shard`` wraps, and the composable
+    family's ``fully_shard`` and ``replicate_with_fsdp`` calls (its ``_ReplicateState`` is an ``FSDPState`` whose
+    ``FSDPParamGroup.pre_forward`` runs the inputs through ``RegisterPostBackwardFunction`` alike); the DDP-based
+    ``replicate`` adds no autograd node on the inputs."""
     inners = {f"{path}.inner" for path, node in case.model.body.walk("body") if node.kind == "residual"}
-    return [w.path for w in getattr(case.plan, "wraps", ()) if getattr(w, "path", None) in inners]
+    paths = [getattr(w, "path", None) for w in getattr(case.plan, "wraps", ())]
+    paths += [c.path for c in getattr(case.plan, "applies", ()) if c.api in ("fully_shard", "replicate_fsdp")]
+    return [p for p in paths if p in inners]
 
 
 def split_uses(case: Case) -> list[str]:
