@@ -461,6 +461,43 @@ def test_the_n_ary_mul_bug_needs_both_attention_blocks_compiled_with_instances_o
                                             case(tp=False)))
 
 
+def test_the_composable_checkpoint_rerun_bug_needs_a_layout_changing_input_hook_on_the_checkpointed_module():
+    """Measured on unmodified torch (fsdp2_tp/166c89c8: a rowwise Linear with sequence-sharded output, then a Linear
+    prepared Shard(1) -> Replicate and checkpointed by the composable API): with fully_shard at the root, or the
+    checkpoint before it, it fails; checkpoint_wrapper, apply_activation_checkpointing, the checkpoint on the
+    rowwise Linear or the root, or no checkpoint train."""
+    bug = next(b for b in known.shipped()
+               if b.id == "composable-checkpoint-recompute-reruns-a-tensor-parallel-input-hook")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+
+    def case(path="body.1", api="composable", before=False, wrapped=False):
+        mesh = {"shape": [1, 2], "names": ["dp_shard", "tp"]} if wrapped else base["mesh"]
+        plan = {**base["plan"], "checkpoints": [{"path": path, "api": api, "before": before}] if path is not None
+                else [], "wraps": [{"path": ""}] if wrapped else []}
+        return Case.from_dict({**base, "mesh": mesh, "plan": plan}).validate()
+
+    failed = [case(), case(wrapped=True), case(wrapped=True, before=True)]
+    trained = [case(api="wrapper"), case(api="apply"), case(path="body.0"), case(path=""), case(path=None)]
+    assert all(bug.applies(c) for c in failed)
+    assert not any(bug.applies(c) for c in trained)
+
+
+def test_the_pending_all_gather_bug_reaches_fsdp2_through_a_frozen_first_unit_across_non_last_backwards():
+    """Measured on unmodified torch (fsdp2/09a8b8d5: an embedding frozen, reshard_after_forward=2 over 4 ranks, the
+    root unsharded after forward, 2 microbatches with set_is_last_backward): it fails; nothing frozen,
+    reshard_after_forward=True, set_is_last_backward unused, or one microbatch train."""
+    bug = next(b for b in known.shipped() if b.id == "fsdp2-forward-prefetch-left-pending-survives-reshard")
+    base = corpus.load(CORPUS / "fsdp2/09a8b8d54b272358.json").case.to_dict()
+
+    def case(frozen=({"path": "inp"},), raf=2, last=True, micro=2):
+        wraps = [{**base["plan"]["wraps"][0], "reshard_after_forward": raf}, *base["plan"]["wraps"][1:]]
+        return Case.from_dict({**base, "plan": {**base["plan"], "wraps": wraps, "is_last_backward": last},
+                               "train": {**base["train"], "frozen": list(frozen), "microbatches": micro}})
+
+    assert bug.applies(case().validate())
+    assert not any(bug.applies(c) for c in (case(frozen=()), case(raf=True), case(last=False), case(micro=1)))
+
+
 def test_the_rank0_only_bug_needs_a_shard_group_smaller_than_the_world():
     """Measured on unmodified torch (fsdp1_tp/88e4086a: one Linear, FULL_STATE_DICT(rank0_only=True)): dp_shard 1 x
     tp 2 fails; dp_shard 2 x tp 1, or rank0_only off, trains."""

@@ -52,3 +52,30 @@ def forward_prefetch_left_pending_then_resharded(case: Case) -> bool:
     unfreeze = any(f.until for f in case.train.frozen)
     return case.train.eval and any(
         case.checkpoint.rollback_at or (unfreeze and type(resharded_to.get(t)) is int) for t in pending)
+
+
+def backward_prefetch_left_pending_on_a_frozen_first_unit(case: Case) -> bool:
+    """The other way to the pending all-gather that survives a reshard: a unit resharded to a smaller group after
+    forward (``reshard_after_forward=<int>``) whose parameters, and all before it, are frozen over token inputs (its
+    output needs no gradient, so its pre-backward never consumes the all-gather the next unit's backward
+    prefetched), several microbatches and ``set_is_last_backward(False)`` on all but the last (the final callback
+    reshards the unit to the whole group without clearing the result; only the last backward's
+    ``finalize_backward`` does): the next microbatch's forward copies out over the wrong group.  Measured on
+    fsdp2/09a8b8d5 (an embedding frozen, ``reshard_after_forward=2`` over 4 ranks, the root unsharded after forward,
+    2 microbatches): nothing frozen, ``reshard_after_forward=True`` or ``is_last_backward`` off train; another module
+    frozen alone (one after the embedding) trains."""
+    t = case.train
+    if (not case.plan.is_last_backward or t.microbatches < 2 or case.model.input != "embedding"
+            or len(case.plan.wraps) < 2):
+        return False
+    order = [path for path, _ in case.model.module_paths()]
+    held = case.model.param_modules()
+    frozen = tuple(f.path for f in t.frozen)
+    for w in case.plan.wraps:
+        mine = [m for m in held if under(m, (w.path,))]
+        if not w.path or type(w.reshard_after_forward) is not int or not mine:
+            continue
+        first = min(order.index(m) for m in mine)
+        if all(under(m, frozen) for m in held if order.index(m) <= first) and all(under(m, frozen) for m in mine):
+            return True
+    return False

@@ -236,3 +236,16 @@ def compiled_tp_output_hooks_of_two_widths_after_a_graph_break(case: Case) -> bo
             widths.setdefault((p.style, p.output_layout, p.use_local_output), set()).add(
                 case.model.output_width(p.path))
     return any(len(w) > 1 and w & sizes for w in widths.values())
+
+
+def composable_checkpoint_over_a_layout_changing_input_hook(case: Case) -> bool:
+    """The composable ``checkpoint()`` (applied after ``parallelize_module``, as the family always applies it) on a
+    module whose own ``PrepareModuleInput`` changes the input's layout and hands on the local tensor: the recompute
+    calls the module again, so the style's pre-hook converts the already converted input a second time.  Measured
+    on fsdp2_tp/166c89c8 (a rowwise Linear with sequence-sharded output, then a Linear prepared shard_seq -> replicate
+    and checkpointed): it fails with or without fully_shard and before or after it; ``checkpoint_wrapper``,
+    ``apply_activation_checkpointing``, no checkpoint, the checkpoint on another module (the colwise, the rowwise or
+    the root) or an identity ``prepare_input`` (shard_seq -> shard_seq) train."""
+    changing = {p.path for p in case.plan.tp if p.style == "prepare_input" and p.use_local_output
+                and p.input_layout != p.desired_layout}
+    return any(c.api == "composable" and c.path in changing for c in case.plan.checkpoints)
