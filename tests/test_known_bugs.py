@@ -498,6 +498,22 @@ def test_the_pending_all_gather_bug_reaches_fsdp2_through_a_frozen_first_unit_ac
     assert not any(bug.applies(c) for c in (case(frozen=()), case(raf=True), case(last=False), case(micro=1)))
 
 
+def test_the_checkpointed_dropout_inference_graph_bug_reaches_fsdp2_through_a_composable_checkpoint_s_break():
+    """Measured on unmodified torch (fsdp2/9228b337: a dropout checkpoint-wrapped, a ReLU under the composable
+    checkpoint, a Linear, the model compiled): it fails; either checkpoint alone, or both by one API, trains."""
+    bug = next(b for b in known.shipped() if b.id == "checkpointed-dropout-compiled-as-an-inference-graph")
+    base = corpus.load(CORPUS / "fsdp2/9228b337592dfa4d.json").case.to_dict()
+
+    def case(*checkpoints):
+        return Case.from_dict({**base, "plan": {**base["plan"], "checkpoints": [
+            {"path": path, "api": api} for path, api in checkpoints]}}).validate()
+
+    assert bug.applies(case(("body.1", "composable"), ("body.0", "wrapper")))
+    assert not any(bug.applies(c) for c in (case(("body.0", "wrapper")), case(("body.1", "composable")),
+                                            case(("body.1", "wrapper"), ("body.0", "wrapper")),
+                                            case(("body.1", "composable"), ("body.0", "composable"))))
+
+
 def test_the_rank0_only_bug_needs_a_shard_group_smaller_than_the_world():
     """Measured on unmodified torch (fsdp1_tp/88e4086a: one Linear, FULL_STATE_DICT(rank0_only=True)): dp_shard 1 x
     tp 2 fails; dp_shard 2 x tp 1, or rank0_only off, trains."""

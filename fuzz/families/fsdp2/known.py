@@ -79,3 +79,29 @@ def backward_prefetch_left_pending_on_a_frozen_first_unit(case: Case) -> bool:
         if all(under(m, frozen) for m in held if order.index(m) <= first) and all(under(m, frozen) for m in mine):
             return True
     return False
+
+
+def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
+    """The fsdp2 family's way to the inference graph whose activation-checkpoint pass refuses RNG ops: the whole
+    model compiled, a wrapper-API checkpoint on a parameterless region holding a dropout with nothing holding
+    parameters before it (dense input: its graph needs no gradient), and the module right after the region
+    checkpointed with the composable API, whose hooks end the graph there.  Measured on fsdp2/9228b337 (a dropout
+    checkpoint-wrapped, a ReLU under the composable checkpoint, a Linear): it fails; either checkpoint alone, or
+    both by the same API, trains."""
+    if not case.compile or case.compile.form != "model" or case.model.input != "dense":
+        return False
+    nodes = dict(case.model.body.walk("body"))
+    order = list(nodes)  # pre-order: forward order
+    held = set(case.model.param_modules())
+    composable = {c.path for c in case.plan.checkpoints if c.api == "composable"}
+    for c in case.plan.checkpoints:
+        if c.api == "composable" or c.path not in nodes:
+            continue
+        inside = [p for p in order if under(p, (c.path,))]
+        at = order.index(c.path)
+        if (not any(nodes[p].kind == "dropout" for p in inside) or any(p in held for p in inside)
+                or any(p in held for p in order[:at] if not under(c.path, (p,)))):
+            continue
+        if next((p for p in order[at:] if not under(p, (c.path,))), None) in composable:
+            return True
+    return False
