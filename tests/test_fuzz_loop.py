@@ -185,19 +185,30 @@ def test_a_failure_meeting_a_known_bug_precondition_and_signature_passes_with_a_
     assert fields == {"verdict": "mismatch", "check": "value", "tensor": "loss"}
     signature = '[{ verdict = "mismatch", check = "value", tensor = ["loss", "buffer", "grad", "param"] }]'
     # Unexplained, the mismatch is measured against the noise of 16 perturbed reference runs (3 pool calls)
-    calls = []
-    run_segments = executor.run_segments
+    from parityfuzz.engine import fuzzer as engine
+    from parityfuzz.judge.verify import KNOWN_UNMEASURED
+
+    calls, judged = [], []
+    run_segments, real_verify = executor.run_segments, engine.verify_case
     monkeypatch.setattr(executor, "run_segments", lambda case, *a, **k: calls.append(k.get("roles", ("system",)))
                         or run_segments(case, *a, **k))
     assert verify_case(BUFFER_CASE, executor).kind == "mismatch" and len(calls) == 3
+
+    def verify(case, ex, timeout=None, known=None):  # each verdict the run judged, and whether noise was measured
+        calls.clear()
+        verdict = real_verify(case, ex, timeout, known=known)
+        judged.append((verdict, any("perturbed" in role for roles in calls for role in roles)))
+        return verdict
+
+    monkeypatch.setattr(engine, "verify_case", verify)
     bug, = register(monkeypatch, tmp_path, record("buffers-reset-by-the-test-fault", signature))
-    calls.clear()
     stats = fuzz(executor, tmp_path / "corpus", "tests.faults:BufferReset", max_cases=40)
     assert stats.failures == [] and corpus.discover(tmp_path / "corpus") == []
     assert stats.explained[f"known torch bug, {bug.title}"] > 0
     assert stats.verdicts["pass"] == stats.cases
     # explained, its noise goes unmeasured (the case counts as passing either way): no perturbed reference ran
-    assert calls and not any("perturbed" in role for roles in calls for role in roles), calls
+    unmeasured = [measured for verdict, measured in judged if KNOWN_UNMEASURED in verdict.note]
+    assert unmeasured and not any(unmeasured), judged
 
 
 def test_another_bug_meeting_a_known_bugs_precondition_still_fails(executor, tmp_path, monkeypatch):
@@ -359,7 +370,7 @@ def test_an_exception_of_the_harness_is_a_finding_and_the_run_goes_on(tmp_path, 
 
     judged = []
 
-    def verify(case, executor, timeout=None):
+    def verify(case, executor, timeout=None, known=None):
         judged.append(case)
         if case.world_size == 4:
             raise ValueError("a local piece does not fit its region")
