@@ -91,9 +91,8 @@ def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = (), train=None)
 @st.composite
 def stage_precision(draw, model: ModelSpec, train) -> Policy:
     """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard`` (two draws in three), or none (the first coin, where
-    it shrinks): torchtitan's default
-    (bfloat16 compute, float32 reductions) in half the cases, else ``param_dtype`` a lower precision than the
-    model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
+    it shrinks): torchtitan's default (bfloat16 compute, float32 reductions) in half the cases, else ``param_dtype``
+    a lower precision than the model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
     ``output_dtype`` none, float32 (with a ``param_dtype``) or the model's; ``cast_forward_inputs=False`` where the family's validation
     allows it (the stages receive what they compute in)."""
     if not draw(OFTEN):
