@@ -14,7 +14,8 @@ flow); a resumed case that its family refuses falls back to the same plan.  One 
 live system trains on and loads the checkpoint into itself: :data:`ROLLBACK`), decided before the case is drawn,
 so that the case is one whose reference can roll back, and nothing reshards.
 A pipelined system (a family with ``partial_state``) on either side flattens the optimizer state dicts and does not
-gather to rank 0 alone.  Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
+gather to rank 0 alone.  A case drawn compiled in the ``model`` form (whose state dict no load takes) compiles
+blocks instead, where its family compiles them.  Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec, dimensions
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
+from parityfuzz.strategies.compiled import blocks
 from parityfuzz.case.checkpoint import (checkpoint_families, Checkpoint, check_rollback, reference,
                                         reshards as resharding, saves_from, ways)
 
@@ -48,6 +50,15 @@ def _taken_by(kind: str, family: str) -> tuple[str, ...] | None:
     if kind in ("none", "world_size", family):
         return None
     return dimensions.supported(families.get(kind))
+
+
+def _reads(kind: str, family: str) -> bool:
+    """Whether a load resuming ``kind`` (:func:`reshards`) can read a format ``family`` saves in (ZeRO's own
+    format: only ZeRO's plans), so that no case is drawn for a resume its load must then refuse."""
+    if kind in ("none", "world_size"):
+        return True
+    formats = {w.format for w in families.get(family).checkpoint_ways.values()}
+    return any(w.format in formats for w in families.get(kind).checkpoint_ways.values())
 
 
 def _takes(family: str, dimension: str) -> bool:
@@ -123,10 +134,13 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     except CaseError:
         assume(False)
     resume = draw(resumes(case, world_sizes, kind)) if save != "fsdp1_local" and not rollback else {}
-    try:  # (its compile is checked apart, below)
-        dataclasses.replace(case, checkpoint=dataclasses.replace(event, **resume), compile=Compile()).validate()
-        event = dataclasses.replace(event, **resume)
-    except CaseError:
+    try:  # (its compile is checked apart, below; loaded one of the ways the resumed family reads the format in)
+        into = dataclasses.replace(event, **resume)
+        way = ways_into(dataclasses.replace(case, checkpoint=into).resumed(), ways()[save].format)
+        dataclasses.replace(case, checkpoint=dataclasses.replace(into, load="" if save in way else way[0]),
+                            compile=Compile()).validate()
+        event = into
+    except (CaseError, IndexError):
         pass  # refused: the event resumes the same plan (and may roll back, below)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
     load = draw(st.sampled_from(ways_into(resumed, ways()[save].format)))
@@ -161,6 +175,11 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     case = dataclasses.replace(case, checkpoint=event)
     if case.compile.restart:  # the harness restarts a whole run, not a resumed segment (validate_compile)
         case = dataclasses.replace(case, compile=dataclasses.replace(case.compile, restart=False))
+    if case.compile.form == "model":  # (its state dict's keys carry a prefix no load takes: validate_compile) a
+        family = families.get(case.family)  # compile of blocks instead, where the family compiles them
+        forms = [f for f in family.compiles if f != "model"]
+        case = dataclasses.replace(case, compile=draw(blocks(case, draw(st.sampled_from(forms)), family.compile_groups,
+                                                             case.compile.backend)) if forms else Compile())
     if case.compile:  # compiled as the case was drawn, where the resumed case compiles the same way
         try:
             validate_compile(case)
@@ -194,7 +213,8 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     # What the load resumes is decided first as well: drawn after the case, at the end of a long choice sequence,
     # Hypothesis's first few hundred cases gave the later kinds next to nothing (resumes into pipeline stages: 0 of
     # 300 checkpoint cases, against 29 into FSDP2; the kinds' shares fell with their place in the list).
-    kind = draw(kinds() if favour is None else kinds().filter(lambda k: favour in (_taken_by(k, family) or (favour,))))
+    kind = draw(kinds().filter(lambda k: _reads(k, family) and (favour is None or
+                                                               favour in (_taken_by(k, family) or (favour,)))))
     # A resume into another family's plan is refused where that family does not take a dimension the case drew
     # (the event then resumes the same plan): such a case draws only the dimensions both families take.
     drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system,

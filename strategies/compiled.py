@@ -51,11 +51,18 @@ def compiles(draw, case: Case, forms: tuple[str, ...], groups=None, switched: bo
     form = draw(st.sampled_from(forms))
     if form == "model":
         return Compile(backend, form, restart=restart)
-    candidates = compilable(case)
-    if not candidates:
+    if not compilable(case):
         return Compile(backend, "model", restart=restart) if "model" in forms else Compile()
+    return draw(blocks(case, form, groups, backend, restart))
+
+
+@st.composite
+def blocks(draw, case: Case, form: str, groups=None, backend: str = "aot_eager", restart: bool = False) -> Compile:
+    """``case``'s modules compiled one by one in the ``blocks_*`` ``form``: one of each of ``groups(case)`` first,
+    then up to three in all; eager where there is none to compile (or a group is empty)."""
+    candidates = compilable(case)
     needed = groups(case) if groups is not None else []
-    if any(not g for g in needed):
+    if not candidates or any(not g for g in needed):
         return Compile()
     paths = list(dict.fromkeys(draw(st.sampled_from(g)) for g in needed))
     paths += draw(st.lists(st.sampled_from(candidates), min_size=0 if paths else 1, max_size=max(0, 3 - len(paths)),
