@@ -598,3 +598,23 @@ def test_every_precondition_reads_every_case_of_its_record_s_families():
     tp_case = next(c for c in cases if c.family == "fsdp2_tp")
     scaled = dataclasses.replace(tp_case, train=dataclasses.replace(tp_case.train, loss_scale=1024.0))
     merged.applies(scaled)  # the fsdp2_tp predicate alone reads it
+
+
+def test_the_eager_recompute_bug_needs_a_compiled_colwise_linear_followed_by_one_dynamo_compiles_no_graph_for():
+    """Measured on unmodified torch (fsdp2_tp/20a0cf69: a residual of a colwise Linear and a rowwise one
+    fully_shard'ed on its own, compiled, the root checkpointed): it fails, the checkpoint on the residual too, and
+    with the colwise Linear gathering its output before a plain Linear fully_shard'ed on its own; no checkpoint, no
+    compile, the following Linear under the root's fully_shard only (rowwise, or plain) train."""
+    bug = next(b for b in known.shipped() if b.id == "colwise-linear-recomputed-eagerly-under-a-checkpoint")
+    base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
+    gathered = [{"path": "body.inner.0", "style": "colwise", "output_layout": "replicate"}]
+
+    def case(checkpoint="", wraps=("body.inner.1", ""), tp=None, compiled=True):
+        plan = {**base["plan"], "checkpoints": [{"path": checkpoint}] if checkpoint is not None else [],
+                "wraps": [{"path": w} for w in wraps], "tp": base["plan"]["tp"] if tp is None else tp}
+        return Case.from_dict({**base, "plan": plan, "compile": base["compile"] if compiled else {}}).validate()
+
+    failed = [case(), case(checkpoint="body"), case(tp=gathered)]
+    trained = [case(checkpoint=None), case(compiled=False), case(wraps=("",)), case(wraps=("",), tp=gathered)]
+    assert all(bug.applies(c) for c in failed)
+    assert not any(bug.applies(c) for c in trained)

@@ -249,3 +249,34 @@ def composable_checkpoint_over_a_layout_changing_input_hook(case: Case) -> bool:
     changing = {p.path for p in case.plan.tp if p.style == "prepare_input" and p.use_local_output
                 and p.input_layout != p.desired_layout}
     return any(c.api == "composable" and c.path in changing for c in case.plan.checkpoints)
+
+
+def colwise_linear_recomputed_eagerly_under_a_checkpoint(case: Case) -> bool:
+    """A block compiled on its own (not the whole model) at or under a module a non-reentrant activation checkpoint
+    holds, holding a ``ColwiseParallel`` Linear and, after it, a Linear whose forward frame Dynamo compiles no graph
+    for (one fully_shard'ed on its own, or one no style parallelizes and no fully_shard holds): Dynamo marks
+    ``nn.Linear.forward``'s code skipped from then on, so the recompute runs the colwise Linear eagerly, saving
+    DTensors where its compiled graph saved plain tensors.  Measured on fsdp2_tp/20a0cf69 (a residual of a colwise
+    Linear and a rowwise one fully_shard'ed on its own, the root checkpointed, the residual compiled): the
+    checkpoint on the residual fails alike; no checkpoint, eager, the following Linear under the root's fully_shard
+    only (rowwise, or plain after a colwise gathering its output) train.  Torch-only: a plain Linear after the
+    colwise one fails without FSDP; a rowwise one without FSDP trains; a reentrant checkpoint trains."""
+    c = case.compile
+    if not c or c.form == "model":
+        return False
+    checkpointed = [k.path for k in case.plan.checkpoints if not k.reentrant]
+    styles = {p.path: p.style for p in case.plan.tp}
+    wraps = [w.path for w in case.plan.wraps]
+    order = [path for path, node in case.model.body.walk("body") if node.kind == "linear"]
+
+    def no_graph(path: str) -> bool:
+        return path in wraps or (path not in styles and not any(under(path, (w,)) for w in wraps))
+
+    for q in c.paths:
+        if not any(under(q, (p,)) for p in checkpointed):
+            continue
+        inside = [p for p in order if p != q and under(p, (q,))]
+        cols = [i for i, p in enumerate(inside) if styles.get(p) == "colwise"]
+        if cols and any(no_graph(p) and styles.get(p) != "colwise" for p in inside[cols[0] + 1:]):
+            return True
+    return False
