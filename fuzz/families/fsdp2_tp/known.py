@@ -280,3 +280,31 @@ def colwise_linear_recomputed_eagerly_under_a_checkpoint(case: Case) -> bool:
         if cols and any(no_graph(p) and styles.get(p) != "colwise" for p in inside[cols[0] + 1:]):
             return True
     return False
+
+
+def compiled_plain_then_colwise_query_each_fully_shard_ed(case: Case) -> bool:
+    """Modules compiled one by one, an earlier one holding a Linear that is ``fully_shard``-ed on its own and that no
+    style parallelizes, a later one an attention whose query projection is colwise-parallel and ``fully_shard``-ed
+    on its own, over tp of 2 or more: each such Linear's forward is a frame of its own (FSDP's hooks break the graph),
+    and ``nn.Linear.forward``, compiled first over plain tensors, is recompiled with dynamic shapes over the query's
+    DTensors.  Measured on fsdp2_tp/bb83f5c5 reduced (two two-head attentions, the second colwise/rowwise, both
+    compiled): the first one's k or q fully_shard'ed with the second's q fails; the first one's Linear not
+    fully_shard'ed, the second's k in place of its q, or the second attention fully_shard'ed whole train."""
+    c = case.compile
+    if not c or c.form == "model" or case.mesh.axis_size("tp") < 2:
+        return False
+    styles = {p.path: p.style for p in case.plan.tp}
+    wrapped = {w.path for w in case.plan.wraps}
+    plain_seen = False
+    for path, node in case.model.body.walk("body"):
+        linears = {"attention": ("q", "k", "v", "o"), "mlp": ("fc1", "fc2")}.get(node.kind, ())
+        if not any(under(path, (q,)) for q in c.paths):
+            continue
+        for name in linears or ((None,) if node.kind == "linear" else ()):
+            linear = path if name is None else f"{path}.{name}"
+            if linear not in wrapped:
+                continue
+            if node.kind == "attention" and name == "q" and styles.get(linear) == "colwise" and plain_seen:
+                return True
+            plain_seen = plain_seen or linear not in styles
+    return False
