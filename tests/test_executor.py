@@ -208,3 +208,18 @@ def test_a_restart_trains_again_on_the_graphs_its_first_run_cached(tmp_path, mon
             assert verify_case(case, ex).ok
     assert all(n > 0 for n in hits[True]) and hits[False] == [0] * len(hits[False]), hits
     assert not [p for p in machine_cache.rglob("*") if p.name in ("fxgraph", "aotautograd") and any(p.iterdir())]
+
+
+def test_a_crash_only_warm_ranks_show_is_given_the_verdict_of_fresh_ranks(executor):
+    """A rank that crashes because an earlier case damaged its process (a heap corrupted: the 10-minute run of
+    2026-11-29 met one, fsdp2_tp/adae839b, which on fresh ranks gives a known bug's mismatch) is no crash of this
+    case: the case runs again on fresh ranks, whose verdict stands, noted; a case that crashes fresh ranks too
+    stays a crash."""
+    case = fault("ExitOnWarmRank1")
+    assert verify_case(case, executor, timeout_s=20).ok  # (the first case these ranks run of this system)
+    restarts = executor.restarts
+    verdict = verify_case(case, executor, timeout_s=20)
+    assert verdict.ok and "crashed when this case ran on ranks that had run" in verdict.note, verdict.describe()
+    assert executor.restarts == restarts + 1
+    crash = verify_case(fault("ExitOnRank0"), executor, timeout_s=20)
+    assert crash.kind == "crash" and "crashed when" not in crash.note

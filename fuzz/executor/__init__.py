@@ -54,6 +54,8 @@ class Executor:
         self.restarts = 0  # pools replaced after an error, crash or hang
         self.recycles = 0  # pools replaced for growing past the resource ceiling
         self.reuses = 0  # failed cases after which the pool ran on
+        #: How many cases the ranks of the last run that crashed had run before it (0: fresh ranks).
+        self.crashed_after = 0
 
     def pool(self, world_size: int) -> RankPool:
         pool = self.pools.get(world_size)
@@ -111,7 +113,10 @@ class Executor:
              job: dict | None = None) -> list[RankOutcome]:
         timeout = timeout_s or self.timeout_s or default_timeout(case)
         pool = self.pool(world_size)
+        before = pool.runs
         outcomes = pool.run(case.to_json(), timeout, roles, job)
+        if any(o.status == "crash" for o in outcomes):
+            self.crashed_after = before
         if any(o.status != "ok" for o in outcomes) and not pool.broken:
             if self.reuse_after_errors:
                 self.reuses += 1

@@ -91,6 +91,7 @@ class AttachedPool(RankPool):
     def __init__(self, attachment: Attachment, world_size: int, start_timeout_s: float = 300.0):
         self.world_size, self.attachment = world_size, attachment
         self.broken = self.busy = False
+        self.runs = 0
         self.conns, self.procs, self.logs = [], [], []
         self.control: list = []
         self.hello: list[dict] = []

@@ -113,6 +113,7 @@ class RankPool:
         self.devices = devices or tuple(range(world_size))  # each rank's CUDA device under NCCL
         self.broken = False
         self.busy = False  # a case is in flight (an interrupt may land mid-case)
+        self.runs = 0  # cases these ranks ran (an earlier case's damage may crash a later one)
         self.dir = tempfile.mkdtemp(prefix=f"parityfuzz-ws{world_size}-")
         ctx = start_context(start_method)
         forked = ctx.get_start_method() == "forkserver"
@@ -188,6 +189,7 @@ class RankPool:
         for r in pending:
             outcomes[r] = RankOutcome(r, "hang")
         self.busy = False
+        self.runs += 1
         states = [o.error.pop("collectives", None) for o in outcomes.values() if o.status == "error"]
         if any(o.status != "ok" for o in outcomes.values()) and not (len(states) == self.world_size
                                                                       and in_step(states)):

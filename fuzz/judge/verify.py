@@ -72,6 +72,10 @@ def compile_tags(sut: Trace) -> tuple[str, ...]:
             f"compile_breaks={breaks if breaks < 3 else '3+'}")
 
 
+#: The note of a verdict given on fresh ranks after the case crashed a rank of ranks that had run other cases (a
+#: heap corrupted by an earlier case: its crash is not this case's, which replays as it does on fresh ranks).
+WARM_CRASH = "a rank crashed when this case ran on ranks that had run {runs} cases before; fresh ranks give this verdict"
+
 #: The note of a mismatch whose noise was not measured because a known torch bug explains it anyway.
 KNOWN_UNMEASURED = "noise not measured: a known torch bug explains the mismatch"
 
@@ -86,13 +90,20 @@ def verify_case(case: Case, executor: Executor, timeout_s: float | None = None,
     mismatching case's time (the README's 60-second run on one seed drew 10 cases with them, 87 without).  A case torch must
     refuse (:mod:`parityfuzz.judge.expected`) runs the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
     resumes at another world size runs on two pools: each part is compared on its own, the first finding is
-    the verdict."""
+    the verdict.  A crash on ranks that had run other cases is run again on fresh ones (the crash broke the pool),
+    whose verdict stands, noted :data:`WARM_CRASH` where it differs: a case must give its verdict on replay."""
     expected = expectation(case, executor.device_type(case.world_size))
     if expected is not None:
         outcomes = executor.run(case, timeout_s, roles=("system",))
         return judge(expected, outcomes, failure_verdict(outcomes))
     segments = executor.run_segments(case, timeout_s)
     verdict = verdict_of_segments(case, segments)
+    warm = getattr(executor, "crashed_after", 0) if verdict.kind == CRASH else 0
+    if warm:  # a rank died on ranks that had run other cases: their damage, or this case's? (fresh ranks now)
+        segments = executor.run_segments(case, timeout_s)
+        verdict = verdict_of_segments(case, segments)
+        if verdict.kind != CRASH:
+            verdict = _noted(verdict, WARM_CRASH.format(runs=warm))
     if verdict.kind != MISMATCH or verdict.divergence.check != "value":
         return verdict
     if known is not None and known(verdict):

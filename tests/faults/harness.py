@@ -69,6 +69,18 @@ class ExitOnRank0(_MisbehaveOnRank):
         os._exit(3)
 
 
+class ExitOnWarmRank1(_MisbehaveOnRank):
+    """Rank 1 exits in a case where its process ran this system in an earlier case, as a heap an earlier case
+    damaged would crash a later one: fresh ranks train correctly."""
+
+    ran_before = False  # (per rank process)
+
+    def misbehave(self):
+        if type(self).ran_before and not getattr(self, "began", False):
+            os._exit(3)
+        self.began = type(self).ran_before = True
+
+
 class AbortOnRank1(_MisbehaveOnRank):
     def misbehave(self):
         os.abort()
