@@ -244,3 +244,14 @@ def test_unknown_family_is_named():
 
     with pytest.raises(KeyError, match="unknown family 'fsdp9'"):
         families.get("fsdp9")
+
+
+def test_a_module_needs_no_gradient_where_nothing_in_it_or_before_it_holds_a_parameter():
+    body = Node("seq", children=(Node("dropout", p=0.5), Node("seq", children=(Node("act"), Node("linear", out=4))),
+                                 Node("act")))
+    model = ModelSpec(body=body)
+    assert model.needs_no_gradient("body.0") and model.needs_no_gradient("body.1.0")
+    assert not model.needs_no_gradient("body.1")  # (its Linear)
+    assert not model.needs_no_gradient("body.2")  # (the Linear before it)
+    assert not model.needs_no_gradient("body")
+    assert not dataclasses.replace(model, input="embedding", vocab=4).needs_no_gradient("body.0")

@@ -225,6 +225,15 @@ class ModelSpec:
         return [path for path, kind in self.module_paths()
                 if kind in PARAM_KINDS and not (path == "head" and self.tie_head)]
 
+    def needs_no_gradient(self, path: str) -> bool:
+        """Whether the module at ``path`` computes nothing that needs a gradient: a dense model input, no parameter
+        in it and none in a module that runs before it (its ancestors, which hold it, do not count)."""
+        paths = [p for p, _ in self.module_paths()]
+        held = set(self.param_modules())
+        at = paths.index(path)
+        return self.input == "dense" and not any(
+            p in held and (under(p, (path,)) or i < at and not under(path, (p,))) for i, p in enumerate(paths))
+
     def module_paths(self) -> list[tuple[str, str]]:
         """``(path, kind)`` of every module of the built model, root (``""``) first."""
         out = [("", "root")]

@@ -320,21 +320,15 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     nodes = dict(case.model.body.walk("body"))
     order = list(nodes)  # pre-order: forward order
     holds_params = {p for p in order if nodes[p].kind in (*PARAM_KINDS, "mlp", "attention")}
-
-    def graph_needs_no_gradient(region: str) -> bool:  # no parameter in it, none before it
-        at = order.index(region)  # (a parameter before it gives its input a gradient; its ancestors come before it)
-        return not any(p in holds_params for p in order[at:] if under(p, (region,))) and not any(
-            p in holds_params for p in order[:at] if not under(region, (p,)))
-
     found = units(case)
     for region in checkpointed_paths(case):
         if region not in nodes or not any(nodes[p].kind == "dropout" for p in order if under(p, (region,))):
             continue
         if case.compile.form != "model":  # (outside the compiled blocks it runs eagerly)
-            if any(under(region, (b,)) and graph_needs_no_gradient(b) for b in case.compile.paths):
+            if any(under(region, (b,)) and case.model.needs_no_gradient(b) for b in case.compile.paths):
                 return True
             continue
-        if not graph_needs_no_gradient(region):
+        if not case.model.needs_no_gradient(region):
             continue
         after = [p for p in order[order.index(region):] if p in holds_params and not under(p, (region,))]
         if after and (found is None or any(u and u != region and under(after[0], (u,)) for u in found)):

@@ -92,16 +92,14 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
         return False
     nodes = dict(case.model.body.walk("body"))
     order = list(nodes)  # pre-order: forward order
-    held = set(case.model.param_modules())
     composable = {c.path for c in case.plan.checkpoints if c.api == "composable"}
     for c in case.plan.checkpoints:
         if c.api == "composable" or c.path not in nodes:
             continue
-        inside = [p for p in order if under(p, (c.path,))]
-        at = order.index(c.path)
-        if (not any(nodes[p].kind == "dropout" for p in inside) or any(p in held for p in inside)
-                or any(p in held for p in order[:at] if not under(c.path, (p,)))):
+        if not any(nodes[p].kind == "dropout" for p in order if under(p, (c.path,))) or \
+                not case.model.needs_no_gradient(c.path):
             continue
+        at = order.index(c.path)
         if next((p for p in order[at:] if not under(p, (c.path,))), None) in composable:
             return True
     return False
