@@ -15,7 +15,8 @@ live system trains on and loads the checkpoint into itself: :data:`ROLLBACK`), d
 so that the case is one whose reference can roll back, and nothing reshards.
 A pipelined system (a family with ``partial_state``) on either side flattens the optimizer state dicts and does not
 gather to rank 0 alone.  A case drawn compiled in the ``model`` form (whose state dict no load takes) compiles
-blocks instead, where its family compiles them.  Shrinking: toward the first step, the ``dcp`` way, no options, no resharding, no rollback.
+blocks instead, where its family compiles them.  Shrinking: toward the first step, the ``dcp`` way, no options,
+no resharding, no rollback.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from parityfuzz import families
 from parityfuzz.case import Case, CaseError, MeshSpec, dimensions
 from parityfuzz.case.compiled import Compile, validate_compile
 from parityfuzz.case.mesh import DEFAULT_WORLD_SIZES
-from parityfuzz.strategies.compiled import blocks
 from parityfuzz.case.checkpoint import (checkpoint_families, Checkpoint, check_rollback, reference,
                                         reshards as resharding, saves_from, ways)
+from parityfuzz.strategies.compiled import blocks
 
 #: A rollback (the live system loads the checkpoint a few steps after the save) in 1 event of 3 that can take one.
 ROLLBACK = st.sampled_from((False, False, True))
