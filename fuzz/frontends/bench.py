@@ -252,12 +252,12 @@ def target_profiles(names: list[str], sizes: list[int], n: int, seed: int, log=p
     fixed seed; those whose checkpoint resumes at another world size left out: the bare loop runs one pool): the
     executor's cases a minute and where their time goes (:func:`profile`), and the bare loop's (each case's
     reference and system trained once per rank in persistent processes, nothing recorded, shipped or compared:
-    the limit here)."""
+    the limit here).  Only cases that train on both sides are timed (:func:`trains`)."""
     rows = []
     for name in names:
         for ws in sizes:
-            cases = [c for c in generate(n, (ws,), seed, name)
-                     if not c.checkpoint or c.resumed().world_size == c.world_size]
+            cases = trains([c for c in generate(n, (ws,), seed, name)
+                            if not c.checkpoint or c.resumed().world_size == c.world_size], ws)
             if not cases:
                 rows.append({"target": name, "world_size": ws, "cases": 0})
                 continue
@@ -270,6 +270,15 @@ def target_profiles(names: list[str], sizes: list[int], n: int, seed: int, log=p
             rows.append(row)
             log(f"{name} ws={ws}: {row['executor_cases_per_min']} cases/min, bare {row['bare_cases_per_min']}")
     return rows
+
+
+def trains(cases: list[Case], world_size: int) -> list[Case]:
+    """The cases whose reference and system both train on every rank: the bare loop cannot run the others (a rank
+    that raises leaves the others waiting in a collective), so neither side times them."""
+    from parityfuzz.executor import Executor
+
+    with Executor() as ex:
+        return [c for c in cases if all(o.status == "ok" for seg in ex.run_segments(c) for o in seg)]
 
 
 def print_target_profiles(rows: list[dict]) -> None:
