@@ -214,8 +214,8 @@ def test_under_xdist_each_worker_schedules_the_group_of_targets_it_was_dealt(tmp
     report has each worker's schedule."""
     (tmp_path / "test_four.py").write_text(FOUR_NAMED)
     report = tmp_path / "report.json"
-    # (a budget that two cases of each target fit in under load: a cold inductor case took a 15-s slice whole in a
-    # local CI run; the run ends when every target has its two cases)
+    # (a budget that two cases of each target fit in under load: in a local CI run one slow case took a target's
+    # 15-s slice whole; the run ends when every target has its two cases)
     result = pytest_run(str(tmp_path / "test_four.py"), "-n", "2", "--fuzz-max-cases=2", "--world-sizes=1",
                         "--fuzz-budget=240", "--fuzz-seed=1", f"--corpus-dir={tmp_path}", f"--fuzz-report={report}",
                         f"--rootdir={tmp_path}", "-rA")
