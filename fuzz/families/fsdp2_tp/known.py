@@ -295,16 +295,14 @@ def compiled_plain_then_colwise_query_each_fully_shard_ed(case: Case) -> bool:
         return False
     styles = {p.path: p.style for p in case.plan.tp}
     wrapped = {w.path for w in case.plan.wraps}
+    nodes = dict(case.model.body.walk("body"))
     plain_seen = False
-    for path, node in case.model.body.walk("body"):
-        linears = {"attention": ("q", "k", "v", "o"), "mlp": ("fc1", "fc2")}.get(node.kind, ())
-        if not any(under(path, (q,)) for q in c.paths):
+    for linear, kind in case.model.module_paths():  # (forward order, an attention's q, k, v and o among them)
+        if kind != "linear" or linear not in wrapped or not under(linear, c.paths):
             continue
-        for name in linears or ((None,) if node.kind == "linear" else ()):
-            linear = path if name is None else f"{path}.{name}"
-            if linear not in wrapped:
-                continue
-            if node.kind == "attention" and name == "q" and styles.get(linear) == "colwise" and plain_seen:
-                return True
-            plain_seen = plain_seen or linear not in styles
+        parent, _, name = linear.rpartition(".")
+        if name == "q" and getattr(nodes.get(parent), "kind", "") == "attention" and styles.get(linear) == "colwise" \
+                and plain_seen:
+            return True
+        plain_seen = plain_seen or linear not in styles
     return False
