@@ -135,14 +135,15 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     except CaseError:
         assume(False)
     resume = draw(resumes(case, world_sizes, kind)) if save != "fsdp1_local" and not rollback else {}
+    into = dataclasses.replace(event, **resume)
+    way = ways_into(dataclasses.replace(case, checkpoint=into).resumed(), ways()[save].format)
     try:  # (its compile is checked apart, below; loaded one of the ways the resumed family reads the format in)
-        into = dataclasses.replace(event, **resume)
-        way = ways_into(dataclasses.replace(case, checkpoint=into).resumed(), ways()[save].format)
-        dataclasses.replace(case, checkpoint=dataclasses.replace(into, load="" if save in way else way[0]),
-                            compile=Compile()).validate()
-        event = into
-    except (CaseError, IndexError):
-        pass  # refused: the event resumes the same plan (and may roll back, below)
+        if way:
+            dataclasses.replace(case, checkpoint=dataclasses.replace(into, load="" if save in way else way[0]),
+                                compile=Compile()).validate()
+            event = into
+    except CaseError:
+        pass  # refused (or no way reads the format there): the event resumes the same plan (and may roll back)
     resumed = dataclasses.replace(case, checkpoint=event).resumed()
     load = draw(st.sampled_from(ways_into(resumed, ways()[save].format)))
     options = {}
@@ -179,8 +180,10 @@ def checkpoints(draw, case: Case, world_sizes: tuple[int, ...] = (2, 4), rollbac
     if case.compile.form == "model":  # (its state dict's keys carry a prefix no load takes: validate_compile) a
         family = families.get(case.family)  # compile of blocks instead, where the family compiles them
         forms = [f for f in family.compiles if f != "model"]
-        case = dataclasses.replace(case, compile=draw(blocks(case, draw(st.sampled_from(forms)), family.compile_groups,
-                                                             case.compile.backend)) if forms else Compile())
+        blocked = Compile()
+        if forms:
+            blocked = draw(blocks(case, draw(st.sampled_from(forms)), family.compile_groups, case.compile.backend))
+        case = dataclasses.replace(case, compile=blocked)
     if case.compile:  # compiled as the case was drawn, where the resumed case compiles the same way
         try:
             validate_compile(case)
