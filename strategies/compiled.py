@@ -4,10 +4,10 @@ About one case in six compiles (compiling costs seconds where an eager case cost
 one in twelve with ``inductor`` (generated C++: 3 to 10 s a case with a warm cache, over a minute cold for a
 tensor-parallel model), the rest with ``aot_eager`` (0.1 to 4 s); in a swarm configuration that switched
 ``compile`` on, one in four with ``inductor``, the backend production runs (:data:`BACKENDS_ON`); a case
-computing in float16 or bfloat16 always with ``aot_eager`` (inductor rounds otherwise than the eager reference there).  A ``blocks_*`` form
-compiles one to three of the modules ``module.compile()`` traces (where the family needs one in each of some
-groups, one of each first: a pipeline rank's stages); a model without any takes the ``model`` form where the family
-offers it, else stays eager.
+computing in float16 or bfloat16 always with ``aot_eager`` (inductor rounds otherwise than the eager reference
+there).  A ``blocks_*`` form compiles one to three of the modules ``module.compile()`` traces (where the family
+needs one in each of some groups, one of each first: a pipeline rank's stages); a model without any takes the
+``model`` form where the family offers it, else stays eager.
 
 An inductor case is restarted on its warm graph caches (``restart``) one time in two.
 

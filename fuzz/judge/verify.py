@@ -74,7 +74,8 @@ def compile_tags(sut: Trace) -> tuple[str, ...]:
 
 #: The note of a verdict given on fresh ranks after the case crashed a rank of ranks that had run other cases (a
 #: heap corrupted by an earlier case: its crash is not this case's, which replays as it does on fresh ranks).
-WARM_CRASH = "a rank crashed when this case ran on ranks that had run {runs} cases before; fresh ranks give this verdict"
+WARM_CRASH = ("a rank crashed when this case ran on ranks that had run {runs} cases before; fresh ranks give this "
+              "verdict")
 
 #: The note of a mismatch whose noise was not measured because a known torch bug explains it anyway.
 KNOWN_UNMEASURED = "noise not measured: a known torch bug explains the mismatch"
@@ -82,16 +83,17 @@ KNOWN_UNMEASURED = "noise not measured: a known torch bug explains the mismatch"
 
 def verify_case(case: Case, executor: Executor, timeout_s: float | None = None,
                 known: Callable[[Verdict], bool] | None = None) -> Verdict:
-    """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise
-    measured by a perturbed reference run, and one that stands against it with the largest noise of
-    :data:`NOISE_SAMPLES` such runs (``parityfuzz.judge.oracle``): it is reported only then.  Where ``known`` says
-    that a known torch bug explains the mismatch (its precondition and signature: the search counts the case as
-    passing either way), it is returned unmeasured, noted :data:`KNOWN_UNMEASURED`: the noise runs are most of a
-    mismatching case's time (the README's 60-second run on one seed drew 10 cases with them, 87 without).  A case torch must
-    refuse (:mod:`parityfuzz.judge.expected`) runs the system under test alone and passes when it raises the expected error.  A case whose checkpoint event
-    resumes at another world size runs on two pools: each part is compared on its own, the first finding is
-    the verdict.  A crash on ranks that had run other cases is run again on fresh ones (the crash broke the pool),
-    whose verdict stands, noted :data:`WARM_CRASH` where it differs: a case must give its verdict on replay."""
+    """The case's verdict.  A value mismatch against the rounding floor is compared again with the noise measured by a
+    perturbed reference run, and one that stands against it with the largest noise of :data:`NOISE_SAMPLES` such
+    runs (``parityfuzz.judge.oracle``): it is reported only then.  Where ``known`` says that a known torch bug
+    explains the mismatch (its precondition and signature: the search counts the case as passing either way), it is
+    returned unmeasured, noted :data:`KNOWN_UNMEASURED`: the noise runs are most of a mismatching case's time (the
+    README's 60-second run on one seed drew 10 cases with them, 87 without).  A case torch must refuse
+    (:mod:`parityfuzz.judge.expected`) runs the system under test alone and passes when it raises the expected
+    error.  A case whose checkpoint event resumes at another world size runs on two pools: each part is compared on
+    its own, the first finding is the verdict.  A crash on ranks that had run other cases is run again on fresh ones
+    (the crash broke the pool), whose verdict stands, noted :data:`WARM_CRASH` where it differs: a case must give
+    its verdict on replay."""
     expected = expectation(case, executor.device_type(case.world_size))
     if expected is not None:
         outcomes = executor.run(case, timeout_s, roles=("system",))
