@@ -85,10 +85,10 @@ def test_a_target_that_finds_failure_after_failure_ends_by_its_deadline_with_eac
     took = time.monotonic() - began
     deadline = FuzzOptions(**options).deadline_s(3.0)
     assert deadline == 9.0
-    # On top: the case running at the deadline, recording, and Hypothesis's shrinker going through its last
-    # candidates (each a draw) once they count as passing.  Without the deadline this run took 80 s; with it, 17.7 s
-    # under CI's two test processes on 2 cores (Hypothesis's draws are CPU-bound), 12 s on an idle machine.
-    assert took < deadline + 16.0, took
+    # On top: the case running at the deadline and the recording.  Hypothesis's shrinker, going on through its
+    # passes once every untried case counts as passing (each candidate a draw), took this run to 17.7 s under CI's
+    # two test processes on 2 cores, and 30.5 s on a slower CI machine, before a spent shrink budget stopped it.
+    assert took < deadline + 4.0, took
     assert len(stats.failures) >= 2, [f.verdict.bug_signature() for f in stats.failures]
     assert all(f.corpus_path is not None and f.corpus_path.exists() for f in stats.failures)
     assert len({f.verdict.bug_signature() for f in stats.failures}) >= 2

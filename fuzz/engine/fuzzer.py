@@ -207,6 +207,7 @@ class Fuzzer:
                     now = time.monotonic()
                 if found and (now >= found["shrink_until"]
                               or _reached(stats.shrink_runs - shrink_runs_before, opts.max_shrink_runs)):
+                    found["spent"] = True  # Hypothesis's shrinker stops after this call (generation.fuzzing)
                     return  # shrink budget spent: untried cases count as passing
                 skipped_for = "" if found else throttle.skip(case)
                 if skipped_for:
@@ -255,7 +256,7 @@ class Fuzzer:
         failures: list[CaseFailed] = []
         exhausted = False
         try:
-            with fuzzing():
+            with fuzzing(shrink_spent=lambda: found.get("spent", False)):
                 test()
             exhausted = True
         except _BudgetSpent:

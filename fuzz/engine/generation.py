@@ -17,8 +17,15 @@ saw a supported dimension in 2-6% of them on some seeds where the strategy draws
 every case judged at once: ``tests/test_fuzz_loop.py``); without the mutations each case is a fresh draw and the
 shares stay near the strategy's.  Shrinking is Hypothesis's own, untouched.
 
-Both are Hypothesis's internal state (``hypothesis.internal.conjecture``); where a version lacks one there is
-nothing to turn off.  ``tests/test_fuzz_loop.py`` checks that a run's cases do not change when a module full of
+**Shrinking ends with its budget.**  Once a round's shrink budget is spent, its property counts every untried case
+as passing without running it, but Hypothesis's shrinker would go on through its passes: each candidate a draw of a
+case from the strategy (tens of milliseconds here, where a test's draw usually takes microseconds), hundreds of
+them, 8 s past the budget in a test whose budget was 4 s.  Hypothesis has no public limit on shrinking time (its
+engine stops on its own after five minutes), so the round tells its engine, through :func:`shrinking_until`, to
+stop as its own limits do: with the smallest failure found so far.
+
+All three are Hypothesis's internal state (``hypothesis.internal.conjecture``); where a version lacks one there is
+nothing to turn off (and shrinking then runs to Hypothesis's own end).  ``tests/test_fuzz_loop.py`` checks that a run's cases do not change when a module full of
 constants is loaded, and that a short run's dimension shares stay near the strategy's, so an upgrade that moves
 either fails there, not silently.
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import Callable
 
 #: Per patched attribute ``(owner, name)``: how many rounds are inside its patch now (several where rounds wait in
 #: threads of their own: :mod:`parityfuzz.engine.resumable`), and the value they replaced: the first to enter
@@ -84,8 +92,45 @@ def without_span_mutations():
         yield
 
 
+#: Per thread (a round runs in its own where a schedule resumes it): whether its shrink budget is spent.
+_shrinks = threading.local()
+
+
+def _ending_spent_shrinks(test_function):
+    """``ConjectureRunner.test_function``, after which the engine stops where this thread's round says its shrink
+    budget is spent (as the engine stops at its own limits: ``exit_with``, keeping the failures found so far)."""
+    from hypothesis.internal.conjecture.engine import ExitReason
+
+    def ending(self, data):
+        test_function(self, data)
+        spent = getattr(_shrinks, "spent", None)
+        if spent is not None and spent():
+            self.exit_with(ExitReason.very_slow_shrinking)
+    return ending
+
+
 @contextlib.contextmanager
-def fuzzing():
-    """Generation as a fuzz round runs it: no local constants, no span mutations."""
-    with without_local_constants(), without_span_mutations():
+def shrinking_until(spent: Callable[[], bool]):
+    """Within (in this thread): Hypothesis's engine stops once ``spent()`` holds after a test call."""
+    try:
+        from hypothesis.internal.conjecture.engine import ConjectureRunner, ExitReason
+        ConjectureRunner.test_function, ConjectureRunner.exit_with, ExitReason.very_slow_shrinking  # noqa: B018
+    except (ImportError, AttributeError):
+        yield
+        return
+    before = getattr(_shrinks, "spent", None)
+    _shrinks.spent = spent
+    try:
+        # (the wrapper is built from the attribute as it is; it is set only by the first round to enter)
+        with _patched(ConjectureRunner, "test_function", _ending_spent_shrinks(ConjectureRunner.test_function)):
+            yield
+    finally:
+        _shrinks.spent = before
+
+
+@contextlib.contextmanager
+def fuzzing(shrink_spent: Callable[[], bool] = lambda: False):
+    """Generation as a fuzz round runs it: no local constants, no span mutations, and (in this thread) shrinking
+    stops once ``shrink_spent()`` holds."""
+    with without_local_constants(), without_span_mutations(), shrinking_until(shrink_spent):
         yield
