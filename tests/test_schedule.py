@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from parityfuzz.engine.schedule import FLOOR, MIN_SLICE_S, Gains, Schedule, gains_of, run_schedule
+from parityfuzz.engine.schedule import FLOOR, MIN_SLICE_S, Gains, Schedule, first_cases, gains_of, run_schedule
 from tests.test_cli import pytest_run
 
 
@@ -34,6 +34,20 @@ def pairs_found(schedule: Schedule) -> int:
 def test_the_even_schedule_gives_each_target_one_equal_slice_in_turn():
     s = simulate(Schedule(["a", "b", "c"], 300, adaptive=False), lambda t, at: 10)
     assert [(x.target, x.seconds) for x in s.slices] == [("a", 100), ("b", 100), ("c", 100)]
+
+
+def test_a_target_after_others_overran_the_budget_still_gets_its_first_cases():
+    """A case is never cut, so the targets before the last may spend the whole budget (a CI run under
+    --fuzz-max-cases reported a target with 0 cases); the rest still each get a slice that runs a case."""
+    for adaptive, budget in ((False, 30), (True, 600)):
+        schedule = Schedule(["a", "b", "c"], budget, adaptive=adaptive)
+        given = []
+        while (choice := schedule.next()) is not None:
+            name, seconds, reason = choice
+            given.append((name, seconds, first_cases(reason)))
+            schedule.record(name, budget if name == "a" else seconds, Gains(cases=1), reason)  # "a" overran it all
+        assert [(n, s) for n, s, _ in given][1:] == [("b", 0.0), ("c", 0.0)]
+        assert all(cases >= 1 for _, _, cases in given)
 
 
 def test_time_goes_where_new_behaviour_is_found_and_no_target_starves():

@@ -19,7 +19,9 @@ outlook (greedy: the marginal rates even out, which is what maximizes what the r
 returns diminish), except that a target whose time has fallen below its floor (:data:`FLOOR` of the time spent so
 far, spread evenly) is served first: no target starves, so a quiet target still sees a finding, late.  Where the
 budget is too small for that (less than :data:`MIN_SLICES` slices a target), each target gets one even slice:
-that is the even schedule.
+that is the even schedule.  A target's first slice is never skipped, even where the targets before it overran the
+whole budget (a case is never cut): it then runs its first cases alone (:func:`first_cases`), as no target of the
+run is left with none (a CI run under ``--fuzz-max-cases`` once reported a target with 0 cases).
 
 The schedule only chooses; running a slice is :meth:`parityfuzz.engine.fuzzer.TargetRun.run`.  The budget stays
 wall-clock seconds of generation, as ``--fuzz-budget`` says: shrinking a finding is not charged to it.
@@ -157,12 +159,14 @@ class Schedule:
         """``(target, seconds, reason)`` of the next slice (reasons: :attr:`Slice.reason`); None when the budget is
         spent or every target finished."""
         live = [t for t in self.targets if t not in self.finished]
-        if not live or self.left <= 0:
+        ran = {s.target for s in self.slices}
+        unrun = [t for t in live if t not in ran]
+        if not live or (self.left <= 0 and not unrun):
             return None
         if not self.adaptive:
-            ran = {s.target for s in self.slices}
-            unrun = [t for t in live if t not in ran]
-            return (unrun[0], self.left / len(unrun), "even") if unrun else None
+            return (unrun[0], max(0.0, self.left) / len(unrun), "even") if unrun else None
+        if self.left <= 0:  # the budget overrun before every target's first slice: each still gets its first cases
+            return unrun[0], 0.0, "first"
         if len(live) == 1:  # nothing to share with: the rest in one slice (a round is never cut for nothing)
             return live[0], self.left, "alone"
         seconds = min(self.slice_s, self.left)
@@ -251,7 +255,7 @@ def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline
         name, seconds, reason = choice
         run = runs[name]
         before, spent = gains_of(run.stats), run.stats.generate_seconds
-        run.run(seconds, deadline, min_cases=FIRST_SLICE_CASES if reason == "first" else 0)
+        run.run(seconds, deadline, min_cases=first_cases(reason))
         # (charged at least a tenth of a second: a slice cut by its deadline before generating still costs)
         s = schedule.record(name, max(0.1, run.stats.generate_seconds - spent), gains_of(run.stats).minus(before),
                             reason, done=run.done)
@@ -261,6 +265,12 @@ def _slices(schedule: Schedule, runs: dict, log: Callable[[str], None], deadline
             log(f"schedule: {name} {s.seconds:.0f}s ({reason}): {s.gains.pairs} new pairs, "
                 f"{s.gains.near_misses} new near misses, {s.gains.failures} new failures; outlook "
                 f"{s.outlook:.1f}/s; {schedule.left:.0f}s left")
+
+
+def first_cases(reason: str) -> int:
+    """Cases a slice runs at least, whatever its seconds: the first slice of an adaptive schedule
+    :data:`FIRST_SLICE_CASES`, an even one (each target's only slice) one."""
+    return {"first": FIRST_SLICE_CASES, "even": 1}.get(reason, 0)
 
 
 def gains_of(stats) -> Gains:
