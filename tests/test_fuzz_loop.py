@@ -307,7 +307,7 @@ def test_a_seed_draws_the_same_cases_whatever_modules_the_process_loaded(tmp_pat
         from hypothesis.internal.conjecture import providers
 
         if hasattr(providers, "_get_local_constants"):  # the control: this Hypothesis has the pool
-            monkeypatch.setattr(engine, "fuzzing", without_span_mutations)  # (the constants left in)
+            monkeypatch.setattr(engine, "fuzzing", lambda **_: without_span_mutations())  # (the constants left in)
             before = drawn(300)
             load_constants("parityfuzz_test_constants_b", 11)
             assert drawn(300) != before
@@ -360,7 +360,7 @@ def test_each_case_of_a_run_is_a_fresh_draw_of_its_dimensions(tmp_path, monkeypa
             drawn = _dimension_sets(tmp_path, monkeypatch, family, seed=seed)
             for d in dimensions.supported(families.get(family)):
                 assert sum(d in s for s in drawn) >= 4, (seed, d)  # 5% of 80
-        monkeypatch.setattr(engine, "fuzzing", without_local_constants)  # the control: span mutations on
+        monkeypatch.setattr(engine, "fuzzing", lambda **_: without_local_constants())  # the control: span mutations on
         mutated = _dimension_sets(tmp_path, monkeypatch, family, seed=1)
         assert repeats(mutated) > 0.4 and len(set(fresh)) > 1.5 * len(set(mutated)), (len(set(fresh)),
                                                                                      len(set(mutated)))
