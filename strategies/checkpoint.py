@@ -53,6 +53,12 @@ def _taken_by(kind: str, family: str) -> tuple[str, ...] | None:
     return dimensions.supported(families.get(kind))
 
 
+def _refused_leaves(kind: str, family: str) -> tuple[str, ...]:
+    """The model leaves a case of ``family`` may not hold where its load resumes ``kind`` (:func:`reshards`): those
+    the family of the resumed plan refuses, where that is another family."""
+    return () if kind in ("none", "world_size", family) else families.get(kind).refused_leaves
+
+
 def _reads(kind: str, family: str) -> bool:
     """Whether a load resuming ``kind`` (:func:`reshards`) can read a format ``family`` saves in (ZeRO's own
     format: only ZeRO's plans), so that no case is drawn for a resume its load must then refuse."""
@@ -223,6 +229,9 @@ def checkpointed_cases(draw, world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     # (the event then resumes the same plan): such a case draws only the dimensions both families take.
     drawn = cases(family=family, world_sizes=world_sizes, max_steps=max_steps, max_depth=max_depth, system=system,
                   within=_taken_by(kind, family), require=(favour,) if favour else ())
+    refused = () if system else _refused_leaves(kind, family)
+    if refused:  # (the resume's validation would refuse the model: the case would keep its own plan)
+        drawn = drawn.filter(lambda c: not any(n.kind in refused for _, n in c.model.body.walk("body")))
     case = draw(drawn.filter(lambda c: reference(c).rolls_back) if rollback else drawn)
     # A case torch refuses (an expected error) trains to no checkpoint, and one with tensors of a value per rank
     # (FSDP1's ignored modules) cannot keep them through any: not spent here.

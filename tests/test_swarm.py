@@ -95,6 +95,23 @@ def test_a_checkpoint_resuming_another_family_draws_only_the_dimensions_both_tak
     assert into_stages / len(resumed) >= 0.01, into_stages
 
 
+def test_a_case_the_pipeline_family_takes_only_in_one_stage_or_without_dropout_still_resumes_into_stages():
+    """A tied head resumes into one stage (its weight is the embedding's: the family's rules keep it in one
+    stage), and a case resumed into stages is drawn without the dropout the family refuses."""
+    from hypothesis import strategies as st
+    from parityfuzz.families.pipeline.strategy import resumed
+    from parityfuzz.strategies import cases
+
+    tied = [c for c in draws(cases(family="fsdp2", world_sizes=(2, 4)), 300) if c.model.tie_head][:8]
+    assert tied
+    for case in tied:
+        for into in draws(st.just(case).flatmap(lambda c: resumed(c, [c.world_size, 2, 4])), 5):
+            assert into["plan"].num_stages(into["mesh"].axis_size("pp")) == 1  # (else no resume would be valid)
+    resumed_cases = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4)), 150, seed=2)
+    into_stages = [c for c in resumed_cases if c.family != "pipeline" and c.resumed().family == "pipeline"]
+    assert into_stages and not any(n.kind == "dropout" for c in into_stages for _, n in c.model.body.walk("body"))
+
+
 def test_the_swarm_configuration_shrinks_to_every_switch_off():
     """Its simplest configuration switches nothing on (and a configuration switching nothing on draws no dimension:
     the test above), so a shrunk case keeps only the dimensions its failure needs."""

@@ -372,6 +372,7 @@ FAMILY = Family(
            rules.NO_PARAMETER_SHARED_ACROSS_STAGES, rules.EVEN_MICROBATCHES, rules.REENTRANT_ONLY_IN_THE_FIRST_STAGE,
            rules.CHECKPOINT_FLATTENS_THE_OPTIMIZER, rules.CHECKPOINT_NOT_RANK0_ONLY,
            rules.CHECKPOINT_EVERY_RANK_HOLDS_PARAMETERS, *checkpointing.RULES),
+    refused_leaves=("dropout",),  # (validate: no random stream across stages)
     compiles=("blocks_before",),  # the stages hold the whole model's (compiled) modules; no module holds the
     # stages' names after the split, and the schedule calls each stage module itself (no "model" form)
     compile_groups=compile_groups,

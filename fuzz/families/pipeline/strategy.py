@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from parityfuzz.case import Case, MeshSpec, ModelSpec, Node, under
 from parityfuzz.case.training import input_requires_grad
 from parityfuzz.parts.activation_checkpoint import CHECKPOINT_APIS, ActivationCheckpoint
-from parityfuzz.families.pipeline import SCHEDULES, PipelinePlan, expected_error, units
+from parityfuzz.families.pipeline import FAMILY, SCHEDULES, PipelinePlan, expected_error, units
 from parityfuzz.parts.fully_shard import Policy
 from parityfuzz.strategies.cases import finish
 from parityfuzz.strategies.coins import OFTEN
@@ -41,7 +41,7 @@ from parityfuzz.strategies.models import LEAVES, VOCABS, WIDTHS, bodies
 from parityfuzz.strategies.training import training
 
 #: Leaves a pipelined model may hold (no dropout: the family's validation says why).
-PIPELINE_LEAVES = tuple(k for k in LEAVES if k != "dropout")
+PIPELINE_LEAVES = tuple(k for k in LEAVES if k not in FAMILY.refused_leaves)
 #: The checkpoint APIs with a reentrant form (the composable checkpoint has none).
 REENTRANT_APIS = tuple(a for a in CHECKPOINT_APIS if a != "composable")
 
@@ -180,7 +180,9 @@ def resumed(draw, case: Case, sizes: list[int]) -> dict:
     (:mod:`parityfuzz.strategies.checkpoint`, which keeps the case's own plan where the family's validation refuses
     the model or the training spec).  Every stage count the model's top-level modules allow; the microbatch
     counts that divide the batch and that the schedule takes (else ``gpipe`` with one)."""
-    count = len(units(case.model))
+    # A tied head shares the embedding's weight, and a parameter sits in one stage (the family's rules): its model
+    # resumes into one stage, the rest of the ranks sharding it (it would keep its own plan otherwise).
+    count = 1 if case.model.tie_head else len(units(case.model))
     ws = draw(st.sampled_from(sizes))
     choices = [(pp, schedule, per_rank) for pp in (2, 4, 3, 8, 1) if ws % pp == 0
                for schedule, (_, layout) in SCHEDULES.items()
