@@ -124,7 +124,7 @@ def test_a_users_project_fuzzes_its_own_system_plugged_in_by_entry_point(tmp_pat
     (tmp_path / "test_mine.py").write_text(TARGET)
     env = {**CLEAN, "PYTHONPATH": str(tmp_path)}
     result = run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_mine.py", "--world-sizes=2",
-                  "--fuzz-seed=2", "--fuzz-budget=60", "--shrink-budget=60", "--reduce-budget=0",
+                  "--fuzz-seed=2", "--fuzz-budget=60", "--shrink-budget=10", "--reduce-budget=0",
                   "--fuzz-max-failures=1"], tmp_path, env,
                  timeout=600)
     out = result.stdout + result.stderr
