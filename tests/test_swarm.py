@@ -90,8 +90,9 @@ def test_a_checkpoint_resuming_another_family_draws_only_the_dimensions_both_tak
     assert set(met) <= set(into) and met["eval"] and met["compile"], met
     resumed = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4)), 400, seed=1)
     into_stages = sum(c.family != "pipeline" and c.resumed().family == "pipeline" for c in resumed)
-    # 0-4% over seeds 1-5 with the shipped families alone (2% on average; 1.3% before the kinds a family cannot
-    # load into were left out); the test-only families registered here take a share of the kinds
+    # 1.5-5% over seeds 1-5 with the shipped families alone (3.1% on average; 2% before tied heads and models
+    # without dropout resumed into stages, 1.3% before the kinds a family cannot load into were left out); the
+    # test-only families registered here take a share of the kinds
     assert into_stages / len(resumed) >= 0.01, into_stages
 
 
