@@ -25,9 +25,10 @@ engine stops on its own after five minutes), so the round tells its engine, thro
 stop as its own limits do: with the smallest failure found so far.
 
 All three are Hypothesis's internal state (``hypothesis.internal.conjecture``); where a version lacks one there is
-nothing to turn off (and shrinking then runs to Hypothesis's own end).  ``tests/test_fuzz_loop.py`` checks that a run's cases do not change when a module full of
-constants is loaded, and that a short run's dimension shares stay near the strategy's, so an upgrade that moves
-either fails there, not silently.
+nothing to turn off (and shrinking then runs to Hypothesis's own end).  ``tests/test_fuzz_loop.py`` checks that a
+run's cases do not change when a module full of constants is loaded, and that a short run's dimension shares stay
+near the strategy's, so an upgrade that moves either fails there, not silently; ``tests/test_round_keeps.py`` that
+a target with a finding ends by its deadline.
 """
 
 from __future__ import annotations
