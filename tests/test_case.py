@@ -255,3 +255,6 @@ def test_a_module_needs_no_gradient_where_nothing_in_it_or_before_it_holds_a_par
     assert not model.needs_no_gradient("body.2")  # (the Linear before it)
     assert not model.needs_no_gradient("body")
     assert not dataclasses.replace(model, input="embedding", vocab=4).needs_no_gradient("body.0")
+    # frozen parameters need no gradient: the Linear before the last module, or the one inside body.1
+    assert model.needs_no_gradient("body.2", frozen=("body.1",)) and model.needs_no_gradient("body.1", ("body.1.1",))
+    assert not model.needs_no_gradient("body.2", frozen=("body.1.0",))  # (its ReLU: the Linear still trains)

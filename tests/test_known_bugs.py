@@ -336,6 +336,56 @@ def test_the_compiled_checkpointed_dropout_bug_needs_a_parameterless_compiled_bl
                                             case([dropout], form="model", paths=[])))
 
 
+def test_the_compiled_checkpointed_dropout_bug_counts_parameters_frozen_at_the_first_step():
+    """Measured on unmodified torch (fsdp1_tp/446b4a4f: an MLP frozen for step 0, a checkpointed dropout, a Linear
+    in its own FSDP1 instance, inductor): it fails; nothing frozen, or only the MLP's second Linear, trains."""
+    bug = next(b for b in known.shipped() if b.id == "checkpointed-dropout-compiled-as-an-inference-graph")
+    base = corpus.load(CORPUS / "fsdp1_tp/446b4a4ff4305dea.json").case.to_dict()
+
+    def case(frozen):
+        return Case.from_dict({**base, "train": {**base["train"], "frozen": frozen}}).validate()
+
+    assert bug.applies(case(base["train"]["frozen"])) and bug.applies(case([{"path": "body.0", "until": 1}]))
+    assert not any(bug.applies(case(f)) for f in ([], [{"path": "body.0.fc2", "until": 1}]))
+
+
+def test_the_gradient_holding_compile_bug_covers_a_retrace_at_a_gates_next_use():
+    """Measured on unmodified torch (fsdp1_tp/3ff4ab81: a compiled block around a gate of period 2, alike on every
+    rank, 3 microbatches, one step): it fails; period 3, 1 or 2 microbatches, or no compile train; period 3 over 2
+    steps fails with zero_grad(set_to_none=False) and trains with set_to_none=True."""
+    bug = next(b for b in known.shipped() if b.id == "fsdp1-compiled-forward-without-grad-holding-gradients")
+    base = corpus.load(CORPUS / "fsdp1_tp/3ff4ab814963e49f.json").case.to_dict()
+
+    def case(period=2, compiled=True, **train):
+        d = json.loads(json.dumps(base))
+        d["model"]["body"]["children"][1]["children"][0]["period"] = period
+        d["train"].update(train)
+        return Case.from_dict(d if compiled else {k: v for k, v in d.items() if k != "compile"}).validate()
+
+    assert all(bug.applies(c) for c in (case(), case(3, steps=2, zero_grad="zeros")))
+    assert not any(bug.applies(c) for c in (case(3), case(microbatches=1), case(microbatches=2),
+                                            case(compiled=False), case(3, steps=2, zero_grad="none")))
+
+
+def test_the_local_output_bug_reaches_fsdp1_through_a_checkpointed_instance_in_a_compiled_block():
+    """Measured on unmodified torch (fsdp1_tp/f5a72523: a compiled residual over a colwise and a rowwise Linear, the
+    rowwise one checkpoint-wrapped before FSDP1 makes it an instance, a (2, 2) mesh): it fails, as with instances on
+    both Linears; the root alone, an instance on the colwise one instead, the checkpoint after wrapping, or a (2, 1)
+    mesh train."""
+    bug = next(b for b in known.shipped() if b.id == "tp-local-output-into-a-compiled-block")
+    base = corpus.load(CORPUS / "fsdp1_tp/f5a725235ba7a59b.json").case.to_dict()
+    ckpt = base["plan"]["checkpoints"][0]
+
+    def case(wraps=("body.0.inner.1",), before=True, mesh=(2, 2)):
+        plan = {**base["plan"], "wraps": list(wraps), "checkpoints": [{**ckpt, "before": before}]}
+        return Case.from_dict({**base, "plan": plan, "world_size": mesh[0] * mesh[1],
+                               "mesh": {**base["mesh"], "shape": list(mesh)}}).validate()
+
+    assert all(bug.applies(c) for c in (case(), case(("body.0.inner.0", "body.0.inner.1"))))
+    assert not any(bug.applies(c) for c in (case(()), case(("body.0.inner.0",)), case(before=False),
+                                            case(mesh=(2, 1))))
+
+
 def test_the_local_output_bug_reaches_fsdp2_through_a_checkpointed_unit():
     """Measured on unmodified torch (fsdp2_tp/a9525c31, whole-model compile): a wrapper checkpoint on a
     RowwiseParallel Linear that is fully_shard'ed itself fails; fully_shard on the Linear before it or the root

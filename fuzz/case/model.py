@@ -225,11 +225,12 @@ class ModelSpec:
         return [path for path, kind in self.module_paths()
                 if kind in PARAM_KINDS and not (path == "head" and self.tie_head)]
 
-    def needs_no_gradient(self, path: str) -> bool:
+    def needs_no_gradient(self, path: str, frozen: tuple[str, ...] = ()) -> bool:
         """Whether the module at ``path`` computes nothing that needs a gradient: a dense model input, no parameter
-        in it and none in a module that runs before it (its ancestors, which hold it, do not count)."""
+        in it and none in a module that runs before it (its ancestors, which hold it, do not count), parameters
+        in the modules at or under ``frozen`` (their ``requires_grad`` off) not counted."""
         paths = [p for p, _ in self.module_paths()]
-        held = set(self.param_modules())
+        held = {p for p in self.param_modules() if not under(p, frozen)}
         at = paths.index(path)
         return self.input == "dense" and not any(
             p in held and (under(p, (path,)) or i < at and not under(path, (p,))) for i, p in enumerate(paths))

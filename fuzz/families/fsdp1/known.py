@@ -176,10 +176,11 @@ def hybrid_sharded_recipe(case: Case) -> bool:
 def compiled_forward_without_grad_holding_gradients(case: Case) -> bool:
     """A compiled FSDP1 forward traced while the flat parameters hold gradients, sharded (a gradient of the
     shard's size on the unsharded parameter) or in mixed precision (a gradient in another dtype than the cast
-    parameter): under ``torch.no_grad()`` (the evaluation pass fails the grad-mode guard), where a per-rank gate
-    at or around a compiled module first runs its inner module on a rank after a backward (a later microbatch, or a
-    later step whose gradients ``zero_grad`` keeps), so that the rank compiles it then, or where parameters of a
-    compiled module are unfrozen at a later step whose gradients ``zero_grad`` keeps (a retrace then)."""
+    parameter): under ``torch.no_grad()`` (the evaluation pass fails the grad-mode guard), where a gate
+    at, inside or around a compiled module is traced on a rank after a backward (a later microbatch, or a later
+    step whose gradients ``zero_grad`` keeps): at its first use there, or at its next use after one at the first
+    forward; or where parameters of a compiled module are unfrozen at a later step whose gradients ``zero_grad``
+    keeps (a retrace then)."""
     if not case.compile or (runs_unsharded(case) and not case.plan.mixed_precision()):
         return False
     return case.train.eval or _a_gate_compiled_after_a_backward(case) or _unfrozen_in_a_compiled_module(case)
@@ -200,23 +201,32 @@ def _unfrozen_in_a_compiled_module(case: Case) -> bool:
 
 
 def _a_gate_compiled_after_a_backward(case: Case) -> bool:
-    """A per-rank gate at, inside or around a compiled module whose first use on some rank (the forward index
-    ``step * microbatches + microbatch`` where ``index + rank`` is a multiple of its period) follows a backward whose
-    gradients the flat parameters still hold: a later microbatch of the step, or a later step where ``zero_grad``
-    keeps them."""
+    """A gate at, inside or around a compiled module, traced on some rank while the flat parameters still
+    hold a backward's gradients (a later microbatch of the step, or a later step where ``zero_grad`` keeps them).
+    Forward ``index = step * microbatches + microbatch`` runs the gate's inner module where ``index + offset`` is
+    a multiple of its period (offset: the rank's data-parallel index for a per-rank gate, else 0).  Dynamo traces
+    the inner module at its first use; a compiled module at or around the gate reads the index, so a first use at
+    index 0 (guarded on that index) is traced again at the next use, ``period`` later (fsdp1_tp/3ff4ab81: a
+    global gate of period 2 in a compiled block, 3 microbatches; passes with period 3, with 1 or 2 microbatches,
+    or uncompiled)."""
     t = case.train
     compiled = [""] if case.compile.form == "model" else list(case.compile.paths)
 
-    def late(node) -> bool:
-        for rank in range(case.world_size):
-            first = (-rank) % node.period
-            if first < t.steps * t.microbatches and (first % t.microbatches or (first and t.zero_grad != "none")):
+    def held(index: int) -> bool:
+        return index < t.steps * t.microbatches and bool(index % t.microbatches or (index and t.zero_grad != "none"))
+
+    def late(node, around: bool) -> bool:
+        for offset in range(case.world_size if node.by_rank else 1):
+            first = (-offset) % node.period
+            if held(first) or (around and first == 0 and held(node.period)):
                 return True
         return False
 
-    return any(node.kind == "gate" and node.by_rank and late(node)
-               and any(under(path, (c,)) or under(c, (path,)) for c in compiled)
-               for path, node in case.model.body.walk("body"))
+    for path, node in case.model.body.walk("body"):
+        around = any(under(path, (c,)) for c in compiled)
+        if node.kind == "gate" and (around or any(under(c, (path,)) for c in compiled)) and late(node, around):
+            return True
+    return False
 
 
 def reentrant_checkpoint_inside_a_sharded_unit(case: Case) -> bool:
@@ -286,21 +296,36 @@ def reentrant_unit_recomputed_by_an_outer_checkpoint(case: Case) -> bool:
 
 
 def tp_local_output_after_a_checkpointed_instance(case: Case) -> bool:
-    """The whole model compiled, and an activation checkpoint on a module holding an FSDP1 instance strictly inside
-    it: FSDP1's lazy init breaks the graph inside Dynamo's checkpoint operator, so the whole checkpointed module runs
-    eagerly, and where its output is, unchanged, the local output of a tensor-parallel module inside it
-    (``RowwiseParallel``), the graph that resumes in the model's forward (the head's, after an embedding input)
-    takes that ``AsyncCollectiveTensor`` as its input: the record ``tp-local-output-into-a-compiled-block``
-    reached through a graph break."""
-    if not case.compile or case.compile.form != "model" or case.model.input != "embedding":
-        return False
+    """An activation checkpoint on a module holding an FSDP1 instance (strictly inside it, or the module itself
+    with the checkpoint applied before wrapping: the wrapper holds the instance) in a compiled region: FSDP1's
+    hooks break the graph inside Dynamo's checkpoint operator, so the whole checkpointed module runs eagerly, and
+    where its output is, unchanged, the local output of a tensor-parallel module inside it (``RowwiseParallel``),
+    the graph that resumes after it takes that ``AsyncCollectiveTensor`` as its input: the record
+    ``tp-local-output-into-a-compiled-block`` reached through a graph break.  The whole model compiled: the
+    graph resumed in the model's forward (the head's, after an embedding input; fsdp1_tp/c5f349ec).  A block
+    compiled on its own: the checkpointed module's output is used by the block after it (fsdp1_tp/e543514b
+    reduced: a compiled residual over a colwise Linear and a rowwise one checkpoint-wrapped before FSDP1 wraps
+    it, whose add resumes the graph: the colwise Linear's gradient is zeros; FSDP1 at the root alone, an instance
+    on the colwise Linear instead, the checkpoint applied after wrapping, or a (2, 1) mesh train)."""
+    c = case.compile
     inner = units(case)
-    if inner is None:  # (a size policy: the instances are not known up front)
+    # (a size policy: the instances are not known up front; one tp rank: no collective, so no such tensor; FSDP1
+    # unsharded over tp meets fsdp1-no-shard-tensor-parallel-orig-params first, measured on e543514b reduced)
+    if not c or inner is None or case.mesh.axis_size("tp") < 2 or runs_unsharded(case):
         return False
     nodes = dict(case.model.body.walk("body"))
-    sources, last = local_outputs_handed_on(case), outputs_of(nodes, "body")
-    return any(p in last and any(s in outputs_of(nodes, p) for s in sources)
-               for p in checkpointed_paths(case) if any(w and w != p and under(w, (p,)) for w in inner))
+    sources = local_outputs_handed_on(case)
+
+    def holds_an_instance(k) -> bool:
+        return any(w and under(w, (k.path,)) and (w != k.path or k.before) for w in inner)
+
+    def resumed_on(k) -> bool:  # a traced graph takes the checkpointed module's output after the break
+        if c.form == "model":
+            return case.model.input == "embedding" and k.path in outputs_of(nodes, "body")
+        return any(q != k.path and under(k.path, (q,)) and k.path not in outputs_of(nodes, q) for q in c.paths)
+
+    return any(holds_an_instance(k) and resumed_on(k) and any(s in outputs_of(nodes, k.path) for s in sources)
+               for k in case.plan.checkpoints if k.path in nodes)
 
 
 def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
@@ -314,9 +339,12 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     (``compile.paths``), a compiled block holding no parameter, whose input needs no gradient, is such a graph
     whatever the instances: measured on fsdp1_tp/30e267bd (a dropout in a parameterless block, checkpointed and
     compiled, then a Linear): it fails with FSDP1 at the root alone; a Linear inside the block, the whole model
-    compiled, or no checkpoint trains."""
+    compiled, or no checkpoint trains.  Parameters frozen at the first step (when Dynamo compiles) need no
+    gradient either: measured on fsdp1_tp/446b4a4f (an MLP frozen for step 0, a checkpointed dropout, an instance
+    on the Linear after it, inductor): it fails; nothing frozen, or only the MLP's second Linear, trains."""
     if not case.compile or case.model.input != "dense":
         return False
+    frozen = tuple(f.path for f in case.train.frozen)  # (every entry is frozen at step 0)
     nodes = dict(case.model.body.walk("body"))
     order = list(nodes)  # pre-order: forward order
     holds_params = {p for p in order if nodes[p].kind in (*PARAM_KINDS, "mlp", "attention")}
@@ -325,10 +353,10 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
         if region not in nodes or not any(nodes[p].kind == "dropout" for p in order if under(p, (region,))):
             continue
         if case.compile.form != "model":  # (outside the compiled blocks it runs eagerly)
-            if any(under(region, (b,)) and case.model.needs_no_gradient(b) for b in case.compile.paths):
+            if any(under(region, (b,)) and case.model.needs_no_gradient(b, frozen) for b in case.compile.paths):
                 return True
             continue
-        if not case.model.needs_no_gradient(region):
+        if not case.model.needs_no_gradient(region, frozen):
             continue
         after = [p for p in order[order.index(region):] if p in holds_params and not under(p, (region,))]
         if after and (found is None or any(u and u != region and under(after[0], (u,)) for u in found)):
