@@ -56,7 +56,7 @@ def _taken_by(kind: str, family: str) -> tuple[str, ...] | None:
 def _refused_leaves(kind: str, family: str) -> tuple[str, ...]:
     """The model leaves a case of ``family`` may not hold where its load resumes ``kind`` (:func:`reshards`): those
     the family of the resumed plan refuses, where that is another family."""
-    return () if kind in ("none", "world_size", family) else families.get(kind).refused_leaves
+    return () if kind in ("none", "world_size", family) else tuple(families.get(kind).refused_leaves)
 
 
 def _reads(kind: str, family: str) -> bool:

@@ -132,6 +132,9 @@ class Case:
                 re.compile(self.expect_error.match)
             except re.error as e:
                 raise CaseError("expect_error.match", f"not a regular expression: {e}") from None
+        for path, node in self.model.body.walk("body"):
+            check(node.kind not in family.refused_leaves, "model.body",
+                  f"{self.family} takes no {node.kind} (at {path}): {family.refused_leaves.get(node.kind)}")
         family.validate(self)
         dtypes.check_autocast(self)
         validate_checkpoint(self)

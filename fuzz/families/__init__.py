@@ -174,9 +174,10 @@ class Family:
     resume: str = ""
     #: The ways its systems save and load checkpoints, by name (:class:`parityfuzz.case.checkpoint.Way`).
     checkpoint_ways: dict = field(default_factory=dict)
-    #: The model leaves (:class:`parityfuzz.case.model.Node` kinds) its validation refuses in any plan: its strategy
-    #: draws none, nor does a checkpoint strategy for a case of another family that it resumes into this one.
-    refused_leaves: tuple[str, ...] = ()
+    #: The model leaves (:class:`parityfuzz.case.model.Node` kinds) no plan of it takes, each with torch's reason:
+    #: the generic validation refuses them (:meth:`parityfuzz.case.Case.validate`), its strategy draws none, nor
+    #: does a checkpoint strategy for a case of another family that it resumes into this one.
+    refused_leaves: dict[str, str] = field(default_factory=dict)
     #: Whether each rank of its system holds a part of the model of its own (pipeline stages), so that its state
     #: dicts hold that part only: the checkpoint strategy draws the options that needs, which ``check_checkpoint``
     #: requires.
