@@ -441,3 +441,17 @@ def test_blocks_sharded_inside_stages_need_fully_shard_and_a_cast_back_between_u
 
     find(cases(family="pipeline", world_sizes=(4,)), lambda c: c.plan.shard_units and c.mixed_precision(),
          settings=settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), database=None))
+
+
+def test_torchtitans_composition_is_a_real_share_of_the_pipelines_with_data_parallel_ranks():
+    """Over (pp, dp_shard) two draws in three are torchtitan's composition: the blocks of each stage fully_shard'ed,
+    then the stage, with bfloat16 compute and float32 reductions (what a fault in the units' accumulation needs,
+    with several microbatches)."""
+    from tests.test_swarm import draws
+
+    drawn = [c for c in draws(cases(family="pipeline", world_sizes=(2, 3, 4)), 300, seed=1)
+             if c.mesh.axis_size("dp_shard") > 1 and c.mesh.axis_size("tp") == 1]
+    titan = [c for c in drawn if c.plan.shard_units and c.plan.precision.reduce_dtype == "float32"
+             and c.plan.precision.compute(c.train.dtype) == "bfloat16"]
+    assert len(drawn) >= 40 and len(titan) >= len(drawn) / 4, (len(titan), len(drawn))
+    assert sum(c.plan.microbatches > 1 for c in titan) >= len(titan) / 4

@@ -88,10 +88,13 @@ def test_a_checkpoint_resuming_another_family_draws_only_the_dimensions_both_tak
     drawn = draws(cases(family="fsdp2", world_sizes=(2, 4), within=into), 150)
     met = Counter(d for c in drawn for d in dimensions.drawn(c))
     assert set(met) <= set(into) and met["eval"] and met["compile"], met
-    resumed = draws(targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4)), 400, seed=1)
+    strategy = targets.strategy(targets.CHECKPOINT, (1, 2, 3, 4))
+    resumed = [c for seed in range(1, 6) for c in draws(strategy, 160, seed=seed)]
     into_stages = sum(c.family != "pipeline" and c.resumed().family == "pipeline" for c in resumed)
-    # 1.5-5% over seeds 1-5 with the shipped families alone (3.1% on average; 2% before tied heads and models
-    # without dropout resumed into stages, 1.3% before the kinds a family cannot load into were left out); the
+    # 2.9% over seeds 1-5 of 400 draws with the shipped families alone (2% before tied heads and models without
+    # dropout resumed into stages, 1.3% before the kinds a family cannot load into were left out), 5% over seeds
+    # 1-5 of 160.  One run's draws are correlated (Hypothesis's generation mutates earlier ones): one seed's share
+    # moves between 0 and 7% with any change to any family's strategy, so five short runs are counted; the
     # test-only families registered here take a share of the kinds
     assert into_stages / len(resumed) >= 0.01, into_stages
 

@@ -13,7 +13,9 @@ and its tensor-parallel plan (below), then the training spec made ``micro`` micr
 ``dp_shard`` and ``tp`` (every factorization: data parallelism alone first), and on a ``tp`` axis the fsdp2_tp
 family's tensor-parallel plan over the whole model (:func:`parityfuzz.parts.tensor_parallel.strategy.tp_plans`;
 the sequence made a multiple of ``tp`` on a coin, for sequence parallelism); activation checkpoints inside the
-stages; and over ``(pp, dp_shard)`` a ``MixedPrecisionPolicy`` for every stage's ``fully_shard`` (:func:`stage_precision`).
+stages; and over ``(pp, dp_shard)`` torchtitan's composition in two cases in three (``fully_shard`` on every block of
+a stage, then on the stage, with bfloat16 compute and float32 reductions), else a ``MixedPrecisionPolicy`` for every
+stage's ``fully_shard`` (:func:`stage_precision`) and the blocks in their own ``fully_shard`` on a coin.
 
 :func:`resumed` draws a pipeline plan for a case of any family, which a checkpoint load may resume into.
 
@@ -89,19 +91,18 @@ def checkpoints(draw, model: ModelSpec, first: tuple[str, ...] = (), train=None)
 
 
 @st.composite
-def stage_precision(draw, model: ModelSpec, train) -> Policy:
-    """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard`` (two draws in three), or none (the first coin, where
-    it shrinks): torchtitan's default (bfloat16 compute, float32 reductions) in half the cases, else ``param_dtype``
-    a lower precision than the model's or none, ``reduce_dtype`` none, float32, the model's or a low one,
-    ``output_dtype`` none, float32 (with a ``param_dtype``) or the model's; ``cast_forward_inputs=False`` where the family's validation
-    allows it (the stages receive what they compute in)."""
-    if not draw(OFTEN):
-        return Policy()
+def stage_precision(draw, model: ModelSpec, train, titan: bool = False) -> Policy:
+    """A ``MixedPrecisionPolicy`` for every stage's ``fully_shard``: torchtitan's default (``mixed_precision_param``
+    bfloat16, ``mixed_precision_reduce`` float32) where ``titan``, else one in two draws in three (none on the first
+    coin, where it shrinks): ``param_dtype`` a lower precision than the model's or none, ``reduce_dtype`` none,
+    float32, the model's or a low one; then ``output_dtype`` none, float32 (with a ``param_dtype``) or the model's;
+    ``cast_forward_inputs=False`` where the family's validation allows it (the stages receive what they compute
+    in)."""
     master = train.dtype
-    if master != "bfloat16" and draw(st.booleans()):
-        # torchtitan's default policy (``mixed_precision_param`` bfloat16, ``mixed_precision_reduce`` float32), drawn
-        # in half the cases: the form pipelined training jobs run (shrinks to the general draw below)
-        param, reduce = "bfloat16", "float32"
+    if titan:
+        param, reduce = ("bfloat16" if master != "bfloat16" else ""), "float32"
+    elif not draw(OFTEN):
+        return Policy()
     else:
         param = draw(st.sampled_from(tuple(d for d in LOW if d != master) + ("",)))
         reduce = draw(st.sampled_from(("",) + tuple(dict.fromkeys(("float32", master, "bfloat16", "float16")))))
@@ -161,13 +162,15 @@ def cases(draw, allowed: tuple[int, ...], system: str, reference: str, max_depth
     if tp > 1:
         train = tp_training(train, loss_parallel, low_precision=False)
     first = tuple(units(model)[:cuts[0]] if cuts else units(model)) if reentrant else ()
+    # torchtitan's composition over (pp, dp_shard), drawn in two cases in three there (shrinks to the general draws):
+    # fully_shard on each block of a stage, then on the stage, each with torchtitan's default policy
+    titan = dp > 1 and tp == 1 and draw(OFTEN)
     plan = PipelinePlan(schedule=schedule, microbatches=micro, split_dim=split_dim, stages_per_rank=per_rank, cuts=cuts,
                         scale_grads=not draw(st.booleans()), reshard_after_forward=not draw(st.booleans()),
                         checkpoints=draw(checkpoints(model, first, train)), tp=styles, loss_parallel=loss_parallel,
-                        precision=draw(stage_precision(model, train)) if dp > 1 and tp == 1 else Policy())
-    if "dp_shard" in mesh.names and draw(OFTEN):
-        # torchtitan's composition: fully_shard on each block of a stage, then on the stage, each with the stage's
-        # MixedPrecisionPolicy (two draws in three; shrinks to the stage's alone)
+                        precision=draw(stage_precision(model, train, titan)) if dp > 1 and tp == 1 else Policy())
+    if "dp_shard" in mesh.names and (titan or draw(st.booleans())):
+        # (otherwise the blocks of a stage in their own fully_shard with the stage's policy in one case in two)
         plan = dataclasses.replace(plan, shard_units=True, unit_reshard_after_forward=not draw(st.booleans()))
     return finish(draw, world_size=ws, model=model, mesh=mesh, plan=plan, train=train, system=system,
                   reference=reference, perturb=perturb, swarm=swarm)
