@@ -386,6 +386,22 @@ def test_the_local_output_bug_reaches_fsdp1_through_a_checkpointed_instance_in_a
                                             case(mesh=(2, 1))))
 
 
+def test_the_partial_optimizer_state_bug_needs_a_stateless_trainable_parameter_beside_stated_ones():
+    """Measured on unmodified torch (fsdp1/723e656b: an embedding, a LayerNorm frozen for step 0, the root instance,
+    Adam, a full save at step 1 rolled back at step 3 through FSDP1's own optimizer state dict): it fails, also
+    with the sharded recipe, a dense input or two ranks; the LayerNorm in an instance of its own, or SGD, trains."""
+    bug = next(b for b in known.shipped() if b.id == "fsdp1-optim-state-dict-of-a-trainable-parameter-without-state")
+    base = corpus.load(CORPUS / "fsdp1/723e656bdf2d8117.json").case.to_dict()
+
+    def case(plan=(), train=(), **checkpoint):
+        return Case.from_dict({**base, "plan": {**base["plan"], **dict(plan)}, "train": {**base["train"], **dict(train)},
+                               "checkpoint": {**base["checkpoint"], **checkpoint}}).validate()
+
+    assert all(bug.applies(c) for c in (case(), case(save="fsdp1_sharded", load="fsdp1_sharded")))
+    assert not any(bug.applies(c) for c in (case(plan={"wraps": ["body.0"]}), case(train={"optimizer": "sgd"}),
+                                            case(rollback_at=0)))
+
+
 def test_the_local_output_bug_reaches_fsdp2_through_a_checkpointed_unit():
     """Measured on unmodified torch (fsdp2_tp/a9525c31, whole-model compile): a wrapper checkpoint on a
     RowwiseParallel Linear that is fully_shard'ed itself fails; fully_shard on the Linear before it or the root

@@ -393,3 +393,29 @@ def rollback_where_a_rank_holds_no_piece_of_a_flat_parameter(case: Case) -> bool
             if any(not (a < hi and a + n > lo) for a, n in zip(starts, sizes)):
                 return True
     return False
+
+
+def rollback_leaving_a_trainable_parameter_without_state_beside_stated_ones(case: Case) -> bool:
+    """A rollback through FSDP1's own optimizer state dict (``FSDP.optim_state_dict_to_load``, full or sharded,
+    then ``Optimizer.load_state_dict``, which replaces the whole state) of a checkpoint saved while a parameter was
+    frozen (so it has no state there) into the live optimizer where it trains, with ``use_orig_params=True`` and an
+    optimizer that keeps state: the loaded optimizer has no state for it while another parameter of the same FSDP1
+    instance has, and the next ``FSDP.optim_state_dict`` raises.  Measured on fsdp1/723e656b (an embedding, a
+    LayerNorm frozen for step 0, the root instance, Adam, a full save at step 1 rolled back at step 3): it fails,
+    also with the sharded recipe, a dense input or two ranks; the LayerNorm in an instance of its own, or SGD
+    without momentum, trains."""
+    c, t = case.checkpoint, case.train
+    if not (c and c.rollback_at and case.family == "fsdp1" and case.plan.use_orig_params
+            and c.load_way in ("fsdp1_full", "fsdp1_sharded") and (t.optimizer in ("adam", "adamw") or t.momentum)):
+        return False
+    late = tuple(f.path for f in t.frozen if c.step <= f.until < c.rollback_at)
+    found = units(case)
+    if not late or found is None:  # (a size policy: the instances are not known up front)
+        return bool(late)
+    params = case.model.param_modules()
+
+    def unit_of(path: str) -> str | None:
+        return _innermost_unit(path, found)
+
+    return any(under(p, late) and any(unit_of(q) == unit_of(p) and not under(q, late) for q in params)
+               for p in params)
