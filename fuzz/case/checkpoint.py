@@ -233,6 +233,14 @@ def validate_checkpoint(case: Case) -> None:
               "checkpoint.mesh", "a model with per-rank control flow keeps its mesh (the ranks' places change)")
 
 
+def stateless_at_the_save(case: Case) -> tuple[str, ...]:
+    """The frozen paths whose parameters have no optimizer state at the save and some by the rollback: frozen
+    during the steps before ``until``, so through the save (after step ``step - 1``) where ``until >= step``, and
+    trained at a live step before ``rollback_at`` where ``until < rollback_at`` (none without a rollback)."""
+    c = case.checkpoint
+    return tuple(f.path for f in case.train.frozen if c.step <= f.until < c.rollback_at)
+
+
 def check_rollback(case: Case) -> None:
     """A rollback (a load into the live, already stepped optimizer) through ``set_optimizer_state_dict`` never meets a
     parameter with optimizer state in the live optimizer and none in the checkpoint (frozen through the save, trained
@@ -242,11 +250,9 @@ def check_rollback(case: Case) -> None:
     (the model's only).  In 2.13 the full-state-dict load keeps the live entries (``_load_optim_state_dict`` merges),
     the sharded load replaces them, and ``strict=True`` raises 'Missing optimizer state for parameter'."""
     c, t = case.checkpoint, case.train
-    stateful = t.optimizer in ("adam", "adamw") or bool(t.momentum)
-    # Frozen during the steps before `until`: no state at the save (after step c.step - 1) where until >= c.step,
-    # state by the rollback where it trains at a live step before it (until < rollback_at).
-    late = [f.path for f in t.frozen if c.step <= f.until < c.rollback_at]
-    check(not (c.rollback_at and stateful and late and c.load_way in ("full", "dcp")), "checkpoint.rollback_at",
+    late = stateless_at_the_save(case)
+    check(not (c.rollback_at and t.keeps_optimizer_state() and late and c.load_way in ("full", "dcp")),
+          "checkpoint.rollback_at",
           f"{', '.join(late)} is frozen at the save (step {c.step}) and trained before the rollback at step "
           f"{c.rollback_at}, with a {t.optimizer} optimizer that keeps state: torch documents neither replacing nor "
           "keeping live optimizer state the loaded state dict lacks (set_optimizer_state_dict, StateDictOptions)")

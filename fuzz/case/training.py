@@ -135,6 +135,10 @@ class TrainSpec:
         """What the backward of data-parallel rank ``dp``'s microbatch ``micro`` of ``step`` multiplies its loss by."""
         return overflow_spike(self.overflow_at, step, dp, micro)
 
+    def keeps_optimizer_state(self) -> bool:
+        """Whether the optimizer keeps state per parameter (Adam's moments, SGD's momentum buffer)."""
+        return self.optimizer in ("adam", "adamw") or bool(self.momentum)
+
     def frozen_at(self, param: str, step: int) -> bool:
         """Whether the parameter named ``param`` has ``requires_grad=False`` during ``step``."""
         module = param.rpartition(".")[0]

@@ -45,9 +45,8 @@ def load_initializes_state_the_checkpoint_lacks(case: Case) -> bool:
     checkpoint ('Missing optimizer state for parameter'), and the ``dcp`` way's ``dcp.load`` does ('Missing key in
     checkpoint state_dict')."""
     t, c = case.train, case.checkpoint
-    stateful = t.optimizer in ("adam", "adamw") or bool(t.momentum)
-    return (c.load_way == "full" and not c.strict and case.resumed().family not in fsdp1_families() and stateful
-            and bool(case.model.gates()) and any(0 < f.until <= c.step for f in t.frozen))
+    return (c.load_way == "full" and not c.strict and case.resumed().family not in fsdp1_families()
+            and t.keeps_optimizer_state() and bool(case.model.gates()) and any(0 < f.until <= c.step for f in t.frozen))
 
 
 def broadcast_through_set_state_dict(case: Case) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from parityfuzz.case import dtypes
 from parityfuzz.case import Case
-from parityfuzz.case.checkpoint import fsdp1_families
+from parityfuzz.case.checkpoint import fsdp1_families, stateless_at_the_save
 from parityfuzz.case.mesh import chunk_leaves_a_rank_empty
 from parityfuzz.case.model import PARAM_KINDS, under
 from parityfuzz.parts.fsdp1 import HYBRID, runs_unsharded, units
@@ -404,18 +404,14 @@ def rollback_leaving_a_trainable_parameter_without_state_beside_stated_ones(case
     LayerNorm frozen for step 0, the root instance, Adam, a full save at step 1 rolled back at step 3): it fails,
     also with the sharded recipe, a dense input or two ranks; the LayerNorm in an instance of its own, or SGD
     without momentum, trains."""
-    c, t = case.checkpoint, case.train
+    c = case.checkpoint
     if not (c and c.rollback_at and case.family == "fsdp1" and case.plan.use_orig_params
-            and c.load_way in ("fsdp1_full", "fsdp1_sharded") and (t.optimizer in ("adam", "adamw") or t.momentum)):
+            and c.load_way in ("fsdp1_full", "fsdp1_sharded") and case.train.keeps_optimizer_state()):
         return False
-    late = tuple(f.path for f in t.frozen if c.step <= f.until < c.rollback_at)
+    late = stateless_at_the_save(case)
     found = units(case)
     if not late or found is None:  # (a size policy: the instances are not known up front)
         return bool(late)
     params = case.model.param_modules()
-
-    def unit_of(path: str) -> str | None:
-        return _innermost_unit(path, found)
-
-    return any(under(p, late) and any(unit_of(q) == unit_of(p) and not under(q, late) for q in params)
-               for p in params)
+    return any(under(p, late) and any(_innermost_unit(q, found) == _innermost_unit(p, found) and not under(q, late)
+                                      for q in params) for p in params)

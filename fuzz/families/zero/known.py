@@ -5,6 +5,7 @@ show in it."""
 from __future__ import annotations
 
 from parityfuzz.case import Case
+from parityfuzz.case.checkpoint import stateless_at_the_save
 
 
 def ddp_static_graph_with_no_sync(case: Case) -> bool:
@@ -28,6 +29,6 @@ def live_load_keeps_local_state(case: Case) -> bool:
     c, t = case.checkpoint, case.train
     if not (c and c.rollback_at and c.save == "zero" and c.load_way == "zero"):
         return False
-    if not (t.optimizer in ("adam", "adamw") or t.momentum):
+    if not t.keeps_optimizer_state():
         return False
-    return any(f.until and c.step <= f.until < c.rollback_at for f in t.frozen) or bool(case.model.gates())
+    return bool(stateless_at_the_save(case)) or bool(case.model.gates())
