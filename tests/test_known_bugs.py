@@ -699,3 +699,26 @@ def test_the_symint_hash_bug_reaches_fsdp2_through_a_plain_then_a_colwise_query_
     assert all(bug.applies(case(*w).validate()) for w in (("body.0.k", "body.1.q"), ("body.0.q", "body.1.q")))
     assert not any(bug.applies(case(*w).validate()) for w in (("body.1.q",), ("body.0.k", "body.1.k"),
                                                                ("body.1", "body.1.q")))
+
+
+def test_the_dynamic_recompute_bug_needs_an_earlier_checkpointed_attention_and_a_later_one_of_another_width():
+    """Measured on unmodified torch (fsdp1/a6fe85a3: attention(4), Linear(4 -> 16), attention(16), both compiled
+    with inductor, a checkpoint around all three): fails with the checkpoint on the first attention alone, with
+    residual blocks around the attentions, before or after wrapping; trains with aot_eager, MLPs in the attentions'
+    place, equal widths, or the checkpoint on the second attention alone."""
+    bug = next(b for b in known.shipped() if b.id == "compiled-block-recomputed-through-a-later-dynamic-graph")
+    base = corpus.load(CORPUS / "fsdp1/a6fe85a3d1906bce.json").case.to_dict()
+    attention, mlp = {"kind": "attention", "heads": 1}, {"kind": "mlp", "hidden": 2}
+
+    def case(children=None, checkpoint="body", **compile_):
+        body = {**base["model"]["body"], "children": children or base["model"]["body"]["children"]}
+        return Case.from_dict({**base, "model": {**base["model"], "body": body},
+                               "plan": {**base["plan"], "checkpoints": [{"path": checkpoint, "api": "wrapper"}]},
+                               "compile": {**base["compile"], **compile_}}).validate()
+
+    residual = [{"kind": "residual", "children": [attention]}, {"kind": "linear", "out": 16},
+                {"kind": "residual", "children": [attention]}]
+    assert all(bug.applies(c) for c in (case(), case(checkpoint="body.0"), case(residual), case(form="blocks_before")))
+    assert not any(bug.applies(c) for c in (
+        case(backend="aot_eager"), case(checkpoint="body.2"),
+        case([mlp, {"kind": "linear", "out": 16}, mlp]), case([attention, {"kind": "linear", "out": 4}, attention])))

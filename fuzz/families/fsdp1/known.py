@@ -415,3 +415,32 @@ def rollback_leaving_a_trainable_parameter_without_state_beside_stated_ones(case
     params = case.model.param_modules()
     return any(under(p, late) and any(_innermost_unit(q, found) == _innermost_unit(p, found) and not under(q, late)
                                       for q in params) for p in params)
+
+
+def compiled_attention_recomputed_through_a_later_dynamic_graph(case: Case) -> bool:
+    """Inductor compiles, one by one (a ``blocks_*`` form), two instances of one class holding an attention at
+    different widths, the earlier of them under a non-reentrant checkpoint; FSDP1 (use_orig_params=True, which
+    compiling requires: its forward hands Dynamo the parameters as plain views that automatic dynamic shapes may
+    mark dynamic).
+    The later instance's recompile is dynamic and, first in Dynamo's cache, serves the earlier one's recompute
+    (fsdp1/a6fe85a3: passes with aot_eager, equal widths, an MLP in the attention's place,
+    or the checkpoint on the later instance only)."""
+    c = case.compile
+    if c.backend != "inductor" or c.form == "model":
+        return False
+    nodes = dict(case.model.body.walk("body"))
+    order = [path for path, _ in case.model.module_paths()]
+    compiled = sorted((p for p in c.paths if p in nodes), key=order.index)
+    non_reentrant = [k.path for k in case.plan.checkpoints if not k.reentrant]
+
+    def holds_attention(path: str) -> bool:
+        return any(n.kind == "attention" for _, n in nodes[path].walk(path))
+
+    for i, first in enumerate(compiled):
+        if not holds_attention(first) or not under(first, non_reentrant):
+            continue
+        width = case.model.input_width(first)
+        if any(nodes[later].kind == nodes[first].kind and case.model.input_width(later) != width
+               for later in compiled[i + 1:]):
+            return True
+    return False
