@@ -12,8 +12,9 @@ Walks the model and, on a coin per candidate, parallelizes:
   sequence all-gathered again: by the colwise modules that follow (their input layout), by a
   ``PrepareModuleInput`` on the MLP or attention block holding them, or, where no colwise module follows, by a
   ``PrepareModuleOutput`` on the norm;
-- an embedding model's ``inp`` rowwise and ``head`` colwise, its logits gathered or left sharded over the
-  vocabulary for the loss (``loss_parallel``).
+- an embedding model's ``inp`` rowwise and ``head`` colwise, its logits gathered or, two times in three, left
+  sharded over the vocabulary for the loss (``loss_parallel``: torchtitan's default wherever it applies tensor
+  parallelism, ``parallelism.disable_loss_parallel=False``).
 
 Widths ``tp`` does not divide are kept (uneven DTensor shards).
 
@@ -84,7 +85,7 @@ def tp_plans(draw, model: ModelSpec, tp: int, seq_len: int) -> tuple[tuple[Paral
         if draw(OFTEN):
             _add(styles, Parallelize("inp", "rowwise", input_layout="replicate"))
         if draw(OFTEN):
-            loss_parallel = draw(st.booleans())
+            loss_parallel = draw(OFTEN)  # torchtitan's default under tensor parallelism
             _add(styles, Parallelize("head", "colwise", output_layout="shard_last", use_local_output=False)
                  if loss_parallel else Parallelize("head", "colwise", output_layout="replicate"))
     order = [path for path, _ in model.module_paths()]
