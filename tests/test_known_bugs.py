@@ -722,3 +722,24 @@ def test_the_dynamic_recompute_bug_needs_an_earlier_checkpointed_attention_and_a
     assert not any(bug.applies(c) for c in (
         case(backend="aot_eager"), case(checkpoint="body.2"),
         case([mlp, {"kind": "linear", "out": 16}, mlp]), case([attention, {"kind": "linear", "out": 4}, attention])))
+
+
+def test_the_ddp_recompute_bug_needs_a_replicated_output_linear_over_a_non_contiguous_view_in_a_checkpoint():
+    """Measured on unmodified torch (composable/78cbb32d: replicate on an attention's ``o``, four heads of width 1,
+    a sequence of 2, the composable checkpoint on the root): fails with the checkpoint on the attention or on ``o``;
+    trains with a sequence of 1, two heads of width 2, width 8, or the checkpoint inside the replicate module."""
+    bug = next(b for b in known.shipped()
+               if b.id == "ddp-recomputed-by-a-checkpoint-after-one-of-its-gradients-was-ready")
+    base = corpus.load(CORPUS / "composable/78cbb32db2d13e7c.json").case.to_dict()
+
+    def case(replicate="body.0.o", checkpoint="", heads=4, in_dim=4, seq_len=2):
+        applies = [{"path": replicate, "api": "replicate"}, base["plan"]["applies"][1],
+                   {"path": checkpoint, "api": "checkpoint"}]
+        model = {**base["model"], "in_dim": in_dim, "body": {**base["model"]["body"],
+                                                             "children": [{"kind": "attention", "heads": heads}]}}
+        return Case.from_dict({**base, "model": model, "plan": {**base["plan"], "applies": applies},
+                               "train": {**base["train"], "seq_len": seq_len}}).validate()
+
+    assert all(bug.applies(c) for c in (case(), case(checkpoint="body.0"), case(checkpoint="body.0.o")))
+    assert not any(bug.applies(c) for c in (case(seq_len=1), case(heads=2), case(in_dim=8),
+                                            case(replicate="body.0", checkpoint="body.0.o")))

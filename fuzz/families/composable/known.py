@@ -72,3 +72,27 @@ def grad_scaler_over_plain_and_dtensor_gradients(case: Case) -> bool:
     managed = case.plan.data_parallel()
     apis = {managed.get(case.plan.manager(m)) for m in case.model.param_modules()}
     return bool(apis & {"fully_shard", "replicate_fsdp"}) and bool(apis & {None, "replicate"})
+
+
+def replicate_recomputed_after_its_bias_gradient(case: Case) -> bool:
+    """A DDP-based replicate module at or inside a composable checkpoint, managing an attention's ``o`` whose input
+    is a non-contiguous view: one value a head (width / heads == 1) over several heads and a sequence longer than
+    one, where ``(att @ v).transpose(1, 2).reshape(...)`` merges the size-1 head dimension into a view.  F.linear
+    over a non-contiguous 3-D input runs matmul and add, so ``o.bias``'s gradient (no saved tensor needed) is ready
+    before the checkpoint recomputes the region and reruns DDP's forward (composable/78cbb32d: passes with the
+    sequence 1, two heads of width 2, width 8, or the checkpoint inside the replicate module)."""
+    if case.train.seq_len < 2:
+        return False
+    frozen = tuple(f.path for f in case.train.frozen if not f.until)  # (frozen for the whole run: no gradient)
+    managed = case.plan.data_parallel()
+    checkpointed = [c.path for c in case.plan.applies if c.api == "checkpoint"]
+    for path, node, width in case.model.body.walk_widths("body", case.model.in_dim):
+        o = f"{path}.o"
+        if node.kind != "attention" or node.heads < 2 or width // node.heads != 1:
+            continue
+        owner = case.plan.manager(o)
+        if owner is None or managed[owner] != "replicate" or under(o, frozen):
+            continue
+        if any(under(owner, (c,)) for c in checkpointed):
+            return True
+    return False
