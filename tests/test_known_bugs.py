@@ -688,8 +688,9 @@ def test_the_eager_recompute_bug_needs_a_compiled_colwise_linear_followed_by_one
 
 def test_the_symint_hash_bug_reaches_fsdp2_through_a_plain_then_a_colwise_query_linear_each_fully_shard_ed():
     """Measured on unmodified torch (fsdp2_tp/e5314b9c: two attentions compiled one by one, the second parallel over
-    tp 2): the first one's k or q with the second one's q, each fully_shard'ed, fails; the first one's Linear not
-    fully_shard'ed (alone or with the second attention whole), or the second one's k in place of its q, train."""
+    tp 2): the first one's k or q with the second one's q, each fully_shard'ed, fails, and so does the whole model
+    compiled; the first one's Linear not fully_shard'ed (alone or with the second attention whole), or the second
+    one's k in place of its q, train."""
     bug = next(b for b in known.shipped() if b.id == "compiled-fsdp1-tp-block-recompiled-with-dynamic-shapes")
     base = corpus.load(CORPUS / "fsdp2_tp/e5314b9c42c92635.json").case.to_dict()
 
@@ -697,6 +698,8 @@ def test_the_symint_hash_bug_reaches_fsdp2_through_a_plain_then_a_colwise_query_
         return Case.from_dict({**base, "plan": {**base["plan"], "wraps": [{"path": w} for w in (*wraps, "")]}})
 
     assert all(bug.applies(case(*w).validate()) for w in (("body.0.k", "body.1.q"), ("body.0.q", "body.1.q")))
+    whole = {**base, "compile": {"backend": "aot_eager", "form": "model"}}
+    assert bug.applies(Case.from_dict(whole).validate())
     assert not any(bug.applies(case(*w).validate()) for w in (("body.1.q",), ("body.0.k", "body.1.k"),
                                                                ("body.1", "body.1.q")))
 
