@@ -746,3 +746,21 @@ def test_the_ddp_recompute_bug_needs_a_replicated_output_linear_over_a_non_conti
     assert all(bug.applies(c) for c in (case(), case(checkpoint="body.0"), case(checkpoint="body.0.o")))
     assert not any(bug.applies(c) for c in (case(seq_len=1), case(heads=2), case(in_dim=8),
                                             case(replicate="body.0", checkpoint="body.0.o")))
+
+
+def test_the_one_element_flat_parameter_bug_needs_accumulation_outside_no_sync_over_a_sharded_flat_parameter():
+    """Measured on unmodified torch (fsdp1/9adeaf48: a (1, 1, 1) weight in the root instance beside a Linear
+    instance, 2 ranks, 2 microbatches, use_orig_params=False): one microbatch, one rank or use_orig_params=True
+    train; a weight of 2, 3 or 4 elements trains (torch-only)."""
+    bug = next(b for b in known.shipped() if b.id == "fsdp1-accumulation-into-a-flat-parameter-of-one-element")
+    base = corpus.load(CORPUS / "fsdp1/9adeaf48c69c9779.json").case.to_dict()
+
+    def case(plan=(), train=(), world_size=2, out=1):
+        body = {**base["model"]["body"], "children": [{"kind": "scale", "out": out}, {"kind": "linear", "out": 4}]}
+        return Case.from_dict({**base, "world_size": world_size, "mesh": {"shape": [world_size]},
+                               "model": {**base["model"], "body": body}, "plan": {**base["plan"], **dict(plan)},
+                               "train": {**base["train"], **dict(train)}}).validate()
+
+    assert bug.applies(case())
+    assert not any(bug.applies(c) for c in (case(train={"microbatches": 1}), case(world_size=1), case(out=2),
+                                            case(plan={"use_orig_params": True}), case(plan={"no_sync": True})))

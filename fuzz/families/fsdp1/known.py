@@ -364,6 +364,35 @@ def checkpointed_dropout_compiled_as_an_inference_graph(case: Case) -> bool:
     return False
 
 
+def _flat_parameter_sizes(case: Case) -> dict[str, list[int]]:
+    """The numels of the parameters each FSDP1 instance of ``case`` flattens, in order, by instance path (the
+    instances the built model gets, a size policy's too)."""
+    from parityfuzz.parts.fsdp1.reference import units as built_units
+    from parityfuzz.run.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
+
+    model = build_model(case)
+    found = built_units(model, case.plan)
+    out = {}
+    for unit in found:
+        inner = [u for u in found if u != unit and under(u, (unit,))]
+        module = model.get_submodule(unit) if unit else model
+        out[unit] = [p.numel() for name, p in module.named_parameters(prefix=unit)
+                     if not under(name.rpartition(".")[0], inner)]
+    return out
+
+
+def accumulated_into_a_flat_parameter_of_one_element(case: Case) -> bool:
+    """use_orig_params=False, sharded over two ranks or more, several microbatches a step without ``no_sync()``,
+    and an instance whose flat parameter holds one element: its shard (one element, padded) has the size of the
+    unsharded parameter, so ``FlatParamHandle.prepare_gradient_for_backward`` takes the previous backward's reduced
+    shard for an unsharded gradient and the next backward reduces it again (fsdp1/9adeaf48: a Scale of one weight in
+    the root instance beside a Linear instance, 2 ranks, 2 microbatches; passes with one microbatch, one rank,
+    use_orig_params=True, or, torch-only, a parameter of 2, 3 or 4 elements)."""
+    if case.plan.use_orig_params or runs_unsharded(case) or case.train.microbatches < 2 or case.plan.no_sync:
+        return False
+    return any(sum(sizes) == 1 for sizes in _flat_parameter_sizes(case).values())
+
+
 def rollback_where_a_rank_holds_no_piece_of_a_flat_parameter(case: Case) -> bool:
     """A rollback (``set_optimizer_state_dict`` into the live, stepped optimizer) of a flattened, sharded optimizer
     state dict (the ``dcp`` load) into FSDP1 with ``use_orig_params=True``, where some rank's piece of an instance's
@@ -375,17 +404,8 @@ def rollback_where_a_rank_holds_no_piece_of_a_flat_parameter(case: Case) -> bool
     if not (c and c.rollback_at and c.flatten_optimizer and c.load_way == "dcp" and case.family == "fsdp1"
             and case.plan.use_orig_params):
         return False
-    from parityfuzz.parts.fsdp1.reference import units as built_units
-    from parityfuzz.run.build import build_model  # the parameters' shapes: the builder's, not a copy of its rules
-
-    model = build_model(case)
-    found = built_units(model, case.plan)
     ranks = case.mesh.axis_size("dp_shard")
-    for unit in found:
-        inner = [u for u in found if u != unit and under(u, (unit,))]
-        module = model.get_submodule(unit) if unit else model
-        sizes = [p.numel() for name, p in module.named_parameters(prefix=unit)
-                 if not under(name.rpartition(".")[0], inner)]
+    for sizes in _flat_parameter_sizes(case).values():
         chunk = -(-sum(sizes) // ranks)
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         for r in range(ranks):
