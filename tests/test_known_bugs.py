@@ -764,3 +764,4 @@ def test_the_one_element_flat_parameter_bug_needs_accumulation_outside_no_sync_o
     assert bug.applies(case())
     assert not any(bug.applies(c) for c in (case(train={"microbatches": 1}), case(world_size=1), case(out=2),
                                             case(plan={"use_orig_params": True}), case(plan={"no_sync": True})))
+    assert bug.applies(corpus.load(CORPUS / "fsdp1_tp/d9747b7d200fe729.json").case)
