@@ -725,6 +725,7 @@ def test_the_dynamic_recompute_bug_needs_an_earlier_checkpointed_attention_and_a
     assert not any(bug.applies(c) for c in (
         case(backend="aot_eager"), case(checkpoint="body.2"),
         case([mlp, {"kind": "linear", "out": 16}, mlp]), case([attention, {"kind": "linear", "out": 4}, attention])))
+    assert bug.applies(corpus.load(CORPUS / "fsdp1_tp/34aae6fa036fa13a.json").case)
 
 
 def test_the_ddp_recompute_bug_needs_a_replicated_output_linear_over_a_non_contiguous_view_in_a_checkpoint():
