@@ -82,8 +82,8 @@ def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: flo
         return runs[target].stats.failures
 
     began = time.monotonic()
-    run_schedule(runs, budget_s, adaptive=True, log=lambda m: None,
-                 until=(lambda: any(clean[id(f)] for f in judged())) if stop_when_found else None)
+    schedule = run_schedule(runs, budget_s, adaptive=True, log=lambda m: None,
+                            until=(lambda: any(clean[id(f)] for f in judged())) if stop_when_found else None)
     seconds = time.monotonic() - began
     failures = judged()
     mine = [f for f in failures if clean[id(f)]]
@@ -92,6 +92,9 @@ def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: flo
     out = {"fault": name, "label": label, "target": target, "seed": seed, "seconds": round(seconds, 1),
            "found": first is not None, "first_find_s": round(first.found_at, 1) if first else None,
            "cases_of_target": runs[target].stats.cases,
+           # (a miss is read against what the target got: its seconds of the budget and its share of the cases)
+           "seconds_of_target": round(schedule.spent[target], 1),
+           "cases_of_all": sum(r.stats.cases for r in runs.values()),
            "size": ({"body_modules": sum(1 for _ in first.case.model.body.walk("body")) - 1,
                      "steps": first.case.train.steps, "world_size": first.case.world_size} if first else None),
            "case": first.case.to_dict() if first else None,
@@ -99,7 +102,9 @@ def one_run(executor, fault: tuple[str, str, str, str], seed: int, budget_s: flo
            + [f"{f.target}: {f.verdict.describe()[:200]} ({f.corpus_path})"
               for n, r in runs.items() if n != target for f in r.stats.failures]}
     log(f"  {name} seed {seed}: " + (f"found at {out['first_find_s']:.0f}s, shrunk to {out['size']}" if first
-                                     else f"not found in {runs[target].stats.cases} cases of {target}"))
+                                     else f"not found in {out['cases_of_target']} cases of {target} "
+                                     f"({out['seconds_of_target']:.0f}s of {budget_s:.0f}, {out['cases_of_all']} cases "
+                                     "in all)"))
     return out
 
 
