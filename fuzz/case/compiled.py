@@ -64,6 +64,12 @@ class Compile:
     def __bool__(self) -> bool:
         return bool(self.backend)
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The module paths whose forwards run compiled, each with what is inside it: the root's (``""``) for the
+        ``model`` form, else :attr:`paths`."""
+        return ("",) if self.form == "model" else self.paths
+
 
 def low_precision(case: Case) -> bool:
     """Whether the case computes in float16 or bfloat16 (autocast, or a mixed-precision policy's dtypes)."""

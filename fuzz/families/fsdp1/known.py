@@ -191,7 +191,7 @@ def _unfrozen_in_a_compiled_module(case: Case) -> bool:
     (``set_to_none=False``): their ``requires_grad`` changed, Dynamo retraces the compiled frame at that step's
     first forward, after a backward (fsdp1/75812476: passes with ``set_to_none=True`` there, or never unfrozen)."""
     t = case.train
-    compiled = [""] if case.compile.form == "model" else list(case.compile.paths)
+    compiled = case.compile.roots
 
     def keeps(step: int) -> bool:
         return t.zero_grad == "zeros" or (t.zero_grad == "alternate" and step % 2 == 1)
@@ -210,7 +210,7 @@ def _a_gate_compiled_after_a_backward(case: Case) -> bool:
     global gate of period 2 in a compiled block, 3 microbatches; passes with period 3, with 1 or 2 microbatches,
     or uncompiled)."""
     t = case.train
-    compiled = [""] if case.compile.form == "model" else list(case.compile.paths)
+    compiled = case.compile.roots
 
     def held(index: int) -> bool:
         return index < t.steps * t.microbatches and bool(index % t.microbatches or (index and t.zero_grad != "none"))
@@ -441,10 +441,9 @@ def compiled_attention_recomputed_through_a_later_dynamic_graph(case: Case) -> b
     """Inductor compiles, one by one (a ``blocks_*`` form), two instances of one class holding an attention at
     different widths, the earlier of them under a non-reentrant checkpoint; FSDP1 (use_orig_params=True, which
     compiling requires: its forward hands Dynamo the parameters as plain views that automatic dynamic shapes may
-    mark dynamic).
-    The later instance's recompile is dynamic and, first in Dynamo's cache, serves the earlier one's recompute
-    (fsdp1/a6fe85a3: passes with aot_eager, equal widths, an MLP in the attention's place,
-    or the checkpoint on the later instance only)."""
+    mark dynamic).  The later instance's recompile is dynamic and, first in Dynamo's cache, serves the earlier
+    one's recompute (fsdp1/a6fe85a3: passes with aot_eager, equal widths, an MLP in the attention's place, or the
+    checkpoint on the later instance only)."""
     c = case.compile
     if c.backend != "inductor" or c.form == "model":
         return False

@@ -142,7 +142,7 @@ def compiled_tensor_parallel_linears_of_two_styles(case: Case) -> bool:
         return bool(holder) and nodes[holder].kind == "seq"
 
     return len({p.style for p in case.plan.tp if p.style in ("colwise", "rowwise") and own_frame(p.path)
-                and (c.form == "model" or under(p.path, tuple(c.paths)))}) > 1 or _recompiled_for_other_sizes(case, found)
+                and under(p.path, c.roots)}) > 1 or _recompiled_for_other_sizes(case, found)
 
 
 def _recompiled_for_other_sizes(case: Case, found) -> bool:
@@ -162,6 +162,6 @@ def _recompiled_for_other_sizes(case: Case, found) -> bool:
         holder = p.path.rpartition(".")[0]
         node = nodes.get(holder)
         if p.style in ("colwise", "rowwise") and node is not None and node.kind != "seq" \
-                and (c.form == "model" or under(holder, tuple(c.paths))):
+                and under(holder, c.roots):
             sizes.setdefault(node.kind, set()).add((node, case.model.input_width(holder)))
     return any(len(s) > 1 for s in sizes.values())

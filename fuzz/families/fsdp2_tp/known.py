@@ -211,7 +211,7 @@ def compiled_restart_over_an_uneven_colwise_unit(case: Case) -> bool:
     if not c.restart:
         return False
     tp = case.mesh.axis_size("tp")
-    compiled = [""] if c.form == "model" else list(c.paths)
+    compiled = c.roots
     wrapped = {w.path for w in case.plan.wraps}
     return any(p.style == "colwise" and p.path in wrapped and under(p.path, compiled)
                and case.model.output_width(p.path) % tp for p in case.plan.tp)
@@ -294,7 +294,7 @@ def compiled_plain_then_colwise_query_each_fully_shard_ed(case: Case) -> bool:
     c = case.compile
     if not c or case.mesh.axis_size("tp") < 2:
         return False
-    compiled = ("",) if c.form == "model" else c.paths
+    compiled = c.roots
     styles = {p.path: p.style for p in case.plan.tp}
     wrapped = {w.path for w in case.plan.wraps}
     nodes = dict(case.model.body.walk("body"))
