@@ -628,6 +628,35 @@ def test_the_dtensor_view_guard_bug_needs_one_output_hook_over_two_widths_after_
         case(train__seq_len=2), case(plan__tp=base["plan"]["tp"][1:])))
 
 
+def test_the_dtensor_view_guard_bug_s_second_form_needs_a_bias_free_linear_first():
+    """Measured on unmodified torch (fsdp2_tp/029cb439): inductor, aot_eager, two steps and the whole model compiled
+    fail; a bias on the first Linear, its width equal to v's, one call, v not fully_shard'ed or the attention not
+    parallelized train."""
+    bug = next(b for b in known.shipped() if b.id == "dynamo-dtensor-output-view-specialized-without-a-guard")
+    base = corpus.load(CORPUS / "fsdp2_tp/029cb43968d40481.json").case.to_dict()
+
+    def case(bias=False, width=8, **edits):
+        d = json.loads(json.dumps(base))
+        first = d["model"]["body"]["children"][0]["children"][0]["children"][0]
+        first.update(bias=bias, out=width)
+        for key, value in edits.items():
+            part, _, field = key.partition("__")
+            if field:
+                d[part][field] = value
+            else:
+                d[part] = value
+        return Case.from_dict(d).validate()
+
+    tp_on_the_block_only = [p for p in base["plan"]["tp"] if not p["path"].startswith("body.2")]
+    assert all(bug.applies(c) for c in (
+        case(), case(compile__backend="aot_eager"), case(train__steps=2, train__microbatches=1),
+        case(compile={"backend": "inductor", "form": "model"})))
+    assert not any(bug.applies(c) for c in (
+        case(bias=True), case(width=5), case(train__microbatches=1),
+        case(plan__wraps=[w for w in base["plan"]["wraps"] if w["path"] != "body.2.v"]),
+        case(plan__tp=tp_on_the_block_only)))
+
+
 def test_the_flattened_rollback_bug_needs_a_live_optimizer_and_a_flattened_dict():
     """Measured on unmodified torch (fsdp1/ef4a6744): the rollback fails; a load into a fresh system, or the
     optimizer state dict not flattened (another defect), does not fail so."""

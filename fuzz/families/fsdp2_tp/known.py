@@ -238,6 +238,38 @@ def compiled_tp_output_hooks_of_two_widths_after_a_graph_break(case: Case) -> bo
     return any(len(w) > 1 and w & sizes for w in widths.values())
 
 
+def compiled_tp_output_hook_first_over_a_bias_free_linear(case: Case) -> bool:
+    """The second form of the output hook's unguarded specialization: modules compiled (blocks or the whole model)
+    whose Linears are ``fully_shard``-ed on their own (FSDP2's disabled hooks make each one's style hooks frames of
+    their own), two of them with the same output hook and outputs of different widths, the first of the hook's
+    Linears without a bias (its output is no view: the hook's first frames keep no ``_base``) and the first one of
+    another width with a bias (its output is a view of a 2-D base, first met at the dynamic recompile and so
+    fakified with static sizes: the replay pins the width, unguarded), and a second call.  Measured on
+    fsdp2_tp/029cb439 (a bias-free colwise Linear of 8 outputs, then an attention whose colwise v of 5 outputs is
+    fully_shard'ed): inductor, aot_eager, the whole model compiled and two steps in place of three microbatches
+    fail; a bias on the first Linear, 5 outputs on it, one call, v not fully_shard'ed or the attention not
+    parallelized train."""
+    t = case.train
+    c = case.compile
+    if not c or t.steps * t.microbatches < 2:
+        return False
+    roots = c.roots
+    wrapped = {w.path for w in case.plan.wraps}
+    styles = {p.path: p for p in case.plan.tp if p.style in ("colwise", "rowwise")}
+    groups: dict[tuple, list[str]] = {}
+    for path, _ in case.model.module_paths():  # forward order
+        p = styles.get(path)
+        if p is not None and path in wrapped and under(path, roots):
+            groups.setdefault((p.style, p.output_layout, p.use_local_output), []).append(path)
+    for paths in groups.values():
+        first = paths[0]
+        width = case.model.output_width(first)
+        other = next((q for q in paths if case.model.output_width(q) != width), None)
+        if other is not None and not _has_bias(case, first) and _has_bias(case, other):
+            return True
+    return False
+
+
 def composable_checkpoint_over_a_layout_changing_input_hook(case: Case) -> bool:
     """The composable ``checkpoint()`` (applied after ``parallelize_module``, as the family always applies it) on a
     module whose own ``PrepareModuleInput`` changes the input's layout and hands on the local tensor: the recompute
