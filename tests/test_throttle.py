@@ -2,7 +2,8 @@
 
 import dataclasses
 
-from parityfuzz.engine.throttle import KEEP_ONE_IN, MET_BEFORE_THROTTLE, Throttle
+from parityfuzz.engine.throttle import (KEEP_ONE_IN, KNOWN_HANG_TIMEOUT_FLOOR_S, MET_BEFORE_THROTTLE,
+                                       SECONDS_BEFORE_THROTTLE, Throttle)
 from parityfuzz.judge.verdict import Divergence, Verdict
 from parityfuzz.strategies import cases
 from parityfuzz.triage import explain
@@ -35,6 +36,34 @@ def test_a_known_bug_met_often_runs_one_case_in_eight_of_its_precondition_and_ne
     assert throttle.skipped[BUG.title] == 4 * (KEEP_ONE_IN - 1)
     assert throttle.skip(pipeline_case("gpipe", micro=2).validate()) == ""  # outside the precondition: runs
     assert Throttle().skip(accumulating(99)) == ""  # each target's run counts its own meetings
+
+
+def test_a_known_bug_whose_meetings_cost_a_minute_is_throttled_however_few():
+    """A known hang costs its case's whole timeout each time (100 s for a 4-rank compiled checkpoint case): met
+    once at that cost, its precondition's cases run one in eight from then on; quick meetings wait for three."""
+    why = explain(accumulating(0), MISMATCH)
+    slow, quick = Throttle(), Throttle()
+    slow.note(why, seconds=SECONDS_BEFORE_THROTTLE + 40)
+    quick.note(why, seconds=2.0)
+    quick.note(None, seconds=SECONDS_BEFORE_THROTTLE)  # a case no known bug explains costs the bug nothing
+    assert [slow.skip(accumulating(seed)) for seed in range(1, 1 + KEEP_ONE_IN)].count(BUG.title) == KEEP_ONE_IN - 1
+    assert all(quick.skip(accumulating(seed)) == "" for seed in range(1, 1 + KEEP_ONE_IN))
+
+
+def test_a_case_that_may_meet_a_known_hang_runs_under_a_short_timeout():
+    """broadcast-through-set-state-dict hangs: a case meeting its precondition (its corpus file) gets the floor or
+    three times the slowest passing case, never more than its own timeout; a case outside every known hang's
+    precondition keeps its own."""
+    from parityfuzz.triage import corpus
+
+    hang = next(b for b in shipped() if b.id == "broadcast-through-set-state-dict")
+    case = corpus.load(known.DEFAULT_PATH.parent / hang.files[0]).case
+    throttle = Throttle()
+    assert hang in throttle.hangs and BUG not in throttle.hangs and hang.applies(case)
+    assert throttle.hang_timeout(case, 100.0, slowest_pass=1.0) == KNOWN_HANG_TIMEOUT_FLOOR_S
+    assert throttle.hang_timeout(case, 100.0, slowest_pass=14.0) == 42.0
+    assert throttle.hang_timeout(case, 30.0, slowest_pass=14.0) == 30.0
+    assert throttle.hang_timeout(accumulating(0), 100.0, slowest_pass=1.0) == 100.0
 
 
 def test_a_fuzz_run_spends_a_small_share_of_its_cases_on_a_known_bug_met_often(tmp_path, monkeypatch):

@@ -58,7 +58,7 @@ from parityfuzz.engine.schedule import NEAR_MISS
 from parityfuzz.engine.soak import precondition, remember, simplest_features
 from parityfuzz.engine.stats import TargetStats
 from parityfuzz.engine.throttle import Throttle
-from parityfuzz.executor import Executor
+from parityfuzz.executor import Executor, default_timeout
 from parityfuzz.judge.verdict import PASS, Verdict, harness_error
 from parityfuzz.judge.verify import locate, verify_case
 from parityfuzz.triage import IN_CORPUS, Explanation, Found, corpus, explain
@@ -216,10 +216,12 @@ class Fuzzer:
                 timeout = opts.case_timeout_s
                 if found.get("kind") == "hang":
                     timeout = max(opts.hang_shrink_timeout_s, 3 * slowest_pass[0])
+                elif not found:
+                    timeout = throttle.hang_timeout(case, timeout or default_timeout(case), slowest_pass[0])
                 self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
                 began = time.monotonic()
                 verdict, why = self._explained(case, cache.setdefault(key, self._run(case, timeout)), found_before)
-                throttle.note(why)
+                throttle.note(why, time.monotonic() - began)
                 if verdict.ok:
                     slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
                 else:
