@@ -221,13 +221,13 @@ class Fuzzer:
                 self.executor.pool(case.world_size)  # (re)start the pool outside the timed part
                 began = time.monotonic()
                 verdict, why = self._explained(case, cache.setdefault(key, self._run(case, timeout)), found_before)
-                throttle.note(why, time.monotonic() - began)
+                took = time.monotonic() - began
+                throttle.note(why, took)
                 if verdict.ok:
-                    slowest_pass[0] = max(slowest_pass[0], time.monotonic() - began)
+                    slowest_pass[0] = max(slowest_pass[0], took)
                 else:
                     best.update(case=case, verdict=verdict)
-                stats.count(case, verdict, time.monotonic() - self.started, why, time.monotonic() - began,
-                            shrinking=bool(found))
+                stats.count(case, verdict, time.monotonic() - self.started, why, took, shrinking=bool(found))
                 if found:
                     stats.shrink_runs += 1
                 if not verdict.ok and not found:

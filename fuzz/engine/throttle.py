@@ -23,7 +23,7 @@ from collections import Counter
 from parityfuzz.case import Case
 from parityfuzz.triage import KNOWN_BUG, Explanation
 from parityfuzz.triage import known
-from parityfuzz.triage.known import KnownBug
+from parityfuzz.triage.known import KnownBug, signature_kind
 
 #: Times a known bug is met in a target's run before the cases meeting its precondition are throttled.
 MET_BEFORE_THROTTLE = 3
@@ -41,8 +41,7 @@ class Throttle:
     def __init__(self, bugs: tuple[KnownBug, ...] | None = None):
         self.bugs = known.shipped() if bugs is None else bugs
         #: The known bugs that hang (a record with a hang signature).
-        self.hangs = tuple(b for b in self.bugs
-                           if any("hang" in dict(s.fields).get("verdict", ()) for s in b.signatures))
+        self.hangs = tuple(b for b in self.bugs if any(signature_kind(dict(s.fields)) == "hang" for s in b.signatures))
         #: Failures each known bug explained (by id), and the seconds their runs took.
         self.met: Counter = Counter()
         self.spent: Counter = Counter()
@@ -62,8 +61,7 @@ class Throttle:
     def skip(self, case: Case) -> str:
         """The title of the throttled bug whose precondition ``case`` meets, where the case is to be skipped; ``""``
         where it runs (no throttled bug's precondition, or its turn of one in :data:`KEEP_ONE_IN`)."""
-        cases = (case, case.resumed()) if case.checkpoint else (case,)  # (as KnownBug.explains looks at them)
-        hot = next((b for b in self.bugs if self._throttled(b) and any(b.applies(c) for c in cases)), None)
+        hot = next((b for b in self.bugs if self._throttled(b) and b.meets(case)), None)
         if hot is None:
             return ""
         self.matched[hot.title] += 1
@@ -76,7 +74,6 @@ class Throttle:
         """The timeout of ``case``: ``full`` (its own), or where it meets the precondition of a known bug that hangs,
         the longer of :data:`KNOWN_HANG_TIMEOUT_FLOOR_S` and three times ``slowest_pass`` (the slowest case the
         target has passed), never above ``full``."""
-        cases = (case, case.resumed()) if case.checkpoint else (case,)
-        if not any(b.applies(c) for b in self.hangs for c in cases):
+        if not any(b.meets(case) for b in self.hangs):
             return full
         return min(full, max(KNOWN_HANG_TIMEOUT_FLOOR_S, 3 * slowest_pass))

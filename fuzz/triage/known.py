@@ -161,6 +161,11 @@ class KnownBug:
         case the load resumes, which trains the steps after it."""
         if verdict.ok or not any(s.matches(verdict) for s in self.signatures):
             return False
+        return self.meets(case)
+
+    def meets(self, case: Case) -> bool:
+        """Whether ``case`` or (a checkpoint event) the case its load resumes meets the precondition: the cases
+        :meth:`explains` looks at."""
         return any(self.applies(c) for c in ((case, case.resumed()) if case.checkpoint else (case,)))
 
     def lists(self, corpus_file: Path | str) -> bool:
