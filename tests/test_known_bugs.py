@@ -19,6 +19,19 @@ from tests.known import record, register
 from tests.test_case import simple
 
 CORPUS = known.DEFAULT_PATH.parent
+
+
+def edited(case: dict, **edits) -> dict:
+    """A deep copy of the case dict ``case`` with each edit applied: ``train__steps=2`` sets ``case["train"]["steps"]``,
+    ``compile={...}`` replaces ``case["compile"]`` (``__`` separates the keys of a nested field)."""
+    d = json.loads(json.dumps(case))
+    for field, value in edits.items():
+        where, _, key = field.rpartition("__")
+        target = d
+        for part in where.split("__") if where else ():
+            target = target[part]
+        target[key] = value
+    return d
 MISMATCH = Verdict("mismatch", Divergence(step=0, what="grad", tensor="body.0.weight", max_abs=1.0, max_rel=1.0))
 
 
@@ -261,14 +274,7 @@ def test_the_reentrant_autocast_cache_bug_covers_the_variants_that_diverge_and_n
     base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
 
     def case(**edits):
-        d = json.loads(json.dumps(base))
-        for field, value in edits.items():
-            where, _, key = field.rpartition("__")
-            target = d
-            for part in where.split("__") if where else ():
-                target = target[part]
-            target[key] = value
-        return Case.from_dict(d).validate()
+        return Case.from_dict(edited(base, **edits)).validate()
 
     att = {"kind": "attention", "heads": 1}
     ckpt = {"path": "body", "api": "wrapper", "reentrant": True}
@@ -615,11 +621,8 @@ def test_the_dtensor_view_guard_bug_needs_one_output_hook_over_two_widths_after_
     base = corpus.load(CORPUS / bug.files[0]).case.to_dict()
 
     def case(compiled=True, width=7, **edits):
-        d = json.loads(json.dumps(base))
+        d = edited(base, **edits)
         d["model"]["body"]["children"][0]["out"] = width
-        for key, value in edits.items():
-            part, _, field = key.partition("__")
-            d[part][field] = value
         return Case.from_dict(d if compiled else {k: v for k, v in d.items() if k != "compile"}).validate()
 
     assert bug.applies(case()) and bug.applies(case(train__microbatches=2))
@@ -636,15 +639,8 @@ def test_the_dtensor_view_guard_bug_s_second_form_needs_a_bias_free_linear_first
     base = corpus.load(CORPUS / "fsdp2_tp/029cb43968d40481.json").case.to_dict()
 
     def case(bias=False, width=8, **edits):
-        d = json.loads(json.dumps(base))
-        first = d["model"]["body"]["children"][0]["children"][0]["children"][0]
-        first.update(bias=bias, out=width)
-        for key, value in edits.items():
-            part, _, field = key.partition("__")
-            if field:
-                d[part][field] = value
-            else:
-                d[part] = value
+        d = edited(base, **edits)
+        d["model"]["body"]["children"][0]["children"][0]["children"][0].update(bias=bias, out=width)
         return Case.from_dict(d).validate()
 
     tp_on_the_block_only = [p for p in base["plan"]["tp"] if not p["path"].startswith("body.2")]
